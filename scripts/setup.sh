@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything spoolrender needs on a Debian 12 machine with Python 3.11 and Node 20:
+# Debian's Chromium (Remotion must not download its own browser), a virtualenv in .venv
+# with spoolrender and its test tools, and the Remotion project's npm packages.
+# Idempotent: a second run only checks. Sourced by quickstart.sh and test.sh.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+say() { printf '==> %s\n' "$*" >&2; }
+
+apt_packages=()
+[ -x /usr/bin/chromium ] || apt_packages+=(chromium)
+python3 -m venv --help >/dev/null 2>&1 || apt_packages+=(python3-venv)
+command -v node >/dev/null 2>&1 || apt_packages+=(nodejs npm)
+if [ ${#apt_packages[@]} -gt 0 ]; then
+  say "installing Debian packages: ${apt_packages[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+node_major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$node_major" -lt 18 ]; then
+  echo "spoolrender needs Node >= 18 for Remotion 4 (found $(node --version))" >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.spoolrender-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  say "installing spoolrender into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+
+lock_hash="$(sha256sum remotion/package-lock.json | cut -c1-16)"
+if [ "$(cat remotion/node_modules/.spoolrender-lock 2>/dev/null)" != "$lock_hash" ]; then
+  say "installing the Remotion project's npm packages (npm ci)"
+  (cd remotion && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$lock_hash" > remotion/node_modules/.spoolrender-lock
+fi

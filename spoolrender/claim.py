@@ -1,0 +1,270 @@
+"""Finding claimable jobs and claiming them with one atomic rename.
+
+The directory listing is the truth (events from watchdog only wake the runner early).
+A scan yields the candidates in queue order: higher ``priority`` first, then earlier
+``not_before``/arrival (incoming) or due time (retry), then name.
+
+Uploads in progress are never claimed: names starting with ``.`` or ending in ``.part``,
+``.tmp`` or ``~`` are skipped, and any other file is claimed only once it is complete:
+an inotify close-after-write or rename-into event says so at once; otherwise its size
+and mtime must be unchanged for ``settle_seconds`` (timed on our monotonic clock, or
+measured against the spool filesystem's own clock, so a backlog found at start-up does
+not wait). A file that does not parse is only declared invalid once settled by time,
+because an upload still in progress does not parse either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from spoolrender import defaults
+from spoolrender.clock import Clock
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import JobInvalid
+from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
+from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job
+from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
+from spoolrender.records import next_run_number
+from spoolrender.renderers.base import CancelToken
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    sort_key: tuple[int, float, str]
+    name: str = field(compare=False)
+    source: str = field(compare=False)  # "incoming" or "retry"
+    job_id: str = field(compare=False)
+    uid: str | None = field(compare=False, default=None)
+
+
+@dataclass
+class _Seen:
+    """What we know about one file in incoming/ between scans."""
+
+    signature: tuple[int, int, int]  # inode, size, mtime_ns
+    first_seen: float  # monotonic time the signature was first seen
+    spec: JobSpec | None = None
+    invalid: bool = False
+    parsed_for: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    candidates: list[Candidate]
+    waiting_uploads: int  # files present but not yet settled
+    next_wake: float | None  # monotonic time something may become claimable
+
+
+class SpoolScanner:
+    """Lists incoming/ and retry/ and says what can be claimed now, in order."""
+
+    def __init__(self, layout: SpoolLayout, config: SpoolConfig, clock: Clock) -> None:
+        self._layout = layout
+        self._config = config
+        self._clock = clock
+        self._seen: dict[str, _Seen] = {}
+        self._complete: set[str] = set()
+        self._lock = threading.Lock()
+
+    def mark_complete(self, name: str) -> None:
+        """An event said ``name`` was closed after writing or renamed into incoming/."""
+        with self._lock:
+            self._complete.add(name)
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._seen.pop(name, None)
+            self._complete.discard(name)
+
+    def scan(self, spool_now: float | None) -> ScanResult:
+        incoming, waiting, wake = self._scan_incoming(spool_now)
+        retry, retry_wake = self._scan_retry()
+        wakes = [w for w in (wake, retry_wake) if w is not None]
+        return ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
+
+    def _scan_incoming(self, spool_now: float | None) -> tuple[list[Candidate], int, float | None]:
+        mono = self._clock.monotonic()
+        wall = self._clock.wall()
+        settle = self._config.settle_seconds
+        out: list[Candidate] = []
+        waiting = 0
+        wake: float | None = None
+        names = list_names(self._layout.incoming)
+        present = set(names)
+        with self._lock:
+            for gone in [n for n in self._seen if n not in present]:
+                del self._seen[gone]
+            self._complete &= present
+            complete = set(self._complete)
+        for name in names:
+            if not is_candidate_name(name):
+                continue
+            path = self._layout.incoming / name
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                # Symlinks, FIFOs, directories: complete as they are; claimed so that they
+                # end in failed/ with a reason instead of lingering unexplained.
+                out.append(Candidate((0, st.st_mtime, name), name, "incoming", id_from_filename(name)))
+                continue
+            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+            seen = self._seen.get(name)
+            if seen is None or seen.signature != sig:
+                seen = _Seen(sig, mono)
+                self._seen[name] = seen
+            stable_for = mono - seen.first_seen
+            age = None if spool_now is None else spool_now - st.st_mtime
+            settled_by_time = stable_for >= settle or (age is not None and age >= settle)
+            if seen.parsed_for != sig:
+                seen.spec, seen.invalid = self._parse(path, name)
+                seen.parsed_for = sig
+            settled = settled_by_time or (name in complete and not seen.invalid)
+            if not settled:
+                waiting += 1
+                until = seen.first_seen + settle
+                wake = until if wake is None else min(wake, until)
+                continue
+            spec = seen.spec
+            if spec is not None and spec.not_before is not None and spec.not_before > wall:
+                until = mono + (spec.not_before - wall)
+                wake = until if wake is None else min(wake, until)
+                continue
+            priority = spec.priority if spec is not None else 0
+            order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
+            job_id = spec.id if spec is not None else id_from_filename(name)
+            out.append(Candidate((-priority, order, name), name, "incoming", job_id))
+        return out, waiting, wake
+
+    def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool]:
+        from spoolrender.jobfile import read_job_bytes
+
+        try:
+            return parse_job(read_job_bytes(path, self._config.max_job_bytes), name, self._config), False
+        except JobInvalid:
+            return None, True
+        except OSError:
+            return None, True
+
+    def _scan_retry(self) -> tuple[list[Candidate], float | None]:
+        now = self._clock.wall()
+        out: list[Candidate] = []
+        wake: float | None = None
+        for name in list_names(self._layout.retry):
+            m = RETRY_NAME.fullmatch(name)
+            if m is None:
+                continue
+            due = int(m.group("due")) / 1000
+            if due > now:
+                until = self._clock.monotonic() + (due - now)
+                wake = until if wake is None else min(wake, until)
+                continue
+            prio = priority_from_key(m.group("prio"))
+            out.append(Candidate((-prio, due, name), name, "retry", m.group("id"), m.group("uid")))
+        return out, wake
+
+
+@dataclass
+class Claim:
+    """A job this runner owns: its running/ directory, lock, heartbeat and cancel token."""
+
+    job_dir: Path
+    job_id: str
+    uid: str
+    token: str
+    run: int
+    source_name: str
+    started: float
+    cancel: CancelToken
+    lock: FileLock | None
+
+    @property
+    def key(self) -> str:
+        return self.job_dir.name
+
+    def release(self) -> None:
+        if self.lock is not None:
+            with contextlib.suppress(OSError):
+                self.lock.release(force=True)
+            self.lock = None
+
+
+def claim(
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
+) -> Claim | None:
+    """Try to take ``candidate``; None if another runner was faster (a normal outcome)."""
+    if candidate.source == "incoming":
+        return _claim_incoming(layout, candidate, heartbeat, clock)
+    return _claim_retry(layout, candidate, heartbeat, clock)
+
+
+def _claim_incoming(
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
+) -> Claim | None:
+    token = new_token()
+    uid = token  # the first claim names the job for the rest of its life
+    job_dir = layout.running / running_name(candidate.job_id, uid, token)
+    cancel = CancelToken()
+    # The directory, its lock and a first heartbeat exist *before* the job file is moved
+    # in, so there is no moment at which running/ holds a job that no live lock covers.
+    os.mkdir(job_dir)
+    lock = None
+    try:
+        lock = acquire_job_lock(job_dir)
+        started = clock.wall()
+        heartbeat.add(ActiveJob(job_dir, token, 1, started, lambda: cancel.cancel("lost")))
+        # THE claim: rename is atomic, so of several runners exactly one moves the file;
+        # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
+        # power cut only means the job is found in incoming/ again, or recovered.
+        os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
+    except (FileNotFoundError, Timeout, OSError) as exc:
+        heartbeat.remove(token)
+        if lock is not None:
+            lock.release(force=True)
+        shutil.rmtree(job_dir, ignore_errors=True)
+        if isinstance(exc, FileNotFoundError):
+            log.debug("lost the race for %s to another runner", candidate.name)
+        else:
+            log.warning("could not claim %s: %s", candidate.name, exc)
+        return None
+    return Claim(job_dir, candidate.job_id, uid, token, 1, candidate.name, started, cancel, lock)
+
+
+def _claim_retry(
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
+) -> Claim | None:
+    assert candidate.uid is not None
+    token = new_token()
+    job_dir = layout.running / running_name(candidate.job_id, candidate.uid, token)
+    cancel = CancelToken()
+    try:
+        # THE claim of a retry: the whole job directory moves in one atomic rename. Its
+        # old heartbeat (if any) carries an older token than the new name, so nobody
+        # takes the moment before our lock and heartbeat exist for a dead owner.
+        os.rename(layout.retry / candidate.name, job_dir)
+    except FileNotFoundError:
+        log.debug("lost the race for retry %s to another runner", candidate.name)
+        return None
+    except OSError as exc:
+        log.warning("could not claim retry %s: %s", candidate.name, exc)
+        return None
+    try:
+        lock = acquire_job_lock(job_dir)
+    except Timeout:
+        lock = None  # a stale holder of an old lock: the heartbeat lease covers us
+    started = clock.wall()
+    run = next_run_number(job_dir)
+    heartbeat.add(ActiveJob(job_dir, token, run, started, lambda: cancel.cancel("lost")))
+    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, candidate.name, started, cancel, lock)

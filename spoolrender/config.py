@@ -1,0 +1,229 @@
+"""Spool-wide configuration: one file inside the spool, so every host sharing it agrees.
+
+Precedence, lowest first: built-in defaults (:mod:`spoolrender.defaults`), the spool's
+``spoolrender.yaml``, ``SPOOLRENDER_<KEY>`` environment variables, then CLI flags
+(``--set key=value`` and the named flags). Values given as strings (environment, CLI)
+are read as YAML scalars, so ``5``, ``2.5``, ``auto`` and ``[a, b]`` mean what they say.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spoolrender import defaults
+from spoolrender.errors import ConfigError
+
+ENV_PREFIX = "SPOOLRENDER_"
+WATCH_MODES = ("auto", "inotify", "polling")
+# Kept here (not imported from the command renderer) so config stays import-light.
+COMMAND_PLACEHOLDERS = ("output", "job_file", "props_file", "work_dir", "threads", "job_id", "attempt")
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ConfigError(f"{name}: expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def _non_negative_number(name: str, value: Any) -> float:
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return _positive_number(name, value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: expected a whole number >= 1, got {value!r}")
+    return value
+
+
+def _optional_slots(name: str, value: Any) -> int | None:
+    if value is None or value == "auto":
+        return None
+    return _positive_int(name, value)
+
+
+def _path(name: str, value: Any) -> Path:
+    if not isinstance(value, str | Path) or not str(value):
+        raise ConfigError(f"{name}: expected a path, got {value!r}")
+    return Path(os.path.expanduser(str(value)))
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{name}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _watch(name: str, value: Any) -> str:
+    if value not in WATCH_MODES:
+        raise ConfigError(f"{name}: expected one of {', '.join(WATCH_MODES)}, got {value!r}")
+    return str(value)
+
+
+def _commands(name: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name}: expected a mapping of name: [argv...], got {value!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    for cmd, argv in value.items():
+        if not isinstance(cmd, str) or not cmd:
+            raise ConfigError(f"{name}: command names must be non-empty strings, got {cmd!r}")
+        # An argv list, never a shell string: a job's values cannot inject shell syntax.
+        if (
+            not isinstance(argv, list)
+            or not argv
+            or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in argv)
+        ):
+            raise ConfigError(
+                f"{name}.{cmd}: expected a non-empty list of argv strings (not a shell string), got {argv!r}"
+            )
+        argv_t = tuple(str(a) for a in argv)
+        for arg in argv_t:
+            for placeholder in re.findall(r"\{([^{}]*)\}", arg):
+                if placeholder not in COMMAND_PLACEHOLDERS:
+                    raise ConfigError(
+                        f"{name}.{cmd}: unknown placeholder {{{placeholder}}} "
+                        f"(known: {', '.join('{' + p + '}' for p in COMMAND_PLACEHOLDERS)})"
+                    )
+        out[cmd] = argv_t
+    return out
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    """Validated configuration of one spool, as seen by one process."""
+
+    spool: Path
+    output_root: Path = Path(defaults.OUTPUT_ROOT)
+    settle_seconds: float = defaults.SETTLE_S
+    heartbeat_seconds: float = defaults.HEARTBEAT_INTERVAL_S
+    lease_seconds: float = defaults.LEASE_S
+    rescan_seconds: float = defaults.RESCAN_INTERVAL_S
+    poll_seconds: float = defaults.POLL_INTERVAL_S
+    backoff_base_seconds: float = defaults.BACKOFF_BASE_S
+    backoff_cap_seconds: float = defaults.BACKOFF_CAP_S
+    grace_seconds: float = defaults.GRACE_S
+    max_attempts: int = defaults.DEFAULT_MAX_ATTEMPTS
+    timeout_seconds: float = defaults.DEFAULT_TIMEOUT_S
+    max_job_bytes: int = defaults.MAX_JOB_BYTES
+    slots: int | None = None
+    threads_per_job: int = defaults.THREADS_PER_JOB
+    memory_per_job_mb: int = defaults.MEMORY_PER_JOB_MB
+    watch: str = "auto"
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    remotion_project: Path = Path(defaults.REMOTION_PROJECT)
+    browser_executable: str = defaults.BROWSER_EXECUTABLE
+    cache_dir: Path = Path("~/.cache/spoolrender")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name == "spool":
+                continue
+            check = _VALIDATORS[f.name]
+            object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
+        # Relative paths in a spool's config mean "relative to the spool", so that every
+        # host (and the systemd unit, whatever its working directory) agrees.
+        for name in ("output_root", "remotion_project"):
+            path = getattr(self, name)
+            if not path.is_absolute():
+                object.__setattr__(self, name, self.spool / path)
+        if self.lease_seconds < 2 * self.heartbeat_seconds:
+            raise ConfigError(
+                f"lease_seconds ({self.lease_seconds:g}) must be at least twice "
+                f"heartbeat_seconds ({self.heartbeat_seconds:g}), or live jobs look dead"
+            )
+        if self.backoff_cap_seconds < self.backoff_base_seconds:
+            raise ConfigError("backoff_cap_seconds must be >= backoff_base_seconds")
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "output_root": _path,
+    "settle_seconds": _non_negative_number,
+    "heartbeat_seconds": _positive_number,
+    "lease_seconds": _positive_number,
+    "rescan_seconds": _positive_number,
+    "poll_seconds": _positive_number,
+    "backoff_base_seconds": _non_negative_number,
+    "backoff_cap_seconds": _non_negative_number,
+    "grace_seconds": _non_negative_number,
+    "max_attempts": _positive_int,
+    "timeout_seconds": _positive_number,
+    "max_job_bytes": _positive_int,
+    "slots": _optional_slots,
+    "threads_per_job": _positive_int,
+    "memory_per_job_mb": _positive_int,
+    "watch": _watch,
+    "commands": _commands,
+    "remotion_project": _path,
+    "browser_executable": _string,
+    "cache_dir": _path,
+}
+
+CONFIG_KEYS = tuple(_VALIDATORS)
+
+
+def parse_scalar(text: str) -> Any:
+    """Read an environment or CLI value as a YAML scalar (``5`` is an int, ``a`` a str)."""
+    try:
+        return yaml.load(text, Loader=yaml.CSafeLoader)
+    except yaml.YAMLError:
+        return text
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    try:
+        data = yaml.load(text, Loader=yaml.CSafeLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def load_config(
+    spool: Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SpoolConfig:
+    """Build the config of ``spool`` from its file, the environment and ``overrides``."""
+    spool = Path(spool).expanduser().resolve()
+    merged: dict[str, Any] = {}
+    file_path = spool / defaults.CONFIG_FILENAME
+    for key, value in _read_file(file_path).items():
+        if key not in _VALIDATORS:
+            raise ConfigError(f"{file_path}: unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})")
+        merged[key] = value
+    env = os.environ if environ is None else environ
+    for key in CONFIG_KEYS:
+        env_name = ENV_PREFIX + key.upper()
+        if env_name in env:
+            merged[key] = parse_scalar(env[env_name])
+    for key, value in (overrides or {}).items():
+        if key not in _VALIDATORS:
+            raise ConfigError(f"unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})")
+        merged[key] = parse_scalar(value) if isinstance(value, str) else value
+    try:
+        return SpoolConfig(spool=spool, **merged)
+    except TypeError as exc:  # pragma: no cover - keys are checked above
+        raise ConfigError(str(exc)) from exc

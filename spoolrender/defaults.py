@@ -1,0 +1,56 @@
+"""Every default value of spoolrender, named, in one place.
+
+The spool config file, ``SPOOLRENDER_*`` environment variables and CLI flags override
+the configurable ones (see :mod:`spoolrender.config`); the rest are protocol constants
+that every host sharing a spool must agree on.
+"""
+
+from __future__ import annotations
+
+# --- spool layout (protocol: every host must agree) ---------------------------------
+STATE_DIRS = ("incoming", "running", "retry", "done", "failed")
+PRIVATE_DIR = ".spoolrender"  # staging for atomic writes, id reservations, runners
+CONFIG_FILENAME = "spoolrender.yaml"
+JOB_FILENAME = "job.yaml"  # the user's original bytes, in every state after claim
+HEARTBEAT_FILENAME = "heartbeat"
+LOCK_FILENAME = "lock"
+RESULT_FILENAME = "result.json"  # written into done/<job>/
+FAILURE_FILENAME = "failure.json"  # written into failed/<job>/
+# Names in incoming/ that are never claimed: in-progress uploads by convention.
+IGNORED_PREFIXES = (".",)
+IGNORED_SUFFIXES = (".part", ".tmp", "~")
+JOB_SUFFIXES = (".yaml", ".yml", ".json")
+
+# --- job file -----------------------------------------------------------------------
+MAX_JOB_BYTES = 1024 * 1024  # a job file larger than this is rejected unread
+MAX_YAML_DEPTH = 32  # nesting deeper than this is rejected (stack bombs)
+MAX_ID_LENGTH = 128
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_MAX_ATTEMPTS = 100
+DEFAULT_TIMEOUT_S = 3600.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+PRIORITY_MIN = -1000
+PRIORITY_MAX = 1000
+DEFAULT_PRIORITY = 0
+DEFAULT_OUTPUT_SUFFIX = ".mp4"
+
+# --- timing -------------------------------------------------------------------------
+SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete
+HEARTBEAT_INTERVAL_S = 5.0
+LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
+RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
+POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
+BACKOFF_BASE_S = 30.0
+BACKOFF_CAP_S = 3600.0
+GRACE_S = 30.0  # SIGTERM: running jobs get this long before they are cancelled
+KILL_GRACE_S = 5.0  # SIGTERM to a render's process group, then SIGKILL after this
+
+# --- capacity -----------------------------------------------------------------------
+THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 cores
+MEMORY_PER_JOB_MB = 1024  # a Node worker + Chromium + ffmpeg for 720p
+
+# --- renderers ----------------------------------------------------------------------
+DEFAULT_RENDERER = "remotion"
+BROWSER_EXECUTABLE = "/usr/bin/chromium"
+REMOTION_PROJECT = "../remotion"  # relative to the spool directory unless absolute (repo layout)
+OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute

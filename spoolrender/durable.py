@@ -1,0 +1,118 @@
+"""Filesystem primitives whose atomicity and durability the spool protocol relies on.
+
+Rules followed here (Maildir's, and what the kernel actually guarantees):
+- A reader must never see a half-written file, so content is written under a private
+  temporary name and then renamed (or hard-linked) to its final name in one step.
+- An acknowledged state change must survive a power cut, so the file's data is fsynced
+  before the rename makes it visible, and the directory is fsynced after, because the
+  rename itself lives in the directory's metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames/creates inside ``path`` durable (they live in the directory's data)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some filesystems (e.g. some FUSE mounts) refuse fsync on directories; the
+        # rename has still happened, only its durability is then the filesystem's business.
+        if exc.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _temp_name(target: Path) -> Path:
+    # A dot-prefixed, random temporary name beside the target: same directory, so the
+    # final rename cannot cross filesystems, and never taken for a job by a scanner.
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+
+
+def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644) -> None:
+    """Replace ``target`` with ``data`` so readers see the old or the new bytes, never a mix.
+
+    ``durable=False`` skips the fsyncs: for files that are rewritten every few seconds
+    and whose loss in a power cut is harmless (heartbeats).
+    """
+    tmp = _temp_name(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                # Data first: a rename that reaches the disk before the data would
+                # publish an empty or truncated file after a crash.
+                os.fsync(fh.fileno())
+        # rename() replaces atomically: there is no moment without a ``target``.
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        fsync_dir(target.parent)
+
+
+def write_json_atomic(target: Path, obj: Any, *, durable: bool = True) -> None:
+    write_atomic(target, _json_bytes(obj), durable=durable)
+
+
+def create_exclusive(target: Path, data: bytes) -> bool:
+    """Create ``target`` with ``data`` only if no file of that name exists; True if we did.
+
+    Used where two processes may both try to decide the same thing: exactly one create
+    succeeds. Written via a temporary file and ``link()``, because link fails with EEXIST
+    atomically even on NFS, where O_EXCL was historically unreliable, and the winner's
+    content is complete the moment the name appears.
+    """
+    tmp = _temp_name(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(target.parent)
+    return True
+
+
+def rename_durable(src: Path, dst: Path) -> None:
+    """Move ``src`` to ``dst`` in one atomic rename and make the move survive a power cut.
+
+    Raises FileNotFoundError when ``src`` is gone: the caller decides what losing that
+    race means (a claim lost to another runner, a job recovered under our feet).
+    """
+    os.rename(src, dst)
+    # Both directories changed; fsync the destination first (the job must be somewhere).
+    fsync_dir(dst.parent)
+    if src.parent != dst.parent:
+        fsync_dir(src.parent)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file written by :func:`write_json_atomic`; raises OSError/ValueError."""
+    with open(path, "rb") as fh:
+        return json.loads(fh.read())
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")

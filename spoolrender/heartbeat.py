@@ -1,0 +1,254 @@
+"""Heartbeats (a running job's proof of life) and judging whether an owner is dead.
+
+While a job runs, its runner holds ``running/<job>/lock`` (a filelock flock) and rewrites
+``running/<job>/heartbeat`` every few seconds with a counter that always changes.
+
+Two ways to prove an owner dead:
+- same host: the kernel releases a flock when its holder dies (SIGKILL included), so a
+  lock we can take at once proves it, instantly;
+- any host: flocks are not trustworthy across NFS clients, so an observer times how long
+  it has seen the heartbeat *unchanged* on its own monotonic clock; past the lease, the
+  owner is dead or so stuck that its job must go elsewhere. No two clocks are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from spoolrender import defaults
+from spoolrender.clock import Clock
+from spoolrender.durable import write_atomic
+
+log = logging.getLogger(__name__)
+
+HOSTNAME = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    host: str
+    pid: int
+    token: str
+    run: int
+    counter: int
+    progress: float | None = None
+    stage: str | None = None
+    started: float | None = None  # owner's wall clock, informational
+    updated: float | None = None  # owner's wall clock, informational
+    runner: str | None = None
+    pgid: int | None = None  # the render's process group, killed if the job is recovered
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Heartbeat:
+        raw: dict[str, Any] = json.loads(data)
+        return cls(
+            host=str(raw["host"]),
+            pid=int(raw["pid"]),
+            token=str(raw["token"]),
+            run=int(raw["run"]),
+            counter=int(raw["counter"]),
+            progress=None if raw.get("progress") is None else float(raw["progress"]),
+            stage=raw.get("stage"),
+            started=raw.get("started"),
+            updated=raw.get("updated"),
+            runner=raw.get("runner"),
+            pgid=None if raw.get("pgid") is None else int(raw["pgid"]),
+        )
+
+
+def read_heartbeat(job_dir: Path) -> Heartbeat | None:
+    """The job's heartbeat, or None when it is missing or unreadable (treated as silent)."""
+    try:
+        return Heartbeat.from_json((job_dir / defaults.HEARTBEAT_FILENAME).read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _job_lock(job_dir: Path) -> FileLock:
+    # preserve_lock_file: unlinking a lock file on release lets two processes end up
+    # holding locks on two different inodes of one name. No soft-lock fallback: where
+    # flock is unsupported (some NFS) a marker file would outlive a SIGKILLed owner, and
+    # the heartbeat lease already covers that case.
+    return FileLock(
+        job_dir / defaults.LOCK_FILENAME,
+        timeout=0,
+        thread_local=False,
+        is_singleton=False,
+        preserve_lock_file=True,
+        fallback_to_soft=False,
+    )
+
+
+def acquire_job_lock(job_dir: Path) -> FileLock | None:
+    """Take the job's lock for as long as we own the job.
+
+    Raises filelock.Timeout if someone holds it; returns None where the filesystem
+    cannot lock at all (liveness then rests on the heartbeat lease alone).
+    """
+    lock = _job_lock(job_dir)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise
+    except OSError as exc:
+        log.warning("cannot lock %s (%s); relying on the heartbeat lease", job_dir.name, exc)
+        return None
+    return lock
+
+
+def lock_is_free(job_dir: Path) -> bool:
+    """True if nobody holds the job's flock (on this host that means the owner is dead)."""
+    path = job_dir / defaults.LOCK_FILENAME
+    if not path.exists():
+        return True
+    # A fresh, non-singleton FileLock per probe: a singleton would be reentrant inside
+    # this process, and we must never be fooled by a lock we hold ourselves.
+    probe = _job_lock(job_dir)
+    try:
+        probe.acquire()
+    except Timeout:
+        return False
+    except OSError:
+        return False
+    probe.release()
+    return True
+
+
+class LivenessTracker:
+    """Remembers, per running entry, since when (monotonic) its heartbeat has not changed."""
+
+    def __init__(self, clock: Clock, lease_seconds: float) -> None:
+        self._clock = clock
+        self._lease = lease_seconds
+        self._seen: dict[str, tuple[object, float]] = {}
+
+    def silent_for(self, name: str, signature: object) -> float:
+        """Seconds this observer has seen ``signature`` unchanged for entry ``name``."""
+        now = self._clock.monotonic()
+        previous = self._seen.get(name)
+        if previous is None or previous[0] != signature:
+            self._seen[name] = (signature, now)
+            return 0.0
+        return now - previous[1]
+
+    def is_stale(self, name: str, signature: object) -> bool:
+        return self.silent_for(name, signature) >= self._lease
+
+    def forget_except(self, names: Iterable[str]) -> None:
+        keep = set(names)
+        for name in list(self._seen):
+            if name not in keep:
+                del self._seen[name]
+
+
+@dataclass
+class ActiveJob:
+    """What the heartbeat thread needs to know about one job this process runs."""
+
+    job_dir: Path
+    token: str
+    run: int
+    started: float
+    on_lost: Callable[[], None]
+    progress: float | None = None
+    stage: str | None = None
+    counter: int = 0
+    pgid: int | None = None
+
+
+class HeartbeatWriter:
+    """One thread that refreshes the heartbeat of every job this runner owns."""
+
+    def __init__(self, clock: Clock, interval: float, runner_id: str) -> None:
+        self._clock = clock
+        self._interval = interval
+        self._runner_id = runner_id
+        self._jobs: dict[str, ActiveJob] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def add(self, job: ActiveJob) -> None:
+        with self._lock:
+            self._jobs[job.token] = job
+        self.beat(job)
+
+    def remove(self, token: str) -> None:
+        with self._lock:
+            self._jobs.pop(token, None)
+
+    def set_progress(self, token: str, progress: float | None, stage: str | None) -> None:
+        with self._lock:
+            job = self._jobs.get(token)
+            if job is not None:
+                job.progress, job.stage = progress, stage
+
+    def set_pgid(self, token: str, pgid: int | None) -> None:
+        with self._lock:
+            job = self._jobs.get(token)
+            if job is not None:
+                job.pgid = pgid
+        if job is not None:
+            self.beat(job)  # at once: a recoverer must know the group if we die now
+
+    def beat(self, job: ActiveJob) -> bool:
+        """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
+        with self._lock:
+            job.counter += 1
+            hb = Heartbeat(
+                host=HOSTNAME,
+                pid=os.getpid(),
+                token=job.token,
+                run=job.run,
+                counter=job.counter,
+                progress=job.progress,
+                stage=job.stage,
+                started=job.started,
+                updated=self._clock.wall(),
+                runner=self._runner_id,
+                pgid=job.pgid,
+            )
+            job_dir = job.job_dir
+        try:
+            # Atomic replace so readers never see half a heartbeat; no fsync: a heartbeat
+            # lost in a power cut only makes the job look dead sooner, which is the truth.
+            write_atomic(job_dir / defaults.HEARTBEAT_FILENAME, hb.to_json(), durable=False)
+        except FileNotFoundError:
+            # Our running/ directory is gone: another runner judged us dead and took the
+            # job. Stop working on it; fencing makes sure we never publish it.
+            log.warning("job %s was taken away from this runner (heartbeat dir gone)", job_dir.name)
+            self.remove(job.token)
+            job.on_lost()
+            return False
+        except OSError as exc:
+            log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                jobs = list(self._jobs.values())
+            for job in jobs:
+                self.beat(job)

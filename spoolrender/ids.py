@@ -1,0 +1,77 @@
+"""Job id reservations: a job id is published at most once (unless the job asks to re-run).
+
+``.spoolrender/ids/<id>`` is a symlink whose target is the uid of the job that holds the
+id. ``symlink()`` creates the name atomically or fails with EEXIST, also on NFS, and the
+target carries the holder without a second, non-atomic write. A job holds its id from its
+first run on; the id is released when the job fails for good (so a corrected job file
+with the same id can be submitted) and kept once it is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from spoolrender.errors import JobInvalid
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names, new_token
+
+log = logging.getLogger(__name__)
+
+
+def _where_is(layout: SpoolLayout, uid: str) -> str | None:
+    """The state (and entry) holding job ``uid``, e.g. ``done/x.abc``; None if nowhere."""
+    patterns = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+    for state, pattern in patterns.items():
+        for name in list_names(layout.state_dir(state)):
+            m = pattern.fullmatch(name)
+            if m and m.group("uid") == uid:
+                return f"{state}/{name}"
+    return None
+
+
+def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool) -> None:
+    """Make ``uid`` the holder of ``job_id`` or raise JobInvalid saying who holds it."""
+    link = layout.ids / job_id
+    for _ in range(5):
+        try:
+            os.symlink(uid, link)
+            return
+        except FileExistsError:
+            pass
+        try:
+            holder = os.readlink(link)
+        except FileNotFoundError:
+            continue  # released meanwhile; try again
+        if holder == uid:
+            return
+        where = _where_is(layout, holder)
+        if where is not None and not where.startswith("failed/"):
+            state = where.split("/", 1)[0]
+            if state == "done" and rerun:
+                pass  # re-run asked for: take the id over below
+            elif state == "done":
+                raise JobInvalid(
+                    [
+                        f"field 'id': {job_id!r} was already rendered ({where}); "
+                        "use another id, or set rerun: true to render it again"
+                    ]
+                )
+            else:
+                raise JobInvalid([f"field 'id': {job_id!r} is already queued or running ({where})"])
+        # The holder is gone (failed, purged) or being re-run: replace the reservation.
+        # symlink to a temporary name + rename is an atomic replace.
+        tmp = layout.ids / f".{job_id}.{new_token()}"
+        os.symlink(uid, tmp)
+        os.replace(tmp, link)
+        log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
+        return
+    raise JobInvalid([f"field 'id': could not reserve {job_id!r} (contended)"])
+
+
+def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
+    """Give ``job_id`` up if ``uid`` holds it (a failed job), so it can be submitted again."""
+    link = layout.ids / job_id
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == uid:
+            os.unlink(link)

@@ -1,0 +1,184 @@
+"""Where things live in a spool, and how entry names encode queue order.
+
+A spool is a directory with one sub-directory per state. A job enters as a single file in
+``incoming/``; from its claim on it is a directory (its original ``job.yaml`` plus the
+runner's records beside it) that moves between states with one ``rename`` each, so a job
+is always in exactly one state and its records always travel with it.
+
+Entry names (``uid`` is fixed at the first claim, ``token`` is new for every claim):
+
+- ``running/<id>.<uid>.<token>``
+- ``retry/<due-ms>-<priority-key>-<id>.<uid>``: sorts by due time, as huey's FileStorage
+  sorts by priority and time, so a listing is the retry queue in order
+- ``done/<id>.<uid>`` and ``failed/<id>.<uid>``
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from spoolrender import defaults
+from spoolrender.errors import SpoolLayoutError
+
+TOKEN_HEX = 12  # 48 random bits: unique enough per spool, short enough to read
+_HEX = rf"[0-9a-f]{{{TOKEN_HEX}}}"
+RUNNING_NAME = re.compile(rf"(?P<id>.+)\.(?P<uid>{_HEX})\.(?P<token>{_HEX})")
+RETRY_NAME = re.compile(rf"(?P<due>\d{{13}})-(?P<prio>\d{{4}})-(?P<id>.+)\.(?P<uid>{_HEX})")
+FINAL_NAME = re.compile(rf"(?P<id>.+)\.(?P<uid>{_HEX})")
+
+DEFAULT_CONFIG_TEXT = """\
+# spoolrender spool configuration: every host that shares this spool reads this file.
+# Every setting is optional; SPOOLRENDER_<SETTING> environment variables and
+# `spoolrender run --set setting=value` override it. See README.md, "Configuration".
+#
+# output_root: output          # relative to this spool directory unless absolute
+# settle_seconds: 5            # an upload unchanged this long counts as complete
+# lease_seconds: 60            # a heartbeat unchanged this long means its runner is dead
+# heartbeat_seconds: 5
+# backoff_base_seconds: 30     # retry delay doubles per attempt from here...
+# backoff_cap_seconds: 3600    # ...up to here (with jitter)
+# max_attempts: 3              # default for jobs that do not say
+# timeout_seconds: 3600        # default per-attempt timeout
+# slots: auto                  # concurrent jobs; auto = from cores and free memory
+# threads_per_job: 1
+# memory_per_job_mb: 1024
+# watch: auto                  # auto | inotify | polling (auto polls on network filesystems)
+# remotion_project: ../remotion  # the Remotion project (relative to this spool)
+# browser_executable: /usr/bin/chromium
+# cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
+# commands:                    # argv templates for `renderer: command` jobs (never a shell)
+#   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
+"""
+
+
+def new_token() -> str:
+    return secrets.token_hex(TOKEN_HEX // 2)
+
+
+def priority_key(priority: int) -> str:
+    """Encode priority so that higher priorities sort first as text."""
+    return f"{defaults.PRIORITY_MAX - priority:04d}"
+
+
+def priority_from_key(key: str) -> int:
+    return defaults.PRIORITY_MAX - int(key)
+
+
+@dataclass(frozen=True)
+class SpoolLayout:
+    root: Path
+
+    @property
+    def incoming(self) -> Path:
+        return self.root / "incoming"
+
+    @property
+    def running(self) -> Path:
+        return self.root / "running"
+
+    @property
+    def retry(self) -> Path:
+        return self.root / "retry"
+
+    @property
+    def done(self) -> Path:
+        return self.root / "done"
+
+    @property
+    def failed(self) -> Path:
+        return self.root / "failed"
+
+    @property
+    def private(self) -> Path:
+        return self.root / defaults.PRIVATE_DIR
+
+    @property
+    def ids(self) -> Path:
+        return self.private / "ids"
+
+    @property
+    def runners(self) -> Path:
+        return self.private / "runners"
+
+    def state_dir(self, state: str) -> Path:
+        if state not in defaults.STATE_DIRS:
+            raise ValueError(f"unknown state {state!r}")
+        return self.root / state
+
+    def check(self) -> None:
+        """Raise SpoolLayoutError unless every state directory exists."""
+        missing = [s for s in (*defaults.STATE_DIRS, defaults.PRIVATE_DIR) if not (self.root / s).is_dir()]
+        if missing:
+            raise SpoolLayoutError(
+                f"{self.root} is not an initialised spool (missing {', '.join(missing)}); "
+                f"run `spoolrender init {self.root}`"
+            )
+
+
+def running_name(job_id: str, uid: str, token: str) -> str:
+    return f"{job_id}.{uid}.{token}"
+
+
+def retry_name(job_id: str, uid: str, due: float, priority: int) -> str:
+    return f"{int(due * 1000):013d}-{priority_key(priority)}-{job_id}.{uid}"
+
+
+def final_name(job_id: str, uid: str) -> str:
+    return f"{job_id}.{uid}"
+
+
+def list_names(directory: Path) -> list[str]:
+    """Names in ``directory``, unsorted; a missing directory lists as empty."""
+    try:
+        with os.scandir(directory) as it:
+            return [e.name for e in it]
+    except FileNotFoundError:
+        return []
+
+
+def init_spool(root: Path, *, group: str | None = None) -> SpoolLayout:
+    """Create (or complete) a spool at ``root``; existing jobs and config are left alone.
+
+    Permissions: the spool is owned by the runner's user. ``incoming/`` is group-writable,
+    setgid (new files keep the spool's group) and sticky (a submitter cannot delete or
+    rename another submitter's job, while the runner, owning the directory, can claim
+    them all). Everything else is writable by the runner only.
+    """
+    layout = SpoolLayout(Path(root).expanduser().resolve())
+    gid = -1
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError as exc:
+            raise SpoolLayoutError(f"no such group {group!r}") from exc
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        dirs = [
+            (layout.root, 0o2755),
+            (layout.incoming, 0o3775),
+            (layout.running, 0o2755),
+            (layout.retry, 0o2755),
+            (layout.done, 0o2755),
+            (layout.failed, 0o2755),
+            (layout.private, 0o2755),
+            (layout.ids, 0o2755),
+            (layout.runners, 0o2755),
+        ]
+        for path, mode in dirs:
+            path.mkdir(exist_ok=True)
+            if gid != -1:
+                os.chown(path, -1, gid)
+            # chmod after mkdir: mkdir's mode is filtered by the umask, and setgid/sticky
+            # bits are not reliably applied by mkdir at all.
+            os.chmod(path, mode)
+        config_path = layout.root / defaults.CONFIG_FILENAME
+        if not config_path.exists():
+            config_path.write_text(DEFAULT_CONFIG_TEXT, encoding="utf-8")
+    except OSError as exc:
+        raise SpoolLayoutError(f"cannot initialise spool at {layout.root}: {exc}") from exc
+    return layout

@@ -1,0 +1,162 @@
+"""Putting a rendered file in place under the output root, never half, never outside it.
+
+Renders write to a scratch directory on the output root's filesystem
+(``<output_root>/.spoolrender-tmp/<job>/``). Publishing is then one ``link()`` (or
+``rename()`` for re-runs that replace an older output) into the final name, so a consumer
+sees no file or the whole file, never a partial one.
+
+Hostile output paths: job files only give relative paths without ``..`` (checked when
+the job is parsed), and here every directory below the root is opened with O_NOFOLLOW
+relative to its parent's descriptor, so a symlink planted anywhere along the way (even
+between a check and the link) cannot lead the file out of the output root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from spoolrender.errors import PublishError
+
+SCRATCH_DIR = ".spoolrender-tmp"
+
+
+@dataclass(frozen=True)
+class Published:
+    path: Path
+    bytes: int
+    inode: int
+
+
+def scratch_dir(output_root: Path, job_key: str) -> Path:
+    """The job's scratch directory on the output filesystem (temp output, TMPDIR)."""
+    return output_root / SCRATCH_DIR / job_key
+
+
+def remove_scratch(output_root: Path, job_key: str) -> None:
+    shutil.rmtree(scratch_dir(output_root, job_key), ignore_errors=True)
+
+
+def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int | None:
+    """An O_PATH-like descriptor of ``rel``'s parent under ``output_root``, or None if absent."""
+    try:
+        fd = os.open(output_root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise PublishError(f"output root {output_root}: {exc.strerror}", transient=True) from exc
+    try:
+        for part in rel.parts[:-1]:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if create:
+                    raise
+                os.close(fd)
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise PublishError(
+                        f"output path {str(rel)!r}: {part!r} is a symlink or not a directory; "
+                        "refusing to write outside the output root",
+                        transient=False,
+                    ) from exc
+                raise
+            os.close(fd)
+            fd = child
+        return fd
+    except PublishError:
+        os.close(fd)
+        raise
+    except OSError as exc:
+        os.close(fd)
+        raise PublishError(
+            f"output path {str(rel)!r}: {exc.strerror}", transient=exc.errno != errno.EACCES
+        ) from exc
+
+
+def output_exists(output_root: Path, rel: PurePosixPath) -> bool:
+    """True if something already has ``rel``'s name under the output root."""
+    fd = _open_parent(output_root, rel, create=False)
+    if fd is None:
+        return False
+    try:
+        os.stat(rel.name, dir_fd=fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish_output(
+    output_root: Path, rel: PurePosixPath, temp: Path, *, replace: bool, expect_inode: int | None = None
+) -> Published:
+    """Move the finished ``temp`` file to ``output_root/rel`` atomically.
+
+    ``replace`` allows overwriting an existing output (re-runs). Idempotent for recovery:
+    if ``temp`` is already gone and the output carries ``expect_inode``, the earlier
+    publish is reported instead of failing.
+    """
+    fd = _open_parent(output_root, rel, create=True)
+    assert fd is not None
+    name = rel.name
+    final = output_root / rel
+    try:
+        try:
+            st = os.stat(temp, follow_symlinks=False)
+        except FileNotFoundError:
+            try:
+                done = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                done = None
+            if done is not None and (expect_inode is None or done.st_ino == expect_inode):
+                return Published(final, done.st_size, done.st_ino)
+            raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
+        try:
+            if replace:
+                # rename() over an existing output: readers see the old or the new video.
+                os.rename(temp, name, dst_dir_fd=fd)
+            else:
+                # link() never overwrites: an output that appeared meanwhile (another
+                # job with the same output path) is reported, not clobbered.
+                os.link(temp, name, dst_dir_fd=fd, follow_symlinks=False)
+                os.unlink(temp)
+        except FileExistsError:
+            existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if existing.st_ino == st.st_ino:  # our own link from an interrupted publish
+                os.unlink(temp)
+            else:
+                raise PublishError(
+                    f"output {str(rel)!r} already exists; set rerun: true to replace it",
+                    transient=False,
+                ) from None
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                raise PublishError(
+                    f"output {str(rel)!r} is on another filesystem than the output root's "
+                    f"scratch dir {SCRATCH_DIR}/; keep the output tree on one filesystem",
+                    transient=False,
+                ) from exc
+            if exc.errno == errno.EISDIR:
+                raise PublishError(f"output {str(rel)!r} is a directory", transient=False) from exc
+            raise PublishError(f"publishing {str(rel)!r}: {exc.strerror}", transient=True) from exc
+        # The new name lives in the directory's data: fsync it so an acknowledged job's
+        # output survives a power cut.
+        os.fsync(fd)
+        return Published(final, st.st_size, st.st_ino)
+    finally:
+        os.close(fd)

@@ -1,0 +1,128 @@
+"""The runner's records inside a job directory, beside the user's untouched ``job.yaml``.
+
+Every claim of a job is a *run*, numbered from 1. Its outcome is written once, as
+``run-NNNN.json``, by whoever decides it: the owning runner, or a runner that found the
+owner dead. The file is created exclusively (see
+:func:`spoolrender.durable.create_exclusive`), so when an owner that was merely paused
+and a recoverer both try to decide the same run, exactly one wins and the other backs off.
+This is the fencing token of the protocol: nobody moves a job or publishes its output
+without having won its run file (or reading the winner's decision and carrying it out).
+
+Records are append-only, so a job's full history is simply its run files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spoolrender.durable import create_exclusive
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = re.compile(r"run-(\d{4,})\.json")
+
+# Outcomes: where a run sends the job.
+PUBLISHING = "publishing"  # output verified; publish it, then done/
+RETRY = "retry"  # transient failure with attempts left
+FAILED = "failed"  # permanent failure, or attempts exhausted
+REQUEUE = "requeue"  # stopped by shutdown: back to retry/ without using an attempt
+RESET = "reset"  # `spoolrender retry`: attempts start again from here
+OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET)
+NOT_AN_ATTEMPT = (REQUEUE, RESET)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run: int
+    outcome: str
+    host: str
+    pid: int
+    token: str
+    ended: float
+    started: float | None = None
+    attempt: int | None = None
+    error: dict[str, Any] | None = None  # {"kind", "message", "transient", "detail"?}
+    due: float | None = None  # RETRY/REQUEUE: not before this wall time
+    publish: dict[str, Any] | None = None  # PUBLISHING: {"temp", "output", "bytes", "inode"}
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}")
+        if self.run < 1:
+            raise ValueError("run numbers start at 1")
+
+    def to_json(self) -> bytes:
+        return (json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n").encode()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def run_path(job_dir: Path, run: int) -> Path:
+    return job_dir / f"run-{run:04d}.json"
+
+
+def log_path(job_dir: Path, run: int) -> Path:
+    return job_dir / f"run-{run:04d}.log"
+
+
+def run_numbers(job_dir: Path) -> list[int]:
+    numbers = []
+    for p in job_dir.iterdir():
+        m = RUN_FILE.fullmatch(p.name)
+        if m:
+            numbers.append(int(m.group(1)))
+    return sorted(numbers)
+
+
+def read_runs(job_dir: Path) -> list[RunRecord]:
+    """Every decided run of the job, oldest first; unreadable files are skipped with a warning."""
+    runs = []
+    for n in run_numbers(job_dir):
+        try:
+            runs.append(RunRecord.from_dict(json.loads(run_path(job_dir, n).read_bytes())))
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("unreadable run record %s: %s", run_path(job_dir, n), exc)
+    return runs
+
+
+def read_run(job_dir: Path, run: int) -> RunRecord | None:
+    try:
+        return RunRecord.from_dict(json.loads(run_path(job_dir, run).read_bytes()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("unreadable run record %s: %s", run_path(job_dir, run), exc)
+        return None
+
+
+def attempts_used(runs: list[RunRecord]) -> int:
+    """Attempts counted against max_attempts: runs since the last reset that used one."""
+    used = 0
+    for record in runs:
+        if record.outcome == RESET:
+            used = 0
+        elif record.outcome not in NOT_AN_ATTEMPT:
+            used += 1
+    return used
+
+
+def next_run_number(job_dir: Path) -> int:
+    numbers = run_numbers(job_dir)
+    return (numbers[-1] + 1) if numbers else 1
+
+
+def decide(job_dir: Path, record: RunRecord) -> bool:
+    """Write the run's outcome if nobody has; True if this call decided it.
+
+    FileNotFoundError propagates: the job directory moved, so it is not ours any more.
+    """
+    return create_exclusive(run_path(job_dir, record.run), record.to_json())

@@ -1,0 +1,186 @@
+"""Recovering jobs whose runner died: nothing in running/ may stay there forever.
+
+Every runner checks running/ on each rescan. An entry is taken over when its owner is
+provably dead (see :mod:`spoolrender.heartbeat`): on the same host at once, by its
+released lock; from any host once its heartbeat has been unchanged for the lease.
+
+Taking over a job means deciding its current run, exactly like the owner would, so an
+owner that was only paused and wakes up finds the decision made and backs off:
+- the run was already decided (the owner died between deciding and moving): carry the
+  decision out (roll forward), including publishing an output that was verified;
+- otherwise decide it as a failed attempt ("runner died"): to retry/ with backoff while
+  attempts are left, else to failed/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import signal
+from pathlib import Path
+
+from spoolrender import defaults
+from spoolrender.clock import Clock
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import JobInvalid, PublishError
+from spoolrender.heartbeat import HOSTNAME, Heartbeat, LivenessTracker, lock_is_free, read_heartbeat
+from spoolrender.jobfile import parse_job, read_job_bytes
+from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.publish import remove_scratch
+from spoolrender.records import (
+    FAILED,
+    RETRY,
+    RunRecord,
+    attempts_used,
+    decide,
+    next_run_number,
+    read_run,
+    read_runs,
+)
+from spoolrender.transitions import backoff_delay, carry_out
+
+log = logging.getLogger(__name__)
+
+
+class Recoverer:
+    def __init__(
+        self,
+        layout: SpoolLayout,
+        config: SpoolConfig,
+        clock: Clock,
+        rng: random.Random,
+        tracker: LivenessTracker | None = None,
+    ) -> None:
+        self._layout = layout
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._tracker = tracker or LivenessTracker(clock, config.lease_seconds)
+
+    def sweep(self, own_keys: set[str]) -> list[str]:
+        """Recover every dead job in running/ (not ours); returns the names recovered."""
+        names = list_names(self._layout.running)
+        self._tracker.forget_except(names)
+        recovered = []
+        for name in names:
+            if name in own_keys:
+                continue
+            m = RUNNING_NAME.fullmatch(name)
+            if m is None:
+                continue  # not ours to judge (an operator's stray file); status shows it
+            job_dir = self._layout.running / name
+            why = self._why_dead(name, job_dir, m.group("token"))
+            if why is None:
+                continue
+            try:
+                if self.recover(job_dir, m.group("id"), m.group("uid"), m.group("token"), why):
+                    recovered.append(name)
+            except FileNotFoundError:
+                log.debug("%s moved while recovering it; someone else got there first", name)
+            except OSError as exc:
+                log.warning("could not recover %s: %s", name, exc)
+        return recovered
+
+    def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
+        hb = read_heartbeat(job_dir)
+        if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir):
+            return f"runner pid {hb.pid} on {hb.host} died (its lock was released)"
+        signature = None if hb is None else (hb.token, hb.counter)
+        silent = self._tracker.silent_for(name, signature)
+        if silent >= self._config.lease_seconds:
+            owner = "no heartbeat" if hb is None else f"runner pid {hb.pid} on {hb.host}"
+            return f"{owner}: heartbeat unchanged for {silent:.0f} s (lease {self._config.lease_seconds:g} s)"
+        return None
+
+    def recover(self, job_dir: Path, job_id: str, uid: str, token: str, why: str) -> bool:
+        if not (job_dir / defaults.JOB_FILENAME).exists():
+            # The owner died between preparing the claim and moving the file in: the job
+            # file is still in incoming/ (or claimed by someone else). Nothing to recover.
+            shutil.rmtree(job_dir)
+            log.info("removed abandoned claim %s (%s)", job_dir.name, why)
+            return True
+        hb = read_heartbeat(job_dir)
+        if hb is not None and hb.token == token:
+            _stop_orphaned_render(hb)
+        run = hb.run if hb is not None and hb.token == token else next_run_number(job_dir)
+        record = read_run(job_dir, run)
+        if record is None:
+            record = self._dead_run_record(job_dir, run, token, why)
+            if not decide(job_dir, record):
+                record = read_run(job_dir, run)
+                if record is None:
+                    return False
+            else:
+                log.warning("job %s: %s; run %d -> %s", job_id, why, run, record.outcome)
+        else:
+            log.warning("job %s: %s; finishing its decided run %d (%s)", job_id, why, run, record.outcome)
+        try:
+            target = carry_out(self._layout, self._config.output_root, job_dir, job_id, uid, record)
+        except PublishError as exc:  # pragma: no cover - carry_out turns these into failed/
+            log.error("job %s: %s", job_id, exc)
+            return False
+        remove_scratch(self._config.output_root, job_dir.name)
+        log.info("job %s recovered to %s/", job_id, target.parent.name)
+        return True
+
+    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str) -> RunRecord:
+        runs = read_runs(job_dir)
+        attempt = attempts_used(runs) + 1
+        max_attempts = self._config.max_attempts
+        priority = defaults.DEFAULT_PRIORITY
+        try:
+            spec = parse_job(
+                read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes),
+                job_dir.name,
+                self._config,
+            )
+            max_attempts, priority = spec.max_attempts, spec.priority
+        except (JobInvalid, OSError):
+            pass
+        now = self._clock.wall()
+        error = {"kind": "runner-died", "message": why, "transient": True}
+        if attempt < max_attempts:
+            delay = backoff_delay(
+                attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
+            )
+            return RunRecord(
+                run=run,
+                outcome=RETRY,
+                host=HOSTNAME,
+                pid=os.getpid(),
+                token=token,
+                ended=now,
+                attempt=attempt,
+                error=error,
+                due=now + delay,
+                details={"priority": priority},
+            )
+        error["message"] = f"{why}; no attempts left ({attempt} of {max_attempts})"
+        return RunRecord(
+            run=run,
+            outcome=FAILED,
+            host=HOSTNAME,
+            pid=os.getpid(),
+            token=token,
+            ended=now,
+            attempt=attempt,
+            error=error,
+            details={"priority": priority},
+        )
+
+
+def _stop_orphaned_render(hb: Heartbeat) -> None:
+    """Kill the dead owner's render process group, when it ran on this host.
+
+    A runner killed with SIGKILL cannot stop its render, which would go on burning CPU
+    and writing into a scratch directory nobody will publish. The group id came from
+    the owner's heartbeat; a group of ours is never a target.
+    """
+    if hb.host != HOSTNAME or not hb.pgid or hb.pgid == os.getpgrp():
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(hb.pgid, signal.SIGKILL)
+        log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)

@@ -1,0 +1,172 @@
+"""The generic command renderer: runs an argv template from the spool config.
+
+Job files choose a command by *name* (``renderer: command``, ``command: slate``); only
+the spool config defines argv templates, so a job file can never run arbitrary programs.
+The argv is executed directly, never through a shell; placeholders are substituted as
+whole values, so nothing a job contains can become shell syntax or an extra argument.
+
+Placeholders: ``{output}`` (the file to write), ``{job_file}``, ``{props_file}`` (the
+job's props as JSON), ``{work_dir}`` (scratch, also TMPDIR), ``{threads}``, ``{job_id}``,
+``{attempt}``.
+
+Contract: exit 0 after writing ``{output}``. Print ``PROGRESS 0.42`` (or ``PROGRESS 42%``)
+lines on stdout to report progress. Exit 75 (EX_TEMPFAIL) for "try again later"; any
+other sysexits code 64-78 means "this job is wrong" and fails it without retrying;
+other codes and deaths by signal are retried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import threading
+from collections import deque
+from pathlib import Path
+from typing import IO
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+PROGRESS_LINE = re.compile(r"PROGRESS\s+([0-9]*\.?[0-9]+)(%?)\s*")
+EX_TEMPFAIL = 75
+SYSEXITS = range(64, 79)
+
+
+def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
+    def sub(match: re.Match[str]) -> str:
+        return values[match.group(1)]
+
+    return [PLACEHOLDER.sub(sub, arg) for arg in template]
+
+
+class CommandRenderer:
+    def __init__(self, config: SpoolConfig) -> None:
+        self._config = config
+
+    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        name = request.spec.command
+        if name is None or name not in self._config.commands:
+            raise RenderError(f"command {name!r} is not in the spool config", transient=False, kind="config")
+        tmp = request.work_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        props_file = request.work_dir / "props.json"
+        props_file.write_text(json.dumps(request.props), encoding="utf-8")
+        argv = expand_argv(
+            self._config.commands[name],
+            {
+                "output": str(request.output),
+                "job_file": str(request.job_file),
+                "props_file": str(props_file),
+                "work_dir": str(request.work_dir),
+                "threads": str(request.threads),
+                "job_id": request.spec.id,
+                "attempt": str(request.attempt),
+            },
+        )
+        env = {
+            **os.environ,
+            "TMPDIR": str(tmp),
+            "SPOOLRENDER_THREADS": str(request.threads),
+            "SPOOLRENDER_JOB_ID": request.spec.id,
+            "SPOOLRENDER_ATTEMPT": str(request.attempt),
+        }
+        tail: deque[str] = deque(maxlen=20)
+        with open(request.log, "ab") as log_fh:
+            log_fh.write(f"$ {' '.join(argv)}\n".encode())
+            log_fh.flush()
+            try:
+                # A new session: the command and everything it spawns share one process
+                # group, so a timeout or cancel can stop the whole tree with killpg.
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=request.work_dir,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise RenderError(
+                    f"command {name!r} could not start: {argv[0]}: {exc.strerror}",
+                    transient=False,
+                    kind="config",
+                ) from exc
+            request.on_spawn(proc.pid)  # start_new_session: the pid is the group id
+            assert proc.stdout is not None
+            reader = threading.Thread(
+                target=_pump,
+                args=(proc.stdout, log_fh, tail, progress),
+                name=f"cmd-{request.spec.id}",
+                daemon=True,
+            )
+            reader.start()
+            try:
+                while True:
+                    try:
+                        proc.wait(timeout=0.1)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if cancel.is_set():
+                            raise RenderCancelled(cancel.reason or "cancelled") from None
+            finally:
+                # Also after a normal exit: whatever the command left running in its
+                # group (a daemonised helper) must not outlive the job.
+                terminate_group(proc, defaults.KILL_GRACE_S)
+                reader.join(timeout=5)
+                proc.stdout.close()
+                request.on_spawn(None)
+        code = proc.returncode
+        if code == 0:
+            return RenderResult(details={"command": name, "exit_code": 0})
+        last = next((line for line in reversed(tail) if line.strip()), "")
+        why = (
+            f"command {name!r} exited with status {code}"
+            if code > 0
+            else f"command {name!r} killed by signal {-code}"
+        )
+        message = f"{why}: {last}" if last else why
+        transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
+        raise RenderError(message, transient=transient, kind="command-exit")
+
+    def verify(self, request: RenderRequest, result: RenderResult) -> None:
+        verify_nonempty(request.output)
+
+    def close(self) -> None:
+        pass
+
+
+def verify_nonempty(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise RenderError(
+            f"the renderer reported success but wrote no file at {path.name}",
+            transient=True,
+            kind="no-output",
+        ) from None
+    if size == 0:
+        raise RenderError(
+            "the renderer reported success but the output is empty", transient=True, kind="no-output"
+        )
+
+
+def _pump(stream: IO[bytes], log_fh: IO[bytes], tail: deque[str], progress: ProgressFn) -> None:
+    for raw in stream:
+        log_fh.write(raw)
+        log_fh.flush()
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        m = PROGRESS_LINE.fullmatch(line.strip())
+        if m:
+            value = float(m.group(1))
+            progress(min(1.0, value / 100 if m.group(2) else value), "rendering")
+        else:
+            tail.append(line[:500])

@@ -1,0 +1,22 @@
+"""Which renderer serves which ``renderer:`` name of a job file."""
+
+from __future__ import annotations
+
+from spoolrender.capacity import Capacity
+from spoolrender.config import SpoolConfig
+from spoolrender.executor import RendererFactory
+from spoolrender.renderers.base import Renderer
+from spoolrender.renderers.command import CommandRenderer
+
+
+def renderer_factory(config: SpoolConfig, capacity: Capacity) -> RendererFactory:
+    def make(name: str) -> Renderer:
+        if name == "command":
+            return CommandRenderer(config)
+        if name == "remotion":
+            from spoolrender.renderers.remotion import RemotionRenderer
+
+            return RemotionRenderer(config)
+        raise ValueError(f"unknown renderer {name!r}")
+
+    return make

@@ -1,0 +1,340 @@
+"""The Remotion renderer: one long-lived Node render worker per job slot.
+
+The worker (``remotion/worker/render-worker.mjs``) loads the cached bundle and opens
+Debian's Chromium once, then renders job after job with ``selectComposition`` +
+``renderMedia`` on that browser. We talk to it with one JSON message per line over its
+stdin/stdout; its stderr (and anything else it prints) goes to the job's run log.
+
+It is spawned with ``node`` directly (never ``npx``, whose death leaves the render
+running as an orphan) in its own session, so cancelling can fall back to killing the
+whole process group: the worker, Chromium and ffmpeg.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from spoolrender import defaults
+from spoolrender.bundle_cache import ensure_bundle
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
+from spoolrender.renderers.command import verify_nonempty
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+CANCEL_TIMEOUT_S = 10.0
+# Failure kinds from the worker that no retry can fix: the job file must change.
+PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
+FFPROBE_PATHS = ("node_modules/@remotion/compositor-linux-x64-gnu/ffprobe",
+                 "node_modules/@remotion/compositor-linux-arm64-gnu/ffprobe")  # fmt: skip
+
+
+class WorkerDied(Exception):
+    """The Node worker exited or closed its stdout."""
+
+
+class RemotionWorker:
+    """One Node render worker process and the threads that read its output."""
+
+    def __init__(self, config: SpoolConfig, serve_url: Path, tmpdir: Path) -> None:
+        self._config = config
+        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._log_lock = threading.Lock()
+        self._log: IO[bytes] | None = None
+        self._tail: list[str] = []
+        self.tmpdir = tmpdir
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        project = config.remotion_project
+        argv = [
+            "node",
+            str(project / "worker" / "render-worker.mjs"),
+            "--serve-url", str(serve_url),
+            "--browser-executable", config.browser_executable,
+        ]  # fmt: skip
+        env = {**os.environ, "TMPDIR": str(tmpdir), "NODE_ENV": "production"}
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=project,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RenderError(
+                f"cannot start the Remotion worker: {exc}", transient=True, kind="worker"
+            ) from exc
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        threading.Thread(target=self._read_stdout, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True).start()
+        self.baseline = set(os.listdir(tmpdir))
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def set_log(self, fh: IO[bytes] | None) -> None:
+        with self._log_lock:
+            self._log = fh
+
+    def _write_log(self, line: bytes) -> None:
+        with self._log_lock:
+            self._tail = [*self._tail[-19:], line.decode("utf-8", "replace").rstrip()]
+            if self._log is not None:
+                self._log.write(line)
+                self._log.flush()
+
+    def _read_stdout(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                event = None
+            if isinstance(event, dict) and "type" in event:
+                self._events.put(event)
+            else:
+                self._write_log(raw)
+        self._events.put(None)  # EOF: the worker is gone
+
+    def _read_stderr(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            self._write_log(raw)
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise WorkerDied(self.describe_death()) from exc
+
+    def next_event(self, timeout: float) -> dict[str, Any] | None:
+        """The next protocol event, or None on timeout; raises WorkerDied at EOF."""
+        try:
+            event = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if event is None:
+            self._events.put(None)  # keep reporting death to later callers
+            raise WorkerDied(self.describe_death())
+        return event
+
+    def wait_ready(self) -> dict[str, Any]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            event = self.next_event(0.2)
+            if event is None:
+                continue
+            if event["type"] == "ready":
+                self.baseline = set(os.listdir(self.tmpdir))
+                return event
+            if event["type"] == "fatal":
+                raise RenderError(f"Remotion worker failed to start: {event.get('message')}", transient=True,
+                                  kind="worker")  # fmt: skip
+        raise RenderError("Remotion worker did not become ready in time", transient=True, kind="worker")
+
+    def describe_death(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        code = self.proc.poll()
+        how = "still running" if code is None else (f"exit code {code}" if code >= 0 else f"signal {-code}")
+        last = next((line for line in reversed(self._tail) if line.strip()), "")
+        return f"the Remotion worker died ({how})" + (f": {last[:300]}" if last else "")
+
+    def clean_tmp(self) -> None:
+        """Delete what the last render left in the worker's TMPDIR (the browser's own
+        profile, present since start-up, stays)."""
+        for name in set(os.listdir(self.tmpdir)) - self.baseline:
+            path = self.tmpdir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+    def stop(self) -> None:
+        if self.alive():
+            with contextlib.suppress(WorkerDied, OSError):
+                self.send({"type": "shutdown"})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        terminate_group(self.proc, defaults.KILL_GRACE_S)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+class RemotionRenderer:
+    """Renders ``renderer: remotion`` jobs for one slot through one warm worker."""
+
+    def __init__(self, config: SpoolConfig) -> None:
+        self._config = config
+        self._worker: RemotionWorker | None = None
+        self._serve_url: Path | None = None
+        self.workers_started = 0
+
+    def _ensure_worker(self, request: RenderRequest) -> RemotionWorker:
+        serve_url = ensure_bundle(self._config.remotion_project, self._config.cache_dir, request.log)
+        worker = self._worker
+        if worker is not None and (not worker.alive() or serve_url != self._serve_url):
+            worker.stop()  # dead, or the project changed: a fresh worker with the new bundle
+            worker = self._worker = None
+        if worker is None:
+            if not Path(self._config.browser_executable).exists():
+                raise RenderError(
+                    f"browser {self._config.browser_executable} not found: install Debian's chromium "
+                    "(scripts/setup.sh does) or set browser_executable",
+                    transient=True,
+                    kind="setup",
+                )
+            tmpdir = self._config.output_root / ".spoolrender-tmp" / f"worker-{os.getpid()}-{id(self):x}"
+            worker = RemotionWorker(self._config, serve_url, tmpdir)
+            request.on_spawn(worker.pgid)
+            try:
+                worker.wait_ready()
+            except (RenderError, WorkerDied) as exc:
+                worker.stop()
+                if isinstance(exc, WorkerDied):
+                    raise RenderError(str(exc), transient=True, kind="worker") from exc
+                raise
+            self._worker, self._serve_url = worker, serve_url
+            self.workers_started += 1
+        return worker
+
+    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        spec = request.spec
+        with open(request.log, "ab") as log_fh:
+            worker = self._ensure_worker(request)
+            request.on_spawn(worker.pgid)
+            worker.set_log(log_fh)
+            try:
+                return self._render_with(worker, request, progress, cancel)
+            except WorkerDied as exc:
+                self._discard_worker()
+                raise RenderError(str(exc), transient=True, kind="worker-died") from exc
+            finally:
+                worker.set_log(None)
+                if self._worker is worker:
+                    worker.clean_tmp()
+                request.on_spawn(None)
+                log_fh.write(f"--- end of {spec.id} run log\n".encode())
+
+    def _render_with(
+        self, worker: RemotionWorker, request: RenderRequest, progress: ProgressFn, cancel: CancelToken
+    ) -> RenderResult:
+        job_id = f"{request.spec.id}#{request.attempt}"
+        settings = request.settings
+        worker.send(
+            {
+                "type": "render",
+                "jobId": job_id,
+                "composition": request.spec.composition,
+                "inputProps": request.props,
+                "outputLocation": str(request.output),
+                "concurrency": request.threads,
+                "codec": settings.get("codec", "h264"),
+                "scale": settings.get("scale", 1),
+                "crf": settings.get("crf"),
+            }
+        )
+        started: dict[str, Any] = {}
+        cancel_sent_at: float | None = None
+        while True:
+            if cancel.is_set() and cancel_sent_at is None:
+                worker.send({"type": "cancel", "jobId": job_id})
+                cancel_sent_at = time.monotonic()
+            if cancel_sent_at is not None and time.monotonic() - cancel_sent_at > CANCEL_TIMEOUT_S:
+                # The cancel signal was not honoured in time: kill the whole group.
+                self._discard_worker()
+                raise RenderCancelled(cancel.reason or "cancelled")
+            event = worker.next_event(0.1)
+            if event is None or event.get("jobId") not in (job_id, None):
+                continue
+            kind = event["type"]
+            if kind == "started":
+                started = event
+                progress(0.0, "rendering")
+            elif kind == "progress":
+                progress(float(event.get("progress", 0.0)), str(event.get("stage") or "rendering"))
+            elif kind == "done":
+                return RenderResult(details=_details(started, event))
+            elif kind == "failed":
+                if event.get("kind") == "cancelled" or cancel.is_set():
+                    raise RenderCancelled(cancel.reason or "cancelled")
+                raise _classify(event)
+
+    def verify(self, request: RenderRequest, result: RenderResult) -> None:
+        verify_nonempty(request.output)
+        expected = result.details.get("frames")
+        ffprobe = next((self._config.remotion_project / p for p in FFPROBE_PATHS
+                        if (self._config.remotion_project / p).exists()), None)  # fmt: skip
+        if ffprobe is None or not expected or request.settings.get("codec", "h264") == "gif":
+            return
+        proc = subprocess.run(
+            [str(ffprobe), "-v", "error", "-select_streams", "v:0", "-count_packets",
+             "-show_entries", "stream=nb_read_packets", "-of", "json", str(request.output)],
+            capture_output=True, check=False, timeout=120,
+            env={**os.environ, "LD_LIBRARY_PATH": str(ffprobe.parent)},
+        )  # fmt: skip
+        try:
+            frames = int(json.loads(proc.stdout)["streams"][0]["nb_read_packets"])
+        except (ValueError, KeyError, IndexError) as exc:
+            why = proc.stderr.decode(errors="replace")[:200]
+            raise RenderError(
+                f"the rendered file is not a readable video (ffprobe: {why})",
+                transient=True,
+                kind="verify",
+            ) from exc
+        if frames != expected:
+            raise RenderError(f"the rendered video has {frames} frames, expected {expected}", transient=True,
+                              kind="verify")  # fmt: skip
+
+    def _discard_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def close(self) -> None:
+        self._discard_worker()
+
+
+def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
+    stats = done.get("stats") or {}
+    return {
+        "composition_frames": started.get("durationInFrames"),
+        "frames": done.get("durationInFrames", started.get("durationInFrames")),
+        "fps": done.get("fps", started.get("fps")),
+        "width": done.get("width", started.get("width")),
+        "height": done.get("height", started.get("height")),
+        "codec": done.get("codec"),
+        "render_ms": done.get("renderMs"),
+        "worker": {k: stats.get(k) for k in ("browserLaunches", "bundleLoads", "jobsRendered", "jobsFailed")},
+    }
+
+
+def _classify(event: dict[str, Any]) -> RenderError:
+    kind = str(event.get("kind") or "error")
+    message = str(event.get("message") or "render failed").strip().splitlines()[0]
+    location = event.get("location")
+    if location:
+        message = f"{message} (at {location})"
+    return RenderError(message, transient=kind not in PERMANENT_KINDS, kind=kind)

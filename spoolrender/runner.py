@@ -1,0 +1,274 @@
+"""The runner: claims jobs into free slots, keeps them alive, recovers the dead, drains.
+
+One main loop decides everything from directory listings; watchdog events and finished
+jobs only wake it early (a missed event costs at most ``rescan_seconds``). Each slot
+runs one job at a time in its own thread with its own, long-lived renderers; one
+heartbeat thread refreshes every running job's heartbeat.
+
+Stopping: the first SIGTERM/SIGINT stops claiming and gives running jobs
+``grace_seconds`` to finish; then they are cancelled and go back to retry/ without using
+an attempt. A second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+from spoolrender import __version__
+from spoolrender.capacity import Capacity, plan_capacity
+from spoolrender.claim import Claim, SpoolScanner, claim
+from spoolrender.clock import Clock, SystemClock, spool_now
+from spoolrender.config import SpoolConfig
+from spoolrender.durable import write_json_atomic
+from spoolrender.errors import SpoolLayoutError
+from spoolrender.executor import JobExecutor, RendererFactory
+from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
+from spoolrender.layout import SpoolLayout
+from spoolrender.recovery import Recoverer
+from spoolrender.renderers.registry import renderer_factory
+from spoolrender.watch import SpoolWatcher, choose_watch_mode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Active:
+    claim: Claim
+    thread: threading.Thread
+    slot: int
+
+
+@dataclass
+class RunSummary:
+    claimed: int = 0
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    lost: int = 0
+    requeued: int = 0
+
+
+class Runner:
+    def __init__(
+        self,
+        config: SpoolConfig,
+        *,
+        drain: bool = False,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        make_renderer: RendererFactory | None = None,
+        capacity: Capacity | None = None,
+    ) -> None:
+        self.config = config
+        self.layout = SpoolLayout(config.spool)
+        self.layout.check()
+        try:
+            config.output_root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
+        self.drain = drain
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.capacity = capacity or plan_capacity(config)
+        self.runner_id = f"{HOSTNAME}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
+        self.summary = RunSummary()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self._scanner = SpoolScanner(self.layout, config, self.clock)
+        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
+        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng)
+        factory = make_renderer or renderer_factory(config, self.capacity)
+        self._executors = [
+            JobExecutor(
+                self.layout,
+                config,
+                self.clock,
+                self.rng,
+                self._heartbeat,
+                factory,
+                self.capacity.threads_per_job,
+            )
+            for _ in range(self.capacity.slots)
+        ]
+        self._free = list(range(self.capacity.slots))
+        self._active: dict[str, _Active] = {}
+        self._lock = threading.Lock()
+        self.watch_mode = choose_watch_mode(config.watch, config.spool)
+        self._probe = self.layout.private / f"clock-{self.runner_id}"
+        self._beacon = self.layout.runners / f"{self.runner_id}.json"
+
+    # --- control ---------------------------------------------------------------------
+
+    def request_stop(self, *, force: bool = False) -> None:
+        """Stop claiming; with ``force`` (or a second request), cancel running jobs now."""
+        if self._stop.is_set() or force:
+            self._force.set()
+        self._stop.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.info(
+                "received %s: %s",
+                signal.Signals(signum).name,
+                "cancelling running jobs" if self._stop.is_set() else "stopping after running jobs",
+            )
+            self.request_stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # --- main loop -------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        log.info(
+            "runner %s: spool %s, %d slot(s) x %d thread(s) (%s), watch=%s%s",
+            self.runner_id, self.config.spool, self.capacity.slots, self.capacity.threads_per_job,
+            self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
+        )  # fmt: skip
+        watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
+        watcher.start(
+            [self.layout.incoming, self.layout.retry],
+            self.layout.incoming,
+            self._wake,
+            self._scanner.mark_complete,
+        )
+        self._heartbeat.start()
+        try:
+            self._loop()
+        finally:
+            self._shutdown_jobs()
+            watcher.stop()
+            self._heartbeat.stop()
+            for executor in self._executors:
+                executor.close()
+            for path in (self._beacon, self._probe):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        log.info("runner %s stopped: %s", self.runner_id, self.summary)
+        return self.summary
+
+    def _loop(self) -> None:
+        next_sweep = 0.0
+        next_beacon = 0.0
+        while not self._stop.is_set():
+            self._wake.clear()
+            self._reap()
+            now = self.clock.monotonic()
+            if now >= next_beacon:
+                self._write_beacon()
+                next_beacon = now + self.config.heartbeat_seconds
+            if now >= next_sweep:
+                self._recoverer.sweep(set(self._active))
+                next_sweep = now + self.config.rescan_seconds
+            scan = self._scanner.scan(spool_now(self._probe))
+            for candidate in scan.candidates:
+                if not self._free or self._stop.is_set():
+                    break
+                claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+                if claimed is not None:
+                    self._scanner.forget(candidate.name)
+                    self._start(claimed)
+            with self._lock:
+                idle = not self._active
+            if self.drain and idle and not scan.candidates and scan.waiting_uploads == 0:
+                log.info("drained: nothing left to claim")
+                return
+            timeout = next_sweep - self.clock.monotonic()
+            if scan.next_wake is not None:
+                timeout = min(timeout, scan.next_wake - self.clock.monotonic())
+            if scan.candidates and self._free:
+                # Every candidate was lost to other runners (or unclaimable): look again
+                # soon, but not in a hot loop if something keeps failing.
+                timeout = 0.05
+            self._wake.wait(max(0.0, min(timeout, self.config.rescan_seconds)))
+
+    def _start(self, claimed: Claim) -> None:
+        slot = self._free.pop(0)
+        thread = threading.Thread(
+            target=self._run_slot, args=(slot, claimed), name=f"slot-{slot}", daemon=True
+        )
+        with self._lock:
+            self._active[claimed.key] = _Active(claimed, thread, slot)
+        self.summary.claimed += 1
+        log.info(
+            "job %s: %s -> running (run %d, slot %d)",
+            claimed.job_id,
+            "incoming" if claimed.run == 1 else "retry",
+            claimed.run,
+            slot,
+        )
+        thread.start()
+
+    def _run_slot(self, slot: int, claimed: Claim) -> None:
+        try:
+            state = self._executors[slot].execute(claimed)
+        except Exception:
+            # A bug must not take the runner down: the job stays in running/ and is
+            # recovered (as "runner died") once this process is gone or by its lease.
+            log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
+            state = "error"
+        counter = {"done": "done", "failed": "failed", "retry": "retried", "lost": "lost"}.get(state)
+        if state == "retry" and claimed.cancel.reason == "shutdown":
+            counter = "requeued"
+        if counter:
+            with self._lock:
+                setattr(self.summary, counter, getattr(self.summary, counter) + 1)
+        self._wake.set()
+
+    def _reap(self) -> None:
+        with self._lock:
+            finished = [key for key, a in self._active.items() if not a.thread.is_alive()]
+            for key in finished:
+                active = self._active.pop(key)
+                active.thread.join()
+                self._free.append(active.slot)
+
+    def _shutdown_jobs(self) -> None:
+        with self._lock:
+            active = list(self._active.values())
+        if not active:
+            return
+        if not self._force.is_set():
+            log.info("waiting up to %g s for %d running job(s)", self.config.grace_seconds, len(active))
+            deadline = self.clock.monotonic() + self.config.grace_seconds
+            for a in active:
+                while a.thread.is_alive() and not self._force.is_set():
+                    remaining = deadline - self.clock.monotonic()
+                    if remaining <= 0:
+                        break
+                    a.thread.join(min(remaining, 0.2))
+        for a in active:
+            if a.thread.is_alive():
+                a.claim.cancel.cancel("shutdown")
+        for a in active:
+            a.thread.join()
+        self._reap()
+
+    def _write_beacon(self) -> None:
+        # Runners announce themselves for `status`; losing one in a crash is harmless.
+        with contextlib.suppress(OSError):
+            write_json_atomic(
+                self._beacon,
+                {
+                    "runner": self.runner_id,
+                    "host": HOSTNAME,
+                    "pid": os.getpid(),
+                    "slots": self.capacity.slots,
+                    "threads_per_job": self.capacity.threads_per_job,
+                    "busy": len(self._active),
+                    "watch": self.watch_mode,
+                    "drain": self.drain,
+                    "version": __version__,
+                    "updated": self.clock.wall(),
+                },
+                durable=False,
+            )

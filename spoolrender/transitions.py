@@ -1,0 +1,165 @@
+"""Carrying out a decided run: moving the job directory to retry/, failed/ or done/.
+
+Only whoever won a run's record (see :mod:`spoolrender.records`) calls these, and a
+recoverer that finds a decided run whose owner died calls the same functions, so a crash
+at any point between "decided" and "moved" is finished by the next runner that looks
+(roll forward, as a database replays its log). Each step is idempotent for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from spoolrender import defaults
+from spoolrender.durable import rename_durable, write_atomic
+from spoolrender.errors import PublishError
+from spoolrender.heartbeat import HOSTNAME
+from spoolrender.ids import release_id
+from spoolrender.layout import SpoolLayout, final_name, retry_name
+from spoolrender.publish import Published, publish_output
+from spoolrender.records import (
+    FAILED,
+    PUBLISHING,
+    REQUEUE,
+    RETRY,
+    RunRecord,
+    attempts_used,
+    decide,
+    read_run,
+    read_runs,
+)
+
+log = logging.getLogger(__name__)
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential backoff with "equal jitter": half fixed, half random, capped.
+
+    The fixed half keeps retries from hammering a broken dependency; the random half
+    spreads out jobs that all failed at the same moment (a browser crash, a full disk).
+    """
+    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    return float(delay / 2 + rng.random() * delay / 2)
+
+
+def _json(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
+def _drop_heartbeat(job_dir: Path) -> None:
+    # Only running/ entries have a meaningful heartbeat; a stale one elsewhere would just
+    # mislead `status`. The lock file stays: deleting lock files races with lockers.
+    with contextlib.suppress(OSError):
+        (job_dir / defaults.HEARTBEAT_FILENAME).unlink()
+
+
+def move_to_retry(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+    due = record.due if record.due is not None else record.ended
+    priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
+    target = layout.retry / retry_name(job_id, uid, due, priority)
+    rename_durable(job_dir, target)
+    _drop_heartbeat(target)
+    return target
+
+
+def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+    runs = read_runs(job_dir)
+    error = record.error or {}
+    failure = {
+        "id": job_id,
+        "uid": uid,
+        "reason": error.get("message", "failed"),
+        "kind": error.get("kind", "error"),
+        "attempts": attempts_used(runs),
+        "failed_at": record.ended,
+        "host": record.host,
+        "runs": [r.__dict__ for r in runs],
+    }
+    # Written before the move: failed/ entries are complete the moment they appear.
+    write_atomic(job_dir / defaults.FAILURE_FILENAME, _json(failure))
+    target = layout.failed / final_name(job_id, uid)
+    rename_durable(job_dir, target)
+    _drop_heartbeat(target)
+    release_id(layout, job_id, uid)
+    return target
+
+
+def complete_publish(
+    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
+) -> Path:
+    """Publish the verified output named in a PUBLISHING record, then move the job to done/."""
+    info = record.publish or {}
+    published: Published = publish_output(
+        output_root,
+        PurePosixPath(info["output"]),
+        Path(info["temp"]),
+        replace=bool(info.get("replace")),
+        expect_inode=info.get("inode"),
+    )
+    runs = read_runs(job_dir)
+    result = {
+        "id": job_id,
+        "uid": uid,
+        "output": str(published.path),
+        "bytes": published.bytes,
+        "attempts": attempts_used(runs),
+        "host": record.host,
+        "started": record.started,
+        "finished": record.ended,
+        "duration_seconds": None if record.started is None else round(record.ended - record.started, 3),
+        "details": record.details,
+        "runs": [r.__dict__ for r in runs],
+    }
+    write_atomic(job_dir / defaults.RESULT_FILENAME, _json(result))
+    target = layout.done / final_name(job_id, uid)
+    rename_durable(job_dir, target)
+    _drop_heartbeat(target)
+    return target
+
+
+def carry_out(
+    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
+) -> Path:
+    """Move the job where its decided ``record`` says; returns the new directory."""
+    if record.outcome in (RETRY, REQUEUE):
+        return move_to_retry(layout, job_dir, job_id, uid, record)
+    if record.outcome == FAILED:
+        return move_to_failed(layout, job_dir, job_id, uid, record)
+    if record.outcome == PUBLISHING:
+        try:
+            return complete_publish(layout, output_root, job_dir, job_id, uid, record)
+        except PublishError as exc:
+            # The run was decided as a success but its output cannot be put in place (a
+            # name taken meanwhile, a symlink planted in the output tree, disk trouble).
+            # A follow-up record fails the job with the reason instead of looping here;
+            # `spoolrender retry` sends it round again once the operator has looked.
+            log.warning("job %s: publishing failed: %s", job_id, exc)
+            follow = RunRecord(
+                run=record.run + 1,
+                outcome=FAILED,
+                host=HOSTNAME,
+                pid=os.getpid(),
+                token=record.token,
+                started=record.ended,
+                ended=time.time(),
+                error={
+                    "kind": "publish",
+                    "message": f"rendered, but not published: {exc}",
+                    "transient": False,
+                },
+                details=record.details,
+            )
+            if not decide(job_dir, follow):
+                decided = read_run(job_dir, follow.run)
+                if decided is None:
+                    raise
+                follow = decided
+            return carry_out(layout, output_root, job_dir, job_id, uid, follow)
+    raise ValueError(f"cannot carry out outcome {record.outcome!r}")

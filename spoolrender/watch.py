@@ -1,0 +1,88 @@
+"""Filesystem events that wake the runner early. They are hints, never the truth.
+
+The runner always decides from a directory listing; an event only means "look now".
+Missed events (other NFS clients' writes are invisible to inotify; watchdog's queue can
+overflow) cost at most one rescan interval. On network filesystems inotify sees nothing
+of other hosts' writes, so "auto" picks watchdog's polling observer there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from watchdog.events import FileClosedEvent, FileMovedEvent, FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+log = logging.getLogger(__name__)
+
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs",
+     "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.bindfs", "fuse.s3fs", "davfs"}
+)  # fmt: skip
+
+
+def filesystem_type(path: Path) -> str:
+    """The fstype of the mount holding ``path`` (longest mountpoint prefix wins)."""
+    real = os.path.realpath(path)
+    best, fstype = "", "unknown"
+    for part in psutil.disk_partitions(all=True):
+        mp = part.mountpoint
+        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
+            best, fstype = mp, part.fstype
+    return fstype
+
+
+def choose_watch_mode(mode: str, spool: Path) -> str:
+    if mode != "auto":
+        return mode
+    fstype = filesystem_type(spool)
+    return "polling" if fstype in NETWORK_FILESYSTEMS else "inotify"
+
+
+class _Wake(FileSystemEventHandler):
+    def __init__(self, wake: threading.Event, on_complete: Callable[[str], None], incoming: Path) -> None:
+        self._wake = wake
+        self._on_complete = on_complete
+        self._incoming = os.fsdecode(incoming)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        # Close-after-write and rename-into-incoming mean an upload is complete; the
+        # scanner may then claim it without waiting for it to settle.
+        if isinstance(event, FileClosedEvent):
+            path = os.fsdecode(event.src_path)
+        elif isinstance(event, FileMovedEvent):
+            path = os.fsdecode(event.dest_path)
+        else:
+            path = ""
+        if path and os.path.dirname(path) == self._incoming:
+            self._on_complete(os.path.basename(path))
+        self._wake.set()
+
+
+class SpoolWatcher:
+    """Watches incoming/ and retry/ (not recursively) and sets ``wake`` on any change."""
+
+    def __init__(self, mode: str, poll_seconds: float) -> None:
+        self.mode = mode
+        self._observer: Any = PollingObserver(timeout=poll_seconds) if mode == "polling" else Observer()
+
+    def start(
+        self, dirs: list[Path], incoming: Path, wake: threading.Event, on_complete: Callable[[str], None]
+    ) -> None:
+        handler = _Wake(wake, on_complete, incoming)
+        for d in dirs:
+            self._observer.schedule(handler, os.fspath(d), recursive=False)
+        self._observer.daemon = True
+        self._observer.start()
+        log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(timeout=5)

@@ -1,0 +1,114 @@
+"""Shared fixtures: a real spool in a temp dir, configs, and a real render command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spoolrender.config import SpoolConfig, load_config
+from spoolrender.layout import SpoolLayout, init_spool
+
+PROGRAMS = Path(__file__).parent / "programs"
+RENDER_PROPS = PROGRAMS / "render_props.py"
+
+# Fast timings for tests: the protocol is the same, only the clocks run quicker.
+FAST: dict[str, Any] = {
+    "settle_seconds": 0.3,
+    "heartbeat_seconds": 0.2,
+    "lease_seconds": 2.0,
+    "rescan_seconds": 0.5,
+    "poll_seconds": 0.2,
+    "backoff_base_seconds": 0.05,
+    "backoff_cap_seconds": 0.2,
+    "grace_seconds": 5,
+    "slots": 2,
+    "commands": {
+        "props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"],
+    },
+}
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> SpoolLayout:
+    layout = init_spool(tmp_path / "spool")
+    write_spool_config(layout, {})
+    return layout
+
+
+def write_spool_config(layout: SpoolLayout, extra: dict[str, Any]) -> None:
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump({**FAST, **extra}), encoding="utf-8")
+
+
+@pytest.fixture
+def config(spool: SpoolLayout) -> SpoolConfig:
+    return load_config(spool.root, environ={})
+
+
+def command_job(**props: Any) -> dict[str, Any]:
+    return {"renderer": "command", "command": "props", "props": props}
+
+
+def drop(layout: SpoolLayout, name: str, job: dict[str, Any] | str | bytes) -> Path:
+    """Drop a job into incoming/ the way a well-behaved submitter does (write, then rename)."""
+    if isinstance(job, dict):
+        data = yaml.safe_dump(job).encode()
+    elif isinstance(job, str):
+        data = job.encode()
+    else:
+        data = job
+    tmp = layout.incoming / f".{name}.part"
+    tmp.write_bytes(data)
+    target = layout.incoming / name
+    os.rename(tmp, target)
+    # Age it past the settle time by the file's own clock, as a job dropped a while ago.
+    old = time.time() - 60
+    os.utime(target, (old, old))
+    return target
+
+
+def entries(layout: SpoolLayout, state: str) -> list[str]:
+    return sorted(os.listdir(layout.state_dir(state)))
+
+
+def spoolrender_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spoolrender.cli", *args]
+
+
+@pytest.fixture
+def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start `spoolrender run` as a real subprocess; all are killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
+        with open(log or os.devnull, "ab") as out:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                spoolrender_cmd("run", "--spool", str(spool.root), "-v", *extra),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

@@ -1,0 +1,48 @@
+"""A real render command for tests: behaves as the job's props say.
+
+argv: render_props.py OUTPUT PROPS_FILE
+props: sleep (seconds, in steps that print PROGRESS), exit (exit code, after writing
+nothing), content (bytes to write), pidfile (write our pid there), child_pidfile
+(spawn a sleeping grandchild and write its pid: for process-tree kill tests),
+fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), marker (append a line
+to this file when the render completes: counts renders), content_pid (write
+"rendered by PID" as the output).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+output, props_file = sys.argv[1], sys.argv[2]
+with open(props_file) as fh:
+    props = json.load(fh)
+if props.get("pidfile"):
+    with open(props["pidfile"], "w") as fh:
+        fh.write(str(os.getpid()))
+if props.get("child_pidfile"):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(props["child_pidfile"], "w") as fh:
+        fh.write(str(child.pid))
+attempt = int(os.environ.get("SPOOLRENDER_ATTEMPT", "1"))
+if attempt < int(props.get("fail_until_attempt", 0)):
+    print(f"transient trouble on attempt {attempt}", flush=True)
+    sys.exit(75)
+steps = 10
+for i in range(steps):
+    time.sleep(float(props.get("sleep", 0)) / steps)
+    print(f"PROGRESS {(i + 1) / steps:.2f}", flush=True)
+if "exit" in props:
+    print(props.get("message", "failing as asked"), flush=True)
+    sys.exit(int(props["exit"]))
+# Write in two halves with a pause, so a kill in between leaves a partial file behind.
+content = (f"rendered by {os.getpid()}" if props.get("content_pid") else props.get("content", "video bytes")).encode()
+with open(output, "wb") as fh:
+    fh.write(content[: len(content) // 2])
+    fh.flush()
+    time.sleep(float(props.get("half_pause", 0)))
+    fh.write(content[len(content) // 2 :])
+if props.get("marker"):
+    with open(props["marker"], "a") as fh:
+        fh.write(f"{props.get('tag', '')} {os.getpid()}\n")

@@ -1,0 +1,173 @@
+"""Each state of a job's life, driven by a real runner over a real spool in a temp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import command_job, drop, entries, write_spool_config
+from spoolrender.clock import ManualClock
+from spoolrender.config import load_config
+from spoolrender.layout import RETRY_NAME, SpoolLayout
+from spoolrender.runner import Runner, RunSummary
+from spoolrender.transitions import backoff_delay
+
+
+def drain(layout: SpoolLayout, **kwargs: Any) -> RunSummary:
+    return Runner(load_config(layout.root, environ={}), drain=True, **kwargs).run()
+
+
+def drain_until(layout: SpoolLayout, state: str, count: int, timeout: float = 30) -> None:
+    """Drain repeatedly (retries become due between drains) until ``count`` jobs are in ``state``."""
+    deadline = time.monotonic() + timeout
+    while len(entries(layout, state)) < count:
+        assert time.monotonic() < deadline, f"never reached {count} in {state}: {entries(layout, state)}"
+        drain(layout)
+        time.sleep(0.05)
+
+
+def record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any]:
+    (entry,) = entries(layout, state)
+    data: dict[str, Any] = json.loads((layout.state_dir(state) / entry / filename).read_text())
+    return data
+
+
+def test_success_publishes_output_and_keeps_job_bytes(spool: SpoolLayout) -> None:
+    original = b"# my job, byte for byte\nrenderer: command\ncommand: props\noutput: videos/a.mp4\nprops:\n  content: hello\n"
+    drop(spool, "a.yaml", original)
+    summary = drain(spool)
+    assert summary.done == 1
+    (entry,) = entries(spool, "done")
+    assert entry.startswith("a.")
+    assert (spool.done / entry / "job.yaml").read_bytes() == original
+    result = record(spool, "done", "result.json")
+    out = spool.root / "output" / "videos" / "a.mp4"
+    assert result["output"] == str(out) and result["bytes"] == 5 and result["attempts"] == 1
+    assert out.read_bytes() == b"hello"
+    assert (spool.done / entry / "run-0001.log").read_text().count("PROGRESS") == 10
+    # Nothing left behind: no scratch, no heartbeat outside running/.
+    assert os.listdir(spool.root / "output" / ".spoolrender-tmp") == []
+    assert not (spool.done / entry / "heartbeat").exists()
+    assert entries(spool, "incoming") == entries(spool, "running") == []
+
+
+def test_permanent_failure_goes_to_failed_with_reason(spool: SpoolLayout) -> None:
+    drop(spool, "bad.yaml", command_job(exit=65, message="props.title is missing"))
+    drain(spool)
+    failure = record(spool, "failed", "failure.json")
+    assert failure["reason"] == "command 'props' exited with status 65: props.title is missing"
+    assert failure["attempts"] == 1 and failure["kind"] == "command-exit"
+    assert not (spool.root / "output" / "bad.mp4").exists()
+
+
+def test_transient_failure_retries_then_succeeds(spool: SpoolLayout) -> None:
+    drop(spool, "flaky.yaml", command_job(fail_until_attempt=3))
+    drain_until(spool, "done", 1)
+    result = record(spool, "done", "result.json")
+    assert result["attempts"] == 3
+    assert [r["outcome"] for r in result["runs"]] == ["retry", "retry", "publishing"]
+    assert all(r["error"]["transient"] for r in result["runs"][:2])
+
+
+def test_transient_failures_exhaust_attempts(spool: SpoolLayout) -> None:
+    job = {**command_job(exit=1), "max_attempts": 2}
+    drop(spool, "doomed.yaml", job)
+    drain_until(spool, "failed", 1)
+    failure = record(spool, "failed", "failure.json")
+    assert failure["attempts"] == 2
+    assert failure["reason"].endswith("(attempt 2 of 2, none left)")
+
+
+def test_invalid_job_fails_and_queue_goes_on(spool: SpoolLayout) -> None:
+    drop(spool, "broken.yaml", "renderer: command\ncommand: nope\ntimeout: soon\n")
+    drop(spool, "good.yaml", command_job())
+    summary = drain(spool)
+    assert (summary.done, summary.failed) == (1, 1)
+    failure = record(spool, "failed", "failure.json")
+    assert "field 'command'" in failure["reason"] and "field 'timeout'" in failure["reason"]
+
+
+def test_backoff_due_time_uses_injected_clock(spool: SpoolLayout) -> None:
+    write_spool_config(spool, {"backoff_base_seconds": 100, "backoff_cap_seconds": 1000})
+    clock = ManualClock(wall=time.time())
+    drop(spool, "flaky.yaml", command_job(fail_until_attempt=2))
+    start = clock.wall()
+    drain(spool, clock=clock, rng=random.Random(7))
+    (name,) = entries(spool, "retry")
+    m = RETRY_NAME.fullmatch(name)
+    assert m is not None
+    delay = int(m.group("due")) / 1000 - start
+    assert 50 <= delay <= 100.01  # equal jitter: half of 100 s fixed, half random
+    assert drain(spool, clock=clock).claimed == 0  # not due yet
+    clock.advance(101)
+    assert drain(spool, clock=clock).done == 1
+
+
+def test_backoff_doubles_and_caps() -> None:
+    rng = random.Random(1)
+    for attempt in range(1, 12):
+        full = min(60.0, 1.0 * 2 ** (attempt - 1))
+        d = backoff_delay(attempt, 1.0, 60.0, rng)
+        assert full / 2 <= d <= full
+
+
+def test_not_before_waits_in_incoming(spool: SpoolLayout) -> None:
+    drop(spool, "later.yaml", {**command_job(), "not_before": "2099-01-01T00:00:00Z"})
+    drop(spool, "past.yaml", {**command_job(), "not_before": "2001-01-01T00:00:00+02:00"})
+    summary = drain(spool)
+    assert summary.done == 1
+    assert entries(spool, "incoming") == ["later.yaml"]
+
+
+def test_priority_orders_the_queue(spool: SpoolLayout, tmp_path: Path) -> None:
+    write_spool_config(spool, {"slots": 1})
+    marker = tmp_path / "order.txt"
+    for name, prio in (("low", -5), ("mid", 0), ("high", 9)):
+        drop(spool, f"{name}.yaml", {**command_job(marker=str(marker), tag=name), "priority": prio})
+    drain(spool)
+    assert [line.split()[0] for line in marker.read_text().splitlines()] == ["high", "mid", "low"]
+
+
+def test_duplicate_id_rejected_unless_rerun(spool: SpoolLayout) -> None:
+    drop(spool, "first.yaml", {**command_job(content="one"), "id": "clip", "output": "clip.mp4"})
+    drain(spool)
+    drop(spool, "second.yaml", {**command_job(content="two"), "id": "clip", "output": "clip2.mp4"})
+    drain(spool)
+    failure = record(spool, "failed", "failure.json")
+    assert "'clip' was already rendered" in failure["reason"] and "rerun: true" in failure["reason"]
+    drop(spool, "third.yaml", {**command_job(content="three"), "id": "clip", "output": "clip.mp4", "rerun": True})
+    drain(spool)
+    assert len(entries(spool, "done")) == 2
+    assert (spool.root / "output" / "clip.mp4").read_bytes() == b"three"
+
+
+def test_existing_output_is_not_clobbered(spool: SpoolLayout) -> None:
+    out = spool.root / "output" / "taken.mp4"
+    out.parent.mkdir(parents=True)
+    out.write_bytes(b"someone else's video")
+    drop(spool, "j.yaml", {**command_job(), "output": "taken.mp4"})
+    drain(spool)
+    assert "already exists" in record(spool, "failed", "failure.json")["reason"]
+    assert out.read_bytes() == b"someone else's video"
+
+
+def test_failed_id_can_be_submitted_again(spool: SpoolLayout) -> None:
+    drop(spool, "x.yaml", command_job(exit=65))
+    drain(spool)
+    drop(spool, "x.yaml", command_job())
+    assert drain(spool).done == 1
+
+
+def test_upload_names_are_never_claimed(spool: SpoolLayout) -> None:
+    for name in (".hidden.yaml", "up.yaml.part", "up.yaml.tmp", "up.yaml~"):
+        (spool.incoming / name).write_text("renderer: command\ncommand: props\n")
+        old = time.time() - 3600
+        os.utime(spool.incoming / name, (old, old))
+    assert drain(spool).claimed == 0
+    assert len(entries(spool, "incoming")) == 4
