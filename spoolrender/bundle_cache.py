@@ -68,8 +68,9 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
     if (target / "index.html").is_file():
         return target
     bundles.mkdir(parents=True, exist_ok=True)
-    # Lock per key: one build per content, however many runners and slots start at once.
-    with FileLock(bundles / f".{key}.lock", timeout=BUILD_TIMEOUT_S):
+    # One lock for all builds on the host: one build per content however many runners
+    # and slots start at once, and never two webpack runs sharing node_modules/.cache.
+    with FileLock(bundles / ".build.lock", timeout=BUILD_TIMEOUT_S):
         if (target / "index.html").is_file():
             return target  # built by someone else while we waited
         building = bundles / f".{key}.{new_token()}.building"

@@ -31,7 +31,7 @@ from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
-from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job
+from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
@@ -149,13 +149,14 @@ class SpoolScanner:
         return out, waiting, wake
 
     def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool]:
-        from spoolrender.jobfile import read_job_bytes
-
         try:
             return parse_job(read_job_bytes(path, self._config.max_job_bytes), name, self._config), False
-        except JobInvalid:
+        except (JobInvalid, OSError):
             return None, True
-        except OSError:
+        except Exception:
+            # Whatever a file contains must not stop the scan: the run validates it again
+            # and fails it with a reason.
+            log.exception("unexpected error parsing %s", name)
             return None, True
 
     def _scan_retry(self) -> tuple[list[Candidate], float | None]:

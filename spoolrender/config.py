@@ -28,11 +28,18 @@ COMMAND_PLACEHOLDERS = ("output", "job_file", "props_file", "work_dir", "threads
 
 
 def _positive_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise ConfigError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ConfigError(f"{name}: expected a number > 0, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError as exc:
+        raise ConfigError(f"{name}: {str(value)[:20]}... is too large") from exc
 
 
 def _non_negative_number(name: str, value: Any) -> float:
@@ -82,7 +89,7 @@ def _commands(name: str, value: Any) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"{name}: command names must be non-empty strings, got {cmd!r}")
         # An argv list, never a shell string: a job's values cannot inject shell syntax.
         if (
-            not isinstance(argv, list)
+            not isinstance(argv, list | tuple)
             or not argv
             or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in argv)
         ):
@@ -178,7 +185,7 @@ def parse_scalar(text: str) -> Any:
     """Read an environment or CLI value as a YAML scalar (``5`` is an int, ``a`` a str)."""
     try:
         return yaml.load(text, Loader=yaml.CSafeLoader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
         return text
 
 
@@ -191,7 +198,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
     try:
         data = yaml.load(text, Loader=yaml.CSafeLoader)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if data is None:
         return {}

@@ -33,7 +33,7 @@ def _where_is(layout: SpoolLayout, uid: str) -> str | None:
 def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool) -> None:
     """Make ``uid`` the holder of ``job_id`` or raise JobInvalid saying who holds it."""
     link = layout.ids / job_id
-    for _ in range(5):
+    for _ in range(10):
         try:
             os.symlink(uid, link)
             return
@@ -59,13 +59,11 @@ def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool) -> No
                 )
             else:
                 raise JobInvalid([f"field 'id': {job_id!r} is already queued or running ({where})"])
-        # The holder is gone (failed, purged) or being re-run: replace the reservation.
-        # symlink to a temporary name + rename is an atomic replace.
-        tmp = layout.ids / f".{job_id}.{new_token()}"
-        os.symlink(uid, tmp)
-        os.replace(tmp, link)
-        log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
-        return
+        # The holder is gone (failed, purged) or being re-run: take the reservation over,
+        # compare-and-swap style, since another job may be doing the same right now.
+        if _take_over(layout, job_id, holder, uid):
+            log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
+            return
     raise JobInvalid([f"field 'id': could not reserve {job_id!r} (contended)"])
 
 
@@ -75,3 +73,34 @@ def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
     with contextlib.suppress(OSError):
         if os.readlink(link) == uid:
             os.unlink(link)
+
+
+def _take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> bool:
+    """Replace the reservation held by ``expected`` with ``uid``; False if it changed meanwhile.
+
+    rename() moves whatever link is there now out of the way in one step; only if that
+    link still named ``expected`` is the new one created (exclusively, so a job that
+    reserved the freed id in the meantime wins). Otherwise the moved link is put back
+    with link(), which refuses to overwrite, and the caller looks again.
+    """
+    link = layout.ids / job_id
+    tomb = layout.ids / f".{job_id}.{new_token()}.old"
+    try:
+        os.rename(link, tomb)
+    except FileNotFoundError:
+        return False
+    try:
+        if os.readlink(tomb) != expected:
+            try:
+                os.link(tomb, link, follow_symlinks=False)
+            except FileExistsError:
+                log.warning("id %s: a reservation changed hands during a takeover", job_id)
+            return False
+        try:
+            os.symlink(uid, link)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tomb)

@@ -8,6 +8,7 @@ job's failure record, so the author can fix the file without reading any log.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -84,7 +85,11 @@ class JobSpec:
             raise ValueError(f"invalid output {self.output!r}")
 
     def settings_for_attempt(self, attempt: int) -> tuple[dict[str, Any], dict[str, Any], bool]:
-        """(props, settings, fallback_used) for ``attempt``: the last one uses ``fallback``."""
+        """(props, settings, fallback_used) for ``attempt``.
+
+        ``fallback`` is merged in on the last attempt of several (a job with one attempt
+        has nothing to fall back from).
+        """
         if self.fallback and attempt >= self.max_attempts and self.max_attempts > 1:
             props = {**self.props, **self.fallback.get("props", {})}
             settings = {**self.settings, **self.fallback.get("settings", {})}
@@ -121,8 +126,8 @@ def read_job_bytes(path: Path, max_bytes: int) -> bytes:
         try:
             kind = _file_kind(os.lstat(path).st_mode)
         except OSError:
-            kind = "unreadable"
-        if kind != "regular file":
+            kind = None
+        if kind is not None and kind != "regular file":
             raise JobInvalid([f"job file: expected a regular file, got a {kind}"]) from exc
         raise JobInvalid([f"job file: cannot open: {exc.strerror}"]) from exc
     try:
@@ -183,6 +188,9 @@ def load_yaml_mapping(data: bytes) -> dict[str, Any]:
         doc = yaml.load(text, Loader=yaml.CSafeLoader)
     except yaml.YAMLError as exc:
         raise JobInvalid([f"job file: not valid YAML: {_yaml_reason(exc)}"]) from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Parsed, but a value cannot be built: an impossible date, `!!int abc`, ...
+        raise JobInvalid([f"job file: not valid YAML: {exc}"]) from exc
     except RecursionError as exc:  # pragma: no cover - guarded by the depth check
         raise JobInvalid(["job file: nested too deeply"]) from exc
     if not isinstance(doc, dict):
@@ -230,6 +238,17 @@ def _check_settings(where: str, value: Any, renderer: str, problems: list[str]) 
             continue
         out[str(key)] = v
     return out
+
+
+def _check_json(where: str, value: dict[str, Any], problems: list[str]) -> None:
+    """Props travel to renderers as JSON: YAML dates, sets, binary or NaN cannot."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        problems.append(
+            f"field '{where}': values must be JSON data (strings, numbers, true/false, null, "
+            f"lists, mappings); {exc}"
+        )
 
 
 def _epoch(value: Any) -> float | None:
@@ -309,6 +328,8 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
     if not isinstance(props, dict) or not all(isinstance(k, str) for k in props):
         problems.append(f"field 'props': expected a mapping with string keys, got {_describe(props)}")
         props = {}
+    else:
+        _check_json("props", props, problems)
 
     output_text = doc.get("output")
     if output_text is None:
@@ -338,7 +359,7 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
+        or (isinstance(timeout, float) and not math.isfinite(timeout))
         or not 0 < timeout <= defaults.MAX_TIMEOUT_S
     ):
         problems.append(
@@ -385,6 +406,8 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
                 if key not in ("props", "settings"):
                     problems.append(f"field 'fallback.{key}': unknown (known: props, settings)")
             fb_props = fallback_raw.get("props", {})
+            if isinstance(fb_props, dict):
+                _check_json("fallback.props", fb_props, problems)
             if not isinstance(fb_props, dict):
                 problems.append(f"field 'fallback.props': expected a mapping, got {_describe(fb_props)}")
                 fb_props = {}

@@ -108,8 +108,8 @@ def publish_output(
     """Move the finished ``temp`` file to ``output_root/rel`` atomically.
 
     ``replace`` allows overwriting an existing output (re-runs). Idempotent for recovery:
-    if ``temp`` is already gone and the output carries ``expect_inode``, the earlier
-    publish is reported instead of failing.
+    if ``temp`` is already gone and the output is the file ``expect_inode`` names, the
+    earlier publish is reported instead of failing.
     """
     fd = _open_parent(output_root, rel, create=True)
     assert fd is not None
@@ -123,7 +123,7 @@ def publish_output(
                 done = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 done = None
-            if done is not None and (expect_inode is None or done.st_ino == expect_inode):
+            if done is not None and expect_inode is not None and done.st_ino == expect_inode:
                 return Published(final, done.st_size, done.st_ino)
             raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
         try:

@@ -697,11 +697,6 @@ def test_parse_job_passes_load_errors_through(config: SpoolConfig) -> None:
 # --- YAML that the loader cannot construct ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG jobfile.py:183-184: YAML constructor ValueErrors (impossible date, bad !!int) escape "
-    "load_yaml_mapping as ValueError instead of JobInvalid",
-)
 @pytest.mark.parametrize(
     "data",
     [
@@ -714,11 +709,6 @@ def test_unconstructible_yaml_is_job_invalid(data: bytes, config: SpoolConfig) -
         parse_job(data, "j.yaml", config)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG jobfile.py:341: math.isfinite() on a huge int raises OverflowError instead of a "
-    "'field timeout' problem",
-)
 def test_huge_integer_timeout_is_job_invalid(config: SpoolConfig) -> None:
     data = b"composition: Main\ntimeout: 1" + b"0" * 400 + b"\n"
     with pytest.raises(JobInvalid) as info:
@@ -726,11 +716,6 @@ def test_huge_integer_timeout_is_job_invalid(config: SpoolConfig) -> None:
     assert info.value.problems[0].startswith("field 'timeout': ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG jobfile.py:306-311: props are not checked to be JSON-compatible; a YAML date in props "
-    "is accepted and later makes json.dumps in renderers/command.py:61 raise TypeError",
-)
 def test_props_are_json_serialisable_or_refused(config: SpoolConfig) -> None:
     data = b"renderer: command\ncommand: props\nprops: {day: 2026-01-01, tags: !!set {a: null}}\n"
     try:

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conftest import command_job, drop, entries, write_spool_config
+
 from spoolrender.clock import ManualClock
 from spoolrender.config import load_config
 from spoolrender.layout import RETRY_NAME, SpoolLayout
@@ -39,7 +38,10 @@ def record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any]:
 
 
 def test_success_publishes_output_and_keeps_job_bytes(spool: SpoolLayout) -> None:
-    original = b"# my job, byte for byte\nrenderer: command\ncommand: props\noutput: videos/a.mp4\nprops:\n  content: hello\n"
+    original = (
+        b"# my job, byte for byte\nrenderer: command\ncommand: props\n"
+        b"output: videos/a.mp4\nprops:\n  content: hello\n"
+    )
     drop(spool, "a.yaml", original)
     summary = drain(spool)
     assert summary.done == 1
@@ -141,7 +143,11 @@ def test_duplicate_id_rejected_unless_rerun(spool: SpoolLayout) -> None:
     drain(spool)
     failure = record(spool, "failed", "failure.json")
     assert "'clip' was already rendered" in failure["reason"] and "rerun: true" in failure["reason"]
-    drop(spool, "third.yaml", {**command_job(content="three"), "id": "clip", "output": "clip.mp4", "rerun": True})
+    drop(
+        spool,
+        "third.yaml",
+        {**command_job(content="three"), "id": "clip", "output": "clip.mp4", "rerun": True},
+    )
     drain(spool)
     assert len(entries(spool, "done")) == 2
     assert (spool.root / "output" / "clip.mp4").read_bytes() == b"three"
@@ -171,3 +177,25 @@ def test_upload_names_are_never_claimed(spool: SpoolLayout) -> None:
         os.utime(spool.incoming / name, (old, old))
     assert drain(spool).claimed == 0
     assert len(entries(spool, "incoming")) == 4
+
+
+def test_symlinks_fifos_and_directories_fail_with_a_reason(spool: SpoolLayout, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("renderer: command\ncommand: props\n")
+    os.symlink(secret, spool.incoming / "link.yaml")
+    os.mkfifo(spool.incoming / "fifo.yaml")
+    (spool.incoming / "dir.yaml").mkdir()
+    drop(spool, "fine.yaml", command_job())
+    summary = drain(spool)
+    assert (summary.done, summary.failed) == (1, 3)
+    reasons = {}
+    for entry in entries(spool, "failed"):
+        failure = json.loads((spool.failed / entry / "failure.json").read_text())
+        reasons[failure["id"]] = failure["reason"]
+    assert reasons == {
+        "link": "job file: expected a regular file, got a symlink",
+        "fifo": "job file: expected a regular file, got a FIFO",
+        "dir": "job file: expected a regular file, got a directory",
+    }
+    assert secret.read_text().startswith("renderer")  # never followed, never moved
+    assert os.path.islink(next(iter((spool.failed).glob("link.*"))) / "job.yaml")

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout
 
@@ -48,7 +48,9 @@ def only_record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any
     return data
 
 
-def test_sigkilled_runner_job_is_recovered_by_another(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
+def test_sigkilled_runner_job_is_recovered_by_another(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "render.pid"
     drop(spool, "long.yaml", command_job(sleep=60, pidfile=str(pidfile)))
     a = start_runner()
@@ -123,7 +125,9 @@ def test_sigterm_lets_running_job_finish(spool: SpoolLayout, start_runner: Start
     assert len(entries(spool, "done")) == 1
 
 
-def test_sigterm_past_grace_requeues_without_using_an_attempt(spool: SpoolLayout, start_runner: Start) -> None:
+def test_sigterm_past_grace_requeues_without_using_an_attempt(
+    spool: SpoolLayout, start_runner: Start
+) -> None:
     write_spool_config(spool, {"grace_seconds": 0.5})
     drop(spool, "j.yaml", {**command_job(sleep=60), "max_attempts": 1})
     r = start_runner()
@@ -184,9 +188,8 @@ def test_stalled_garbage_is_declared_invalid_once_settled(spool: SpoolLayout) ->
 @pytest.mark.slow
 def test_several_runners_claim_and_publish_each_job_exactly_once(spool: SpoolLayout, tmp_path: Path) -> None:
     marker = tmp_path / "renders.txt"
-    write_spool_config(spool, {"commands": {
-        "quick": ["sh", "-c", 'echo "$2" >> "$3" && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(marker)],
-    }})  # fmt: skip
+    quick = ["sh", "-c", 'echo "$2" >> "$3" && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(marker)]
+    write_spool_config(spool, {"commands": {"quick": quick}})
     jobs = 400
     for i in range(jobs):
         drop(spool, f"j{i:04d}.yaml", {"renderer": "command", "command": "quick"})

@@ -102,10 +102,31 @@ def terminate_group(proc: subprocess.Popen[Any], grace: float) -> None:
     pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
     if _signal_group(pgid, signal.SIGTERM):
         deadline = time.monotonic() + grace
-        while (proc.poll() is None or _signal_group(pgid, 0)) and time.monotonic() < deadline:
+        while (proc.poll() is None or group_has_live_members(pgid)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        _signal_group(pgid, signal.SIGKILL)
+        if proc.poll() is None or group_has_live_members(pgid):
+            _signal_group(pgid, signal.SIGKILL)
     proc.wait()
+
+
+def group_has_live_members(pgid: int) -> bool:
+    """True if a process of group ``pgid`` is still running (zombies do not count).
+
+    kill(-pgid, 0) is not enough: where PID 1 does not reap orphans (some containers),
+    a group's dead grandchildren stay zombies forever and would look alive.
+    """
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

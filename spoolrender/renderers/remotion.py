@@ -19,6 +19,7 @@ import os
 import queue
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,28 @@ CANCEL_TIMEOUT_S = 10.0
 PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
 FFPROBE_PATHS = ("node_modules/@remotion/compositor-linux-x64-gnu/ffprobe",
                  "node_modules/@remotion/compositor-linux-arm64-gnu/ffprobe")  # fmt: skip
+
+
+WORKER_TMP_PREFIX = "spoolrender-worker-"
+
+
+def worker_tmpdir() -> Path:
+    """A short, private TMPDIR for one worker (Chromium puts a unix socket in it, and
+    socket paths are limited to 107 bytes). Named by our pid so leftovers of a killed
+    runner can be recognised and removed (:func:`remove_stale_worker_tmpdirs`)."""
+    return Path(tempfile.mkdtemp(prefix=f"{WORKER_TMP_PREFIX}{os.getpid()}-"))
+
+
+def remove_stale_worker_tmpdirs() -> None:
+    """Delete worker TMPDIRs whose runner process is gone (killed before it could clean)."""
+    base = Path(tempfile.gettempdir())
+    for path in base.glob(f"{WORKER_TMP_PREFIX}*"):
+        try:
+            pid = int(path.name[len(WORKER_TMP_PREFIX) :].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class WorkerDied(Exception):
@@ -108,6 +131,14 @@ class RemotionWorker:
             except ValueError:
                 event = None
             if isinstance(event, dict) and "type" in event:
+                if event["type"] != "progress":
+                    # The log tells the whole story: requests' outcomes and, for
+                    # failures, the worker's full detail (stack, source-mapped frames).
+                    detail = event.get("detail")
+                    brief = {k: v for k, v in event.items() if k != "detail"}
+                    self._write_log(json.dumps(brief).encode() + b"\n")
+                    if detail:
+                        self._write_log(str(detail).encode() + b"\n")
                 self._events.put(event)
             else:
                 self._write_log(raw)
@@ -188,11 +219,12 @@ class RemotionRenderer:
 
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
+        remove_stale_worker_tmpdirs()
         self._worker: RemotionWorker | None = None
         self._serve_url: Path | None = None
         self.workers_started = 0
 
-    def _ensure_worker(self, request: RenderRequest) -> RemotionWorker:
+    def _ensure_worker(self, request: RenderRequest, log_fh: IO[bytes]) -> RemotionWorker:
         serve_url = ensure_bundle(self._config.remotion_project, self._config.cache_dir, request.log)
         worker = self._worker
         if worker is not None and (not worker.alive() or serve_url != self._serve_url):
@@ -206,8 +238,8 @@ class RemotionRenderer:
                     transient=True,
                     kind="setup",
                 )
-            tmpdir = self._config.output_root / ".spoolrender-tmp" / f"worker-{os.getpid()}-{id(self):x}"
-            worker = RemotionWorker(self._config, serve_url, tmpdir)
+            worker = RemotionWorker(self._config, serve_url, worker_tmpdir())
+            worker.set_log(log_fh)  # start-up errors belong in the job's log too
             request.on_spawn(worker.pgid)
             try:
                 worker.wait_ready()
@@ -223,7 +255,7 @@ class RemotionRenderer:
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
         spec = request.spec
         with open(request.log, "ab") as log_fh:
-            worker = self._ensure_worker(request)
+            worker = self._ensure_worker(request, log_fh)
             request.on_spawn(worker.pgid)
             worker.set_log(log_fh)
             try:
@@ -290,23 +322,24 @@ class RemotionRenderer:
         if ffprobe is None or not expected or request.settings.get("codec", "h264") == "gif":
             return
         proc = subprocess.run(
-            [str(ffprobe), "-v", "error", "-select_streams", "v:0", "-count_packets",
-             "-show_entries", "stream=nb_read_packets", "-of", "json", str(request.output)],
+            [str(ffprobe), "-v", "error", "-count_frames", "-select_streams", "v:0",
+             "-show_entries", "stream=nb_read_frames", "-of", "default=noprint_wrappers=1:nokey=1",
+             str(request.output)],
             capture_output=True, check=False, timeout=120,
-            env={**os.environ, "LD_LIBRARY_PATH": str(ffprobe.parent)},
         )  # fmt: skip
         try:
-            frames = int(json.loads(proc.stdout)["streams"][0]["nb_read_packets"])
-        except (ValueError, KeyError, IndexError) as exc:
-            why = proc.stderr.decode(errors="replace")[:200]
+            frames = int(proc.stdout.decode().strip().splitlines()[0])
+        except (ValueError, IndexError) as exc:
+            why = proc.stderr.decode(errors="replace").strip()[:200]
             raise RenderError(
                 f"the rendered file is not a readable video (ffprobe: {why})",
                 transient=True,
                 kind="verify",
             ) from exc
         if frames != expected:
-            raise RenderError(f"the rendered video has {frames} frames, expected {expected}", transient=True,
-                              kind="verify")  # fmt: skip
+            raise RenderError(
+                f"the rendered video has {frames} frames, expected {expected}", transient=True, kind="verify"
+            )
 
     def _discard_worker(self) -> None:
         if self._worker is not None:
@@ -335,6 +368,6 @@ def _classify(event: dict[str, Any]) -> RenderError:
     kind = str(event.get("kind") or "error")
     message = str(event.get("message") or "render failed").strip().splitlines()[0]
     location = event.get("location")
-    if location:
+    if location and str(location) not in message:
         message = f"{message} (at {location})"
     return RenderError(message, transient=kind not in PERMANENT_KINDS, kind=kind)

@@ -1,0 +1,5 @@
+// Entry point for the Remotion bundle (bundled by worker/bundle.mjs).
+import {registerRoot} from 'remotion';
+import {RemotionRoot} from './Root';
+
+registerRoot(RemotionRoot);

@@ -1,0 +1,182 @@
+"""Recovery decisions on a real spool, with an injected clock instead of sleeps."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from conftest import entries
+
+from spoolrender.clock import ManualClock
+from spoolrender.config import SpoolConfig
+from spoolrender.durable import create_exclusive
+from spoolrender.heartbeat import HOSTNAME, Heartbeat, acquire_job_lock
+from spoolrender.layout import SpoolLayout, new_token, running_name
+from spoolrender.publish import scratch_dir
+from spoolrender.records import PUBLISHING, RETRY, RunRecord, run_path
+from spoolrender.recovery import Recoverer
+
+JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
+
+
+def foreign_job(layout: SpoolLayout, host: str = "elsewhere", counter: int = 1, run: int = 1) -> Path:
+    uid = new_token()
+    token = uid
+    job_dir = layout.running / running_name("x", uid, token)
+    job_dir.mkdir()
+    (job_dir / "job.yaml").write_bytes(JOB)
+    beat(job_dir, host, token, counter, run)
+    return job_dir
+
+
+def beat(job_dir: Path, host: str, token: str, counter: int, run: int = 1) -> None:
+    # A clock on the owner's host far off from ours: it must not matter.
+    hb = Heartbeat(host=host, pid=999999, token=token, run=run, counter=counter, updated=4e9)
+    (job_dir / "heartbeat").write_bytes(hb.to_json())
+
+
+def test_foreign_owner_is_dead_only_after_lease_of_unchanged_heartbeat(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    token = job_dir.name.rsplit(".", 1)[1]
+    assert rec.sweep(set()) == []
+    clock.advance(config.lease_seconds - 0.1)
+    assert rec.sweep(set()) == []
+    beat(job_dir, "elsewhere", token, counter=2)  # alive after all: the lease starts again
+    assert rec.sweep(set()) == []
+    clock.advance(config.lease_seconds - 0.1)
+    assert rec.sweep(set()) == []
+    clock.advance(0.2)
+    assert rec.sweep(set()) == [job_dir.name]
+    (entry,) = entries(spool, "retry")
+    run = json.loads((spool.retry / entry / "run-0001.json").read_text())
+    assert run["outcome"] == RETRY and run["attempt"] == 1
+    assert "heartbeat unchanged for 2 s" in run["error"]["message"]
+    assert (spool.retry / entry / "job.yaml").read_bytes() == JOB
+
+
+def test_missing_or_corrupt_heartbeat_falls_back_to_the_lease(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    (job_dir / "heartbeat").write_bytes(b"\x00garbage")
+    assert rec.sweep(set()) == []
+    clock.advance(config.lease_seconds)
+    assert rec.sweep(set()) == [job_dir.name]
+
+
+def test_same_host_released_lock_is_proof_at_once(spool: SpoolLayout, config: SpoolConfig) -> None:
+    rec = Recoverer(spool, config, ManualClock(), random.Random(1))
+    job_dir = foreign_job(spool, host=HOSTNAME)
+    (job_dir / "lock").touch()  # left by a dead owner; nobody holds it
+    assert rec.sweep(set()) == [job_dir.name]
+
+
+def test_same_host_held_lock_is_alive(spool: SpoolLayout, config: SpoolConfig) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool, host=HOSTNAME)
+    lock = acquire_job_lock(job_dir)
+    try:
+        assert rec.sweep(set()) == []
+        clock.advance(1.0)
+        assert rec.sweep(set()) == []
+    finally:
+        assert lock is not None
+        lock.release()
+
+
+def test_abandoned_claim_without_job_file_is_removed(spool: SpoolLayout, config: SpoolConfig) -> None:
+    rec = Recoverer(spool, config, ManualClock(), random.Random(1))
+    job_dir = foreign_job(spool, host=HOSTNAME)
+    (job_dir / "job.yaml").unlink()
+    assert rec.sweep(set()) == [job_dir.name]
+    assert entries(spool, "running") == entries(spool, "retry") == []
+
+
+def test_decided_publish_is_rolled_forward(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """The owner died after verifying and deciding, before publishing: finish its work."""
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    token = job_dir.name.rsplit(".", 1)[1]
+    scratch = scratch_dir(config.output_root, job_dir.name)
+    scratch.mkdir(parents=True)
+    temp = scratch / "output.mp4"
+    temp.write_bytes(b"finished video")
+    publish = {
+        "temp": str(temp),
+        "output": "out/x.mp4",
+        "replace": False,
+        "bytes": 14,
+        "inode": temp.stat().st_ino,
+    }
+    record = RunRecord(
+        run=1, outcome=PUBLISHING, host="elsewhere", pid=1, token=token, ended=clock.wall(),
+        started=clock.wall(), attempt=1, publish=publish,
+    )  # fmt: skip
+    assert create_exclusive(run_path(job_dir, 1), record.to_json())
+    rec.sweep(set())
+    clock.advance(config.lease_seconds)
+    rec.sweep(set())
+    (entry,) = entries(spool, "done")
+    result = json.loads((spool.done / entry / "result.json").read_text())
+    assert result["attempts"] == 1 and result["bytes"] == 14
+    assert (config.output_root / "out" / "x.mp4").read_bytes() == b"finished video"
+    assert not scratch.exists()
+
+
+def test_decided_retry_is_moved_without_counting_twice(spool: SpoolLayout, config: SpoolConfig) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    token = job_dir.name.rsplit(".", 1)[1]
+    record = RunRecord(
+        run=1,
+        outcome=RETRY,
+        host="elsewhere",
+        pid=1,
+        token=token,
+        ended=clock.wall(),
+        attempt=1,
+        due=clock.wall() + 5,
+        error={"kind": "x", "message": "m", "transient": True},
+    )
+    assert create_exclusive(run_path(job_dir, 1), record.to_json())
+    rec.sweep(set())
+    clock.advance(config.lease_seconds)
+    rec.sweep(set())
+    (entry,) = entries(spool, "retry")
+    assert sorted(p.name for p in (spool.retry / entry).glob("run-*.json")) == ["run-0001.json"]
+    assert int(entry.split("-")[0]) == int((clock.wall() - config.lease_seconds + 5) * 1000)
+
+
+def test_last_attempt_lost_to_a_dead_runner_fails_the_job(spool: SpoolLayout, config: SpoolConfig) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool, run=3)
+    token = job_dir.name.rsplit(".", 1)[1]
+    for n in (1, 2):
+        r = RunRecord(
+            run=n,
+            outcome=RETRY,
+            host="h",
+            pid=1,
+            token=token,
+            ended=0.0,
+            attempt=n,
+            error={"kind": "x", "message": "m", "transient": True},
+        )
+        assert create_exclusive(run_path(job_dir, n), r.to_json())
+    rec.sweep(set())
+    clock.advance(config.lease_seconds)
+    rec.sweep(set())
+    (entry,) = entries(spool, "failed")
+    failure = json.loads((spool.failed / entry / "failure.json").read_text())
+    assert failure["attempts"] == 3 and "no attempts left (3 of 3)" in failure["reason"]

@@ -1,0 +1,191 @@
+"""End to end with the real stack: Remotion 4, Node, Debian's Chromium, ffprobe.
+
+Marked `remotion` (select with -m remotion, skip with -m "not remotion"). Skipped with a
+reason only when the stack is not installed; scripts/setup.sh installs it, and CI runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import drop, entries, spoolrender_cmd, wait_for, write_spool_config
+
+from spoolrender.heartbeat import read_heartbeat
+from spoolrender.layout import SpoolLayout
+
+REMOTION = Path(__file__).resolve().parent.parent / "remotion"
+FFPROBE = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu/ffprobe"
+
+pytestmark = [
+    pytest.mark.remotion,
+    pytest.mark.skipif(
+        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
+        reason="remotion/node_modules missing: run scripts/setup.sh",
+    ),
+    pytest.mark.skipif(
+        not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"
+    ),
+]
+
+
+@pytest.fixture(scope="session")
+def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One cache for the whole session: the first test bundles, the others reuse it.
+    return tmp_path_factory.mktemp("bundle-cache")
+
+
+@pytest.fixture
+def rspool(spool: SpoolLayout, bundle_cache: Path) -> SpoolLayout:
+    write_spool_config(
+        spool,
+        {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1, "lease_seconds": 30},
+    )
+    return spool
+
+
+def tiny(**props: Any) -> dict[str, Any]:
+    return {"composition": "Tiny", "props": props}
+
+
+def drain(layout: SpoolLayout, timeout: float = 300) -> str:
+    proc = subprocess.run(
+        spoolrender_cmd("run", "--drain", "-v", "--spool", str(layout.root)),
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def probe(path: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(FFPROBE), "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+         "stream=nb_read_frames,width,height,codec_name:format=duration", "-of", "json", str(path)],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def record(layout: SpoolLayout, state: str, prefix: str, filename: str) -> dict[str, Any]:
+    (entry,) = [e for e in entries(layout, state) if e.startswith(prefix + ".")]
+    data: dict[str, Any] = json.loads((layout.state_dir(state) / entry / filename).read_text())
+    return data
+
+
+def leftovers(layout: SpoolLayout) -> list[str]:
+    """Partial outputs, Remotion in-progress files, scratch dirs: must all be gone."""
+    out = layout.root / "output"
+    found = [str(p) for p in out.rglob("*") if ".remotion-in-progress" in p.name]
+    scratch = out / ".spoolrender-tmp"
+    if scratch.exists():
+        found += [str(p) for p in scratch.iterdir()]
+    return found
+
+
+def test_jobs_render_to_verified_mp4_reusing_one_browser_and_bundle(rspool: SpoolLayout) -> None:
+    drop(rspool, "a.yaml", {**tiny(frames=12, color="#ff0000"), "output": "tiny/a.mp4", "priority": 2})
+    drop(rspool, "b.yaml", {**tiny(frames=20), "output": "tiny/b.mp4", "priority": 1})
+    drain(rspool)
+    a = probe(rspool.root / "output" / "tiny" / "a.mp4")
+    assert a["streams"][0]["nb_read_frames"] == "12"
+    assert (a["streams"][0]["width"], a["streams"][0]["height"]) == (160, 90)
+    assert abs(float(a["format"]["duration"]) - 0.4) < 0.05
+    b = probe(rspool.root / "output" / "tiny" / "b.mp4")
+    assert b["streams"][0]["nb_read_frames"] == "20"
+    first = record(rspool, "done", "a", "result.json")["details"]
+    second = record(rspool, "done", "b", "result.json")["details"]
+    assert first["frames"] == 12 and second["frames"] == 20
+    # The worker's own counters: the same worker, browser and bundle served both jobs.
+    assert second["worker"] == {"browserLaunches": 1, "bundleLoads": 1, "jobsRendered": 2, "jobsFailed": 0}
+    assert leftovers(rspool) == []
+
+
+def test_permanent_remotion_errors_fail_with_remotions_message(rspool: SpoolLayout) -> None:
+    drop(rspool, "nope.yaml", {"composition": "Nope"})
+    drop(rspool, "throws.yaml", {"composition": "Failing", "props": {"reason": "bad data", "atFrame": 2}})
+    drop(
+        rspool, "badprops.yaml", {"composition": "DataRecap", "props": {"title": "x", "items": "not a list"}}
+    )
+    drop(rspool, "fine.yaml", tiny())
+    drain(rspool)
+    assert entries(rspool, "done")[0].startswith("fine.")
+    nope = record(rspool, "failed", "nope", "failure.json")
+    assert nope["kind"] == "composition-not-found" and nope["attempts"] == 1
+    assert nope["reason"].startswith("Could not find composition with ID Nope. Available compositions: ")
+    assert "TitleCard" in nope["reason"]
+    throws = record(rspool, "failed", "throws", "failure.json")
+    assert throws["kind"] == "component-error"
+    assert "Intentional failure: bad data" in throws["reason"] and "src/Failing.tsx:" in throws["reason"]
+    badprops = record(rspool, "failed", "badprops", "failure.json")
+    assert badprops["kind"] == "invalid-props"
+    assert badprops["reason"].startswith("Invalid props for DataRecap: items:")
+    # The full Node log of the attempt is kept beside the record.
+    (entry,) = [e for e in entries(rspool, "failed") if e.startswith("throws.")]
+    assert "Intentional failure" in (rspool.failed / entry / "run-0001.log").read_text()
+    assert leftovers(rspool) == []
+
+
+def test_timeout_cancels_mid_render_and_retries_cleanly(rspool: SpoolLayout) -> None:
+    slow = {
+        "composition": "TitleCard",
+        "props": {"title": "Slow", "seconds": 20},
+        "timeout": 4,
+        "max_attempts": 2,
+    }
+    drop(rspool, "slow.yaml", slow)
+    drain(rspool)
+    (entry,) = entries(rspool, "retry")
+    run = json.loads((rspool.retry / entry / "run-0001.json").read_text())
+    assert run["outcome"] == "retry" and run["error"]["kind"] == "timeout"
+    assert leftovers(rspool) == []
+    assert not list(Path("/tmp").glob("spoolrender-worker-*"))  # worker TMPDIRs removed
+
+
+def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
+    rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path
+) -> None:
+    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
+    drop(rspool, "victim.yaml", {"composition": "TitleCard", "props": {"title": "Victim", "seconds": 4}})
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def rendering() -> bool:
+            names = entries(rspool, "running")
+            hb = read_heartbeat(rspool.running / names[0]) if names else None
+            return hb is not None and hb.pgid is not None and (hb.progress or 0) > 0.05
+
+        wait_for(rendering, timeout=120)
+        (name,) = entries(rspool, "running")
+        hb = read_heartbeat(rspool.running / name)
+        assert hb is not None and hb.pgid is not None
+        os.kill(hb.pgid, signal.SIGKILL)  # the Node worker itself (its group leader)
+        wait_for(lambda: len(entries(rspool, "done")) == 1, timeout=180)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=30)
+    result = record(rspool, "done", "victim", "result.json")
+    assert [r["outcome"] for r in result["runs"]] == ["retry", "publishing"]
+    assert result["runs"][0]["error"]["kind"] == "worker-died"
+    assert "the Remotion worker died (signal 9)" in result["runs"][0]["error"]["message"]
+    assert probe(Path(result["output"]))["streams"][0]["nb_read_frames"] == "120"
+    assert leftovers(rspool) == []
+    assert not list(Path("/tmp").glob("spoolrender-worker-*"))
+
+
+def test_drain_reuses_the_cached_bundle(rspool: SpoolLayout) -> None:
+    drop(rspool, "one.yaml", tiny())
+    drain(rspool)
+    drop(rspool, "two.yaml", tiny())
+    second = drain(rspool)
+    assert len(entries(rspool, "done")) == 2
+    assert "bundling" not in second  # a cron-started drain must not rebundle
