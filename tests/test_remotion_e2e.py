@@ -88,6 +88,16 @@ def leftovers(layout: SpoolLayout) -> list[str]:
     return found
 
 
+def leaked_worker_tmpdirs() -> list[Path]:
+    """Worker TMPDIRs (named spoolrender-worker-<runner pid>-*) whose runner is gone."""
+    leaked = []
+    for path in Path("/tmp").glob("spoolrender-worker-*"):
+        pid = path.name.removeprefix("spoolrender-worker-").split("-", 1)[0]
+        if not Path(f"/proc/{pid}").exists():
+            leaked.append(path)
+    return leaked
+
+
 def test_jobs_render_to_verified_mp4_reusing_one_browser_and_bundle(rspool: SpoolLayout) -> None:
     drop(rspool, "a.yaml", {**tiny(frames=12, color="#ff0000"), "output": "tiny/a.mp4", "priority": 2})
     drop(rspool, "b.yaml", {**tiny(frames=20), "output": "tiny/b.mp4", "priority": 1})
@@ -144,7 +154,7 @@ def test_timeout_cancels_mid_render_and_retries_cleanly(rspool: SpoolLayout) -> 
     run = json.loads((rspool.retry / entry / "run-0001.json").read_text())
     assert run["outcome"] == "retry" and run["error"]["kind"] == "timeout"
     assert leftovers(rspool) == []
-    assert not list(Path("/tmp").glob("spoolrender-worker-*"))  # worker TMPDIRs removed
+    assert leaked_worker_tmpdirs() == []  # the worker's TMPDIR went with it
 
 
 def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
@@ -179,7 +189,7 @@ def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
     assert "the Remotion worker died (signal 9)" in result["runs"][0]["error"]["message"]
     assert probe(Path(result["output"]))["streams"][0]["nb_read_frames"] == "120"
     assert leftovers(rspool) == []
-    assert not list(Path("/tmp").glob("spoolrender-worker-*"))
+    assert leaked_worker_tmpdirs() == []
 
 
 def test_drain_reuses_the_cached_bundle(rspool: SpoolLayout) -> None:
