@@ -186,7 +186,7 @@ class Claim:
     uid: str
     token: str
     run: int
-    source_name: str
+    source_name: str  # the file name the job's default id derives from
     started: float
     cancel: CancelToken
     lock: FileLock | None
@@ -268,4 +268,7 @@ def _claim_retry(
     started = clock.wall()
     run = next_run_number(job_dir)
     heartbeat.add(ActiveJob(job_dir, token, run, started, lambda: cancel.cancel("lost")))
-    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, candidate.name, started, cancel, lock)
+    # The job's default id came from its original file name; the retry entry's name must
+    # not replace it, so the id stands in for the file name from now on.
+    filename = f"{candidate.job_id}.yaml"
+    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock)

@@ -226,6 +226,9 @@ class JobExecutor:
             won = False
         if not won:
             return self._lost(claim)
+        # Decided: stop beating before the directory moves (a recoverer that finds the
+        # job silent from now on can only carry out this same decision).
+        self._heartbeat.remove(claim.token)
         try:
             target = carry_out(
                 self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record

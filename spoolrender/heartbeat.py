@@ -236,10 +236,13 @@ class HeartbeatWriter:
             # lost in a power cut only makes the job look dead sooner, which is the truth.
             write_atomic(job_dir / defaults.HEARTBEAT_FILENAME, hb.to_json(), durable=False)
         except FileNotFoundError:
+            with self._lock:
+                still_ours = self._jobs.pop(job.token, None) is not None
+            if not still_ours:
+                return True  # the owner itself moved the job out of running/ meanwhile
             # Our running/ directory is gone: another runner judged us dead and took the
             # job. Stop working on it; fencing makes sure we never publish it.
             log.warning("job %s was taken away from this runner (heartbeat dir gone)", job_dir.name)
-            self.remove(job.token)
             job.on_lost()
             return False
         except OSError as exc:

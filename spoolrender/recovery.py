@@ -142,32 +142,24 @@ class Recoverer:
             pass
         now = self._clock.wall()
         error = {"kind": "runner-died", "message": why, "transient": True}
-        if attempt < max_attempts:
-            delay = backoff_delay(
+        due = None
+        outcome = RETRY if attempt < max_attempts else FAILED
+        if outcome == RETRY:
+            due = now + backoff_delay(
                 attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
             )
-            return RunRecord(
-                run=run,
-                outcome=RETRY,
-                host=HOSTNAME,
-                pid=os.getpid(),
-                token=token,
-                ended=now,
-                attempt=attempt,
-                error=error,
-                due=now + delay,
-                details={"priority": priority},
-            )
-        error["message"] = f"{why}; no attempts left ({attempt} of {max_attempts})"
+        else:
+            error["message"] = f"{why}; no attempts left ({attempt} of {max_attempts})"
         return RunRecord(
             run=run,
-            outcome=FAILED,
+            outcome=outcome,
             host=HOSTNAME,
             pid=os.getpid(),
             token=token,
             ended=now,
             attempt=attempt,
             error=error,
+            due=due,
             details={"priority": priority},
         )
 

@@ -74,6 +74,9 @@ def test_transient_failure_retries_then_succeeds(spool: SpoolLayout) -> None:
     result = record(spool, "done", "result.json")
     assert result["attempts"] == 3
     assert [r["outcome"] for r in result["runs"]] == ["retry", "retry", "publishing"]
+    # A retried job keeps the id (and default output) of its original file name.
+    assert result["id"] == "flaky" and result["output"].endswith("/output/flaky.mp4")
+    assert sorted(os.listdir(spool.ids)) == ["flaky"]
     assert all(r["error"]["transient"] for r in result["runs"][:2])
 
 
@@ -199,3 +202,40 @@ def test_symlinks_fifos_and_directories_fail_with_a_reason(spool: SpoolLayout, t
     }
     assert secret.read_text().startswith("renderer")  # never followed, never moved
     assert os.path.islink(next(iter((spool.failed).glob("link.*"))) / "job.yaml")
+
+
+def test_fallback_props_apply_on_the_last_attempt(spool: SpoolLayout) -> None:
+    job = {
+        **command_job(fail_until_attempt=3, content="full quality"),
+        "max_attempts": 3,
+        "fallback": {"props": {"content": "fallback quality"}},
+    }
+    drop(spool, "fb.yaml", job)
+    drain_until(spool, "done", 1)
+    result = record(spool, "done", "result.json")
+    assert result["details"]["fallback_used"] is True
+    assert (spool.root / "output" / "fb.mp4").read_bytes() == b"fallback quality"
+
+
+def test_polling_watch_mode_picks_up_jobs(spool: SpoolLayout) -> None:
+    write_spool_config(spool, {"watch": "polling", "settle_seconds": 0})
+    runner = Runner(load_config(spool.root, environ={}))
+    assert runner.watch_mode == "polling"
+    drop(spool, "p.yaml", command_job())
+    runner.drain = True
+    assert runner.run().done == 1
+
+
+def test_capacity_from_host_and_overrides(spool: SpoolLayout) -> None:
+    from spoolrender.capacity import plan_capacity, usable_cores
+
+    auto = plan_capacity(
+        load_config(spool.root, environ={}, overrides={"slots": "auto", "threads_per_job": 1})
+    )
+    assert 1 <= auto.slots <= usable_cores() and auto.threads_per_job == 1
+    fixed = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": 1, "threads_per_job": 64}))
+    assert fixed.slots == 1 and fixed.threads_per_job == usable_cores()  # slots x threads <= cores
+    huge = plan_capacity(
+        load_config(spool.root, environ={}, overrides={"slots": "auto", "memory_per_job_mb": 10**9})
+    )
+    assert huge.slots == 1 and "MB available" in huge.reason

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.bundle_cache import ensure_bundle
+from spoolrender.errors import RenderError
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout
 
@@ -175,6 +179,11 @@ def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
             return hb is not None and hb.pgid is not None and (hb.progress or 0) > 0.05
 
         wait_for(rendering, timeout=120)
+        status = json.loads(subprocess.run(spoolrender_cmd("status", "--json", "--spool", str(rspool.root)),
+                                           capture_output=True, check=True).stdout)  # fmt: skip
+        (running,) = status["running"]
+        assert running["id"] == "victim" and running["progress"] > 0 and running["eta_seconds"] is not None
+        assert running["stage"] in ("rendering", "encoding") and not running["stale"]
         (name,) = entries(rspool, "running")
         hb = read_heartbeat(rspool.running / name)
         assert hb is not None and hb.pgid is not None
@@ -199,3 +208,40 @@ def test_drain_reuses_the_cached_bundle(rspool: SpoolLayout) -> None:
     second = drain(rspool)
     assert len(entries(rspool, "done")) == 2
     assert "bundling" not in second  # a cron-started drain must not rebundle
+
+
+def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("src", "worker"):
+        shutil.copytree(REMOTION / name, project / name)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(REMOTION / name, project / name)
+    (project / "node_modules").symlink_to(REMOTION / "node_modules")
+    cache = tmp_path / "cache"
+    index = project / "src" / "index.ts"
+    good = index.read_text()
+    index.write_text(good + "\nconst broken = ;\n")
+    with pytest.raises(RenderError, match="bundling the Remotion project failed") as err:
+        ensure_bundle(project, cache)
+    assert err.value.transient
+    assert [p.name for p in (cache / "bundles").iterdir() if not p.name.startswith(".")] == []
+    assert not list((cache / "bundles").glob(".*.building"))
+
+    index.write_text(good)
+    script = (
+        "import logging, sys; from pathlib import Path; logging.basicConfig(level=logging.INFO);"
+        "from spoolrender.bundle_cache import ensure_bundle;"
+        "print(ensure_bundle(Path(sys.argv[1]), Path(sys.argv[2])))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(project), str(cache)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    paths = {out.strip() for out, _ in outs}
+    assert len(paths) == 1  # both got the same bundle...
+    assert sum(err.count("bundling") for _, err in outs) == 1  # ...built once
+    assert (Path(paths.pop()) / "index.html").is_file()
