@@ -14,7 +14,9 @@ for job in remotion/sample-jobs/*.yaml; do
   spoolrender submit --spool spool "$job" --name "$name" >/dev/null
 done
 echo "==> rendering $(ls remotion/sample-jobs/*.yaml | wc -l) sample jobs (spoolrender run --drain)"
-spoolrender run --drain --spool spool
+# settle_seconds=0: `submit` renamed each file into place complete, so there is no upload
+# to wait for (a runner that is already running learns that from the rename event).
+spoolrender run --drain --spool spool --set settle_seconds=0
 spoolrender status --spool spool
 echo
 echo "Videos:"

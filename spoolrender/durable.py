@@ -108,11 +108,5 @@ def rename_durable(src: Path, dst: Path) -> None:
         fsync_dir(src.parent)
 
 
-def read_json(path: Path) -> Any:
-    """Read a JSON file written by :func:`write_json_atomic`; raises OSError/ValueError."""
-    with open(path, "rb") as fh:
-        return json.loads(fh.read())
-
-
 def _json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")

@@ -51,10 +51,6 @@ class RenderCancelled(SpoolrenderError):
         self.reason = reason
 
 
-class LostOwnership(SpoolrenderError):
-    """This runner no longer owns a job it was working on (it was recovered elsewhere)."""
-
-
 class PublishError(SpoolrenderError):
     """The rendered output could not be put in place under the output root."""
 

@@ -130,9 +130,8 @@ def lock_is_free(job_dir: Path) -> bool:
 class LivenessTracker:
     """Remembers, per running entry, since when (monotonic) its heartbeat has not changed."""
 
-    def __init__(self, clock: Clock, lease_seconds: float) -> None:
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._lease = lease_seconds
         self._seen: dict[str, tuple[object, float]] = {}
 
     def silent_for(self, name: str, signature: object) -> float:
@@ -143,9 +142,6 @@ class LivenessTracker:
             self._seen[name] = (signature, now)
             return 0.0
         return now - previous[1]
-
-    def is_stale(self, name: str, signature: object) -> bool:
-        return self.silent_for(name, signature) >= self._lease
 
     def forget_except(self, names: Iterable[str]) -> None:
         keep = set(names)

@@ -58,7 +58,7 @@ class Recoverer:
         self._config = config
         self._clock = clock
         self._rng = rng
-        self._tracker = tracker or LivenessTracker(clock, config.lease_seconds)
+        self._tracker = tracker or LivenessTracker(clock)
 
     def sweep(self, own_keys: set[str]) -> list[str]:
         """Recover every dead job in running/ (not ours); returns the names recovered."""

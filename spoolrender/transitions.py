@@ -9,16 +9,14 @@ at any point between "decided" and "moved" is finished by the next runner that l
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from spoolrender import defaults
-from spoolrender.durable import rename_durable, write_atomic
+from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.ids import release_id
@@ -47,10 +45,6 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> 
     """
     delay = min(cap, base * (2 ** max(0, attempt - 1)))
     return float(delay / 2 + rng.random() * delay / 2)
-
-
-def _json(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
 
 
 def _drop_heartbeat(job_dir: Path) -> None:
@@ -83,7 +77,7 @@ def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, re
         "runs": [r.__dict__ for r in runs],
     }
     # Written before the move: failed/ entries are complete the moment they appear.
-    write_atomic(job_dir / defaults.FAILURE_FILENAME, _json(failure))
+    write_json_atomic(job_dir / defaults.FAILURE_FILENAME, failure)
     target = layout.failed / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
@@ -117,7 +111,7 @@ def complete_publish(
         "details": record.details,
         "runs": [r.__dict__ for r in runs],
     }
-    write_atomic(job_dir / defaults.RESULT_FILENAME, _json(result))
+    write_json_atomic(job_dir / defaults.RESULT_FILENAME, result)
     target = layout.done / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
