@@ -57,8 +57,7 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
     """The bundle directory for ``project``'s current content, building it if needed."""
     if not (project / "node_modules").is_dir():
         raise RenderError(
-            f"{project}/node_modules is missing: run `npm ci` in the Remotion project "
-            "(scripts/setup.sh does)",
+            f"{project}/node_modules is missing: run `npm ci` in the Remotion project (scripts/setup.sh does)",
             transient=True,
             kind="setup",
         )
@@ -88,9 +87,7 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             shutil.rmtree(building, ignore_errors=True)
-            raise RenderError(
-                f"bundling the Remotion project failed: {exc}", transient=True, kind="bundle"
-            ) from exc
+            raise RenderError(f"bundling the Remotion project failed: {exc}", transient=True, kind="bundle") from exc
         if log_path is not None:
             with open(log_path, "ab") as fh:
                 fh.write(proc.stdout + proc.stderr)

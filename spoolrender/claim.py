@@ -202,9 +202,7 @@ class Claim:
             self.lock = None
 
 
-def claim(
-    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
-) -> Claim | None:
+def claim(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
     """Try to take ``candidate``; None if another runner was faster (a normal outcome)."""
     if candidate.source == "incoming":
         return _claim_incoming(layout, candidate, heartbeat, clock)
@@ -225,7 +223,9 @@ def _claim_incoming(
     try:
         lock = acquire_job_lock(job_dir)
         started = clock.wall()
-        heartbeat.add(ActiveJob(job_dir, token, 1, started, lambda: cancel.cancel("lost")))
+        heartbeat.add(
+            ActiveJob(job_dir, token, 1, started, lambda: cancel.cancel("lost"), lambda: cancel.cancel("user"))
+        )
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
         # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
         # power cut only means the job is found in incoming/ again, or recovered.
@@ -243,9 +243,7 @@ def _claim_incoming(
     return Claim(job_dir, candidate.job_id, uid, token, 1, candidate.name, started, cancel, lock)
 
 
-def _claim_retry(
-    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
-) -> Claim | None:
+def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
     assert candidate.uid is not None
     token = new_token()
     job_dir = layout.running / running_name(candidate.job_id, candidate.uid, token)
@@ -267,8 +265,14 @@ def _claim_retry(
         lock = None  # a stale holder of an old lock: the heartbeat lease covers us
     started = clock.wall()
     run = next_run_number(job_dir)
-    heartbeat.add(ActiveJob(job_dir, token, run, started, lambda: cancel.cancel("lost")))
+    heartbeat.add(_active_job(job_dir, token, run, started, cancel))
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.
     filename = f"{candidate.job_id}.yaml"
     return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock)
+
+
+def _active_job(job_dir: Path, token: str, run: int, started: float, cancel: CancelToken) -> ActiveJob:
+    return ActiveJob(
+        job_dir, token, run, started, on_lost=lambda: cancel.cancel("lost"), on_cancel=lambda: cancel.cancel("user")
+    )

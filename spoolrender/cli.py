@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
+import socket
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,10 @@ from spoolrender.errors import JobInvalid, SpoolrenderError
 log = logging.getLogger("spoolrender")
 
 EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+EXIT_ERROR = 1  # bad config, missing spool, invalid job on submit, unknown id
+EXIT_USAGE = 2  # argparse
+EXIT_JOBS_FAILED = 3  # run --drain: at least one job failed for good during this run
+EXIT_PAUSED = 4  # run --drain: the spool is paused, nothing was claimed
 
 DESCRIPTION = """\
 Render Remotion videos from YAML job files dropped into a spool directory.
@@ -38,8 +43,12 @@ examples:
   spoolrender submit job.yaml               queue a job atomically
   spoolrender run                           render jobs as they arrive (Ctrl-C to stop)
   spoolrender run --drain                   render what is queued, then exit (for cron)
-  spoolrender status                        what is queued, running, failed
+  spoolrender status --watch                what is queued, running, failed (live)
+  spoolrender show intro-42                 one job: state, attempts, errors, logs
+  spoolrender cancel intro-42               cancel a queued or running job
   spoolrender retry --all-failed            give failed jobs fresh attempts
+  spoolrender pause / resume                stop / restart claiming on every host
+  spoolrender purge --older-than 30d        forget finished jobs' records
 
 The spool is ./spool unless --spool or SPOOLRENDER_SPOOL says otherwise.
 """
@@ -56,6 +65,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="json: one object per line (state changes carry job, from, to, attempt, host, duration, reason)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,22 +118,92 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run                         long-running (systemd)
               spoolrender run --drain                 cron: render what is queued, then exit
               spoolrender run --slots 2 --set lease_seconds=120
+              spoolrender run --metrics-textfile /var/lib/prometheus/node-exporter/spoolrender.prom
             Several runners, on one host or on many sharing the spool, are safe together.
+            exit status of --drain: 0 drained, 3 some job failed for good, 4 spool paused.
         """),
     )  # fmt: skip
     p.add_argument("--drain", action="store_true", help="exit once nothing is claimable (for cron)")
     p.add_argument("--slots", type=int, help="jobs at once (default: from cores and free memory)")
     p.add_argument("--output-root", type=Path, help="where outputs go (default: output_root setting)")
     p.add_argument("--watch", choices=("auto", "inotify", "polling"), help="how to notice new jobs")
+    p.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        metavar="PATH",
+        help="write Prometheus metrics here (atomically) for node_exporter's textfile collector",
+    )
+    p.add_argument("--runner-name", help="the runner label of this runner's metrics (default: host name)")
     _add_common(p)
 
     p = sub.add_parser(
         "status", help="show the spool at a glance", formatter_class=raw,
-        description="Counts per state, running jobs (host, pid, progress, heartbeat age, STALE when "
-        "past the lease), the retry queue, recent failures and the runners seen.",
-        epilog="example:\n  spoolrender status --json | jq .counts\n",
+        description="Counts per state, the age of the oldest waiting job, running jobs (host, pid, progress, "
+        "ETA, heartbeat age, STALE when past the lease), the retry queue with due times, recent failures "
+        "with their reason, and the runners seen. Counts come from directory listings only, so it stays "
+        "fast on a spool with 100k finished jobs.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender status
+              spoolrender status --watch 2              refresh every 2 s (Ctrl-C to leave)
+              spoolrender status --json | jq .counts    schema: README, "status --json"
+              spoolrender status --prometheus > /var/lib/prometheus/node-exporter/spool.prom.tmp
+        """),
     )  # fmt: skip
-    p.add_argument("--json", action="store_true", help="machine-readable output (see README for the schema)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output (stable schema, see README)")
+    fmt.add_argument("--prometheus", action="store_true", help="the spool gauges in Prometheus text format")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="refresh in place")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "show", help="one job: state, attempts, errors, logs", formatter_class=raw,
+        description="Find a job by id in every state and show its state, attempts, each run's outcome and "
+        "error, its result or failure, and the paths of its render logs.",
+        epilog="examples:\n  spoolrender show intro-42\n  spoolrender show intro-42 --json\n",
+    )  # fmt: skip
+    p.add_argument("id", help="job id")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "cancel", help="cancel a queued or running job", formatter_class=raw,
+        description="A waiting job (incoming/ or retry/) is moved to failed/ as cancelled at once. A running "
+        "job is stopped by the runner that owns it, on whichever host, at its next heartbeat "
+        "(heartbeat_seconds), then failed as cancelled.",
+        epilog="example:\n  spoolrender cancel intro-42\n",
+    )  # fmt: skip
+    p.add_argument("id", help="job id")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "pause", help="stop claiming on every host", formatter_class=raw,
+        description="Write a spool-wide pause marker: no runner on any host claims new jobs while it exists. "
+        "Running jobs go on. `run --drain` on a paused spool exits 4 at once.",
+        epilog='example:\n  spoolrender pause --reason "disk maintenance"\n',
+    )  # fmt: skip
+    p.add_argument("--reason", default="paused by operator", help="shown by status and logs")
+    _add_common(p)
+
+    p = sub.add_parser(
+        "resume", help="let runners claim again", formatter_class=raw,
+        description="Remove the pause marker.", epilog="example:\n  spoolrender resume\n",
+    )  # fmt: skip
+    _add_common(p)
+
+    p = sub.add_parser(
+        "purge", help="forget old finished jobs", formatter_class=raw,
+        description="Delete the records (job file, runs, logs) of jobs in done/ and failed/ that finished "
+        "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender purge --older-than 30d
+              spoolrender purge --older-than 12h --state failed --dry-run
+        """),
+    )  # fmt: skip
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w")
+    p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
+    p.add_argument("--dry-run", action="store_true", help="only list what would go")
     _add_common(p)
 
     p = sub.add_parser(
@@ -137,12 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _setup_logging(args: argparse.Namespace) -> None:
     level = logging.WARNING if args.quiet else (logging.INFO if args.verbose < 2 else logging.DEBUG)
-    if args.command in ("status", "submit", "retry", "init") and not args.verbose:
+    if args.command != "run" and not args.verbose:
         level = logging.WARNING
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter() if args.log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )  # fmt: skip
-    logging.getLogger("watchdog.observers.inotify").addFilter(_WatchdogStopNoise())
+    handler.addFilter(_WatchdogStopNoise())
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 class _WatchdogStopNoise(logging.Filter):
@@ -150,6 +236,24 @@ class _WatchdogStopNoise(logging.Filter):
     # a read: a harmless race of observer.stop(), not a lost event (listings are the truth).
     def filter(self, record: logging.LogRecord) -> bool:
         return "called when the thread is inactive" not in record.getMessage()
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line for log shippers; state changes add their fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        event = getattr(record, "event", None)
+        if isinstance(event, dict):
+            out.update(event)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
 
 
 def _spool_path(args: argparse.Namespace) -> Path:
@@ -205,20 +309,56 @@ def _dispatch(args: argparse.Namespace) -> int:
         from spoolrender.runner import Runner
 
         config = _config(args, {"slots": args.slots, "output_root": args.output_root, "watch": args.watch})
-        runner = Runner(config, drain=args.drain)
+        runner = Runner(config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name)
         runner.install_signal_handlers()
         summary = runner.run()
-        if args.drain:
-            print(
-                f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
-                f" (outputs under {config.output_root})"
-            )
-        return EXIT_OK
+        if not args.drain:
+            return EXIT_OK
+        print(
+            f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
+            f"{' (spool paused)' if summary.paused else ''} (outputs under {config.output_root})"
+        )
+        if summary.failed:
+            return EXIT_JOBS_FAILED
+        return EXIT_PAUSED if summary.paused and not summary.claimed else EXIT_OK
     if args.command == "status":
-        from spoolrender.status import collect_status, format_status
+        return _status(args)
+    if args.command == "show":
+        from spoolrender.lookup import describe, find_job, format_description
 
-        status = collect_status(_config(args))
-        print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status))
+        config = _config(args)
+        found = find_job(config, args.id)
+        if not found:
+            raise SpoolrenderError(f"no job with id {args.id!r} in {config.spool}")
+        infos = [describe(config, where) for where in found]
+        print(json.dumps(infos, indent=2, default=str) if args.json else "\n\n".join(map(format_description, infos)))
+        return EXIT_OK
+    if args.command == "cancel":
+        from spoolrender.control import cancel
+
+        who = f"{getpass.getuser()}@{socket.gethostname()}"
+        for line in cancel(_config(args), args.id, who):
+            print(line)
+        return EXIT_OK
+    if args.command == "pause":
+        from spoolrender.control import pause
+
+        marker = pause(_config(args), args.reason)
+        print(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
+        return EXIT_OK
+    if args.command == "resume":
+        from spoolrender.control import resume
+
+        print("resumed" if resume(_config(args)) else "the spool was not paused")
+        return EXIT_OK
+    if args.command == "purge":
+        from spoolrender.control import parse_duration, purge
+
+        states = (args.state,) if args.state else ("done", "failed")
+        removed = purge(_config(args), parse_duration(args.older_than), states, dry_run=args.dry_run)
+        for entry in removed:
+            print(entry)
+        print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
         return EXIT_OK
     if args.command == "retry":
         from spoolrender.control import retry_failed
@@ -227,6 +367,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
         return EXIT_OK
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _status(args: argparse.Namespace) -> int:
+    from spoolrender.status import collect_status, format_status
+
+    config = _config(args)
+    if args.prometheus:
+        from spoolrender.layout import SpoolLayout
+        from spoolrender.metrics import spool_metrics_text
+
+        sys.stdout.write(spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds))
+        return EXIT_OK
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    while True:
+        status = collect_status(config)
+        text = json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status, colour=colour)
+        if args.watch is None:
+            print(text)
+            return EXIT_OK
+        # Clear and redraw in place on a terminal; elsewhere, one snapshot after another.
+        sys.stdout.write(("\x1b[H\x1b[2J" if sys.stdout.isatty() else "") + text + "\n")
+        sys.stdout.flush()
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

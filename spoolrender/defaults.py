@@ -16,6 +16,8 @@ HEARTBEAT_FILENAME = "heartbeat"
 LOCK_FILENAME = "lock"
 RESULT_FILENAME = "result.json"  # written into done/<job>/
 FAILURE_FILENAME = "failure.json"  # written into failed/<job>/
+CANCEL_FILENAME = "cancel"  # `spoolrender cancel` asks a running job's owner to stop
+PAUSE_FILENAME = "paused"  # in .spoolrender/: no runner claims while it exists
 # Names in incoming/ that are never claimed: in-progress uploads by convention.
 IGNORED_PREFIXES = (".",)
 IGNORED_SUFFIXES = (".part", ".tmp", "~")

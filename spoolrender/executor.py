@@ -15,6 +15,8 @@ import random
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
@@ -40,11 +42,23 @@ from spoolrender.records import (
     read_runs,
 )
 from spoolrender.renderers.base import Renderer, RenderRequest
-from spoolrender.transitions import backoff_delay, carry_out
+from spoolrender.transitions import backoff_delay, carry_out, log_transition
 
 log = logging.getLogger(__name__)
 
 RendererFactory = Callable[[str], Renderer]
+_STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry"}
+_METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue"}
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: the job's new state, and what metrics count."""
+
+    state: str  # done, failed, retry, or lost (taken over by another runner)
+    outcome: str  # done, failed, retry, requeue, lost
+    attempts: int | None
+    duration: float | None
 
 
 class JobExecutor:
@@ -82,8 +96,8 @@ class JobExecutor:
             self._renderers[name] = self._make_renderer(name)
         return self._renderers[name]
 
-    def execute(self, claim: Claim) -> str:
-        """Run ``claim`` to its next state; returns that state (or ``lost``)."""
+    def execute(self, claim: Claim) -> RunEnd:
+        """Run ``claim`` to its next state."""
         try:
             return self._execute(claim)
         finally:
@@ -91,7 +105,7 @@ class JobExecutor:
             claim.release()
             remove_scratch(self._config.output_root, claim.key)
 
-    def _execute(self, claim: Claim) -> str:
+    def _execute(self, claim: Claim) -> RunEnd:
         job_dir = claim.job_dir
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
@@ -103,6 +117,9 @@ class JobExecutor:
             "started": claim.started,
             "attempt": attempt,
         }
+        cancel_request = _cancel_request(job_dir)
+        if cancel_request is not None:  # asked while the job waited, or before a recovery
+            return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
         try:
             spec = parse_job(
                 read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes),
@@ -110,9 +127,7 @@ class JobExecutor:
                 self._config,
             )
         except JobInvalid as exc:
-            return self._finish(
-                claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False)
-            )
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         base["details"] = {"priority": spec.priority, "output": str(spec.output), "renderer": spec.renderer}
         if attempt > spec.max_attempts:
             return self._finish(
@@ -135,14 +150,12 @@ class JobExecutor:
                     ]
                 )
         except JobInvalid as exc:
-            return self._finish(
-                claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False)
-            )
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         except PublishError as exc:
             return self._failure(claim, base, spec, attempt, _error("output", str(exc), exc.transient))
         return self._render(claim, base, spec, attempt)
 
-    def _render(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> str:
+    def _render(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd:
         scratch = scratch_dir(self._config.output_root, claim.key)
         props, settings, fallback_used = spec.settings_for_attempt(attempt)
         request = RenderRequest(
@@ -180,9 +193,8 @@ class JobExecutor:
                 return self._finish(claim, base, REQUEUE, due=self._clock.wall(), attempt=None)
             if reason == "lost":
                 return self._lost(claim)
-            return self._finish(
-                claim, base, FAILED, error=_error("cancelled", f"cancelled ({reason})", False)
-            )
+            message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
+            return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
         except RenderError as exc:
             return self._failure(claim, base, spec, attempt, _error(exc.kind, exc.message, exc.transient))
         except OSError as exc:
@@ -205,7 +217,7 @@ class JobExecutor:
 
     def _failure(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
-    ) -> str:
+    ) -> RunEnd:
         if error["transient"] and attempt < spec.max_attempts:
             delay = backoff_delay(
                 attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
@@ -218,7 +230,7 @@ class JobExecutor:
             }
         return self._finish(claim, base, FAILED, error=error)
 
-    def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> str:
+    def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> RunEnd:
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         try:
             won = decide(claim.job_dir, record)
@@ -229,25 +241,29 @@ class JobExecutor:
         # Decided: stop beating before the directory moves (a recoverer that finds the
         # job silent from now on can only carry out this same decision).
         self._heartbeat.remove(claim.token)
+        end = RunEnd(
+            state=_STATE_OF[outcome],
+            outcome=_METRIC_OF[outcome],
+            attempts=None if record.attempt is None else record.attempt,
+            duration=None if record.started is None else record.ended - record.started,
+        )
         try:
-            target = carry_out(
-                self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record
-            )
+            target = carry_out(self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record)
         except FileNotFoundError:
             # Decided by us, moved by a recoverer who judged us dead meanwhile and carried
             # out our own decision (roll forward): the job is where we sent it.
             log.info("job %s: moved by another runner after this one decided it", claim.job_id)
-            return outcome
-        state = target.parent.name
+            return end
         err = record.error or {}
-        log.info(
-            "job %s: running -> %s (run %d, attempt %s%s)",
-            claim.job_id, state, claim.run, record.attempt,
-            f", {err.get('kind')}: {err.get('message')}" if err else "",
+        log_transition(
+            log, claim.job_id, "running", target.parent.name,
+            run=claim.run, attempt=record.attempt,
+            duration=None if end.duration is None else round(end.duration, 3),
+            kind=err.get("kind"), reason=err.get("message"),
         )  # fmt: skip
-        return state
+        return RunEnd(target.parent.name, end.outcome, end.attempts, end.duration)
 
-    def _lost(self, claim: Claim) -> str:
+    def _lost(self, claim: Claim) -> RunEnd:
         decided = None
         with contextlib.suppress(OSError):
             decided = read_run(claim.job_dir, claim.run)
@@ -256,7 +272,7 @@ class JobExecutor:
             "discarding this run's output",
             claim.job_id, f"run decided as {decided.outcome}" if decided else "its directory moved",
         )  # fmt: skip
-        return "lost"
+        return RunEnd("lost", "lost", None, None)
 
     def _progress(self, token: str) -> Callable[..., None]:
         def report(fraction: float | None, stage: str | None = None) -> None:
@@ -268,3 +284,12 @@ class JobExecutor:
 def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:
     # The first line is what `status` and failure.json show; keep it short and useful.
     return {"kind": kind, "message": message, "transient": transient}
+
+
+def _cancel_request(job_dir: Path) -> str | None:
+    """The text of a `spoolrender cancel` request for this job, if there is one."""
+    try:
+        text = (job_dir / defaults.CANCEL_FILENAME).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text or "cancelled"

@@ -159,6 +159,7 @@ class ActiveJob:
     run: int
     started: float
     on_lost: Callable[[], None]
+    on_cancel: Callable[[], None] | None = None  # `spoolrender cancel` asked to stop
     progress: float | None = None
     stage: str | None = None
     counter: int = 0
@@ -243,6 +244,11 @@ class HeartbeatWriter:
             return False
         except OSError as exc:
             log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
+        # Polled here, with the heartbeat, because the request may come from any host
+        # sharing the spool: a file in the job's directory is what all of them can see.
+        if job.on_cancel is not None and (job_dir / defaults.CANCEL_FILENAME).exists():
+            log.info("job %s: cancel requested", job_dir.name)
+            job.on_cancel()
         return True
 
     def _loop(self) -> None:

@@ -135,9 +135,7 @@ def read_job_bytes(path: Path, max_bytes: int) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise JobInvalid([f"job file: expected a regular file, got a {_file_kind(st.st_mode)}"])
         if st.st_size > max_bytes:
-            raise JobInvalid(
-                [f"job file: {st.st_size} bytes is over the limit of {max_bytes} (max_job_bytes)"]
-            )
+            raise JobInvalid([f"job file: {st.st_size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)
         if len(data) > max_bytes:  # grew after fstat
@@ -221,9 +219,7 @@ def _check_settings(where: str, value: Any, renderer: str, problems: list[str]) 
         name = f"{where}.{key}"
         if key == "codec":
             if v not in REMOTION_CODECS:
-                problems.append(
-                    f"field '{name}': expected one of {', '.join(REMOTION_CODECS)}, got {_describe(v)}"
-                )
+                problems.append(f"field '{name}': expected one of {', '.join(REMOTION_CODECS)}, got {_describe(v)}")
                 continue
         elif key == "scale":
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 16:
@@ -246,8 +242,7 @@ def _check_json(where: str, value: dict[str, Any], problems: list[str]) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         problems.append(
-            f"field '{where}': values must be JSON data (strings, numbers, true/false, null, "
-            f"lists, mappings); {exc}"
+            f"field '{where}': values must be JSON data (strings, numbers, true/false, null, lists, mappings); {exc}"
         )
 
 
@@ -289,9 +284,7 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
 
     renderer = doc.get("renderer", defaults.DEFAULT_RENDERER)
     if renderer not in RENDERERS:
-        problems.append(
-            f"field 'renderer': expected one of {', '.join(RENDERERS)}, got {_describe(renderer)}"
-        )
+        problems.append(f"field 'renderer': expected one of {', '.join(RENDERERS)}, got {_describe(renderer)}")
         renderer = defaults.DEFAULT_RENDERER
 
     composition = doc.get("composition")
@@ -300,9 +293,7 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
         if composition is None:
             problems.append("field 'composition': required for the remotion renderer (a composition id)")
         elif not isinstance(composition, str) or not composition:
-            problems.append(
-                f"field 'composition': expected a composition id string, got {_describe(composition)}"
-            )
+            problems.append(f"field 'composition': expected a composition id string, got {_describe(composition)}")
             composition = None
         if command is not None:
             problems.append("field 'command': only for renderer: command")
@@ -363,8 +354,7 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
         or not 0 < timeout <= defaults.MAX_TIMEOUT_S
     ):
         problems.append(
-            f"field 'timeout': expected seconds > 0 and <= {defaults.MAX_TIMEOUT_S:.0f}, "
-            f"got {_describe(timeout)}"
+            f"field 'timeout': expected seconds > 0 and <= {defaults.MAX_TIMEOUT_S:.0f}, got {_describe(timeout)}"
         )
         timeout = config.timeout_seconds
 
@@ -413,9 +403,7 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
                 fb_props = {}
             fallback = {
                 "props": fb_props,
-                "settings": _check_settings(
-                    "fallback.settings", fallback_raw.get("settings"), renderer, problems
-                ),
+                "settings": _check_settings("fallback.settings", fallback_raw.get("settings"), renderer, problems),
             }
 
     if problems:

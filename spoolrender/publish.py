@@ -75,9 +75,7 @@ def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int 
         raise
     except OSError as exc:
         os.close(fd)
-        raise PublishError(
-            f"output path {str(rel)!r}: {exc.strerror}", transient=exc.errno != errno.EACCES
-        ) from exc
+        raise PublishError(f"output path {str(rel)!r}: {exc.strerror}", transient=exc.errno != errno.EACCES) from exc
 
 
 def output_exists(output_root: Path, rel: PurePosixPath) -> bool:

@@ -19,6 +19,7 @@ import random
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 from spoolrender import __version__
@@ -26,13 +27,16 @@ from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
 from spoolrender.config import SpoolConfig
+from spoolrender.control import is_paused
 from spoolrender.durable import write_json_atomic
-from spoolrender.errors import SpoolLayoutError
+from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
 from spoolrender.layout import SpoolLayout
+from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
+from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,7 @@ class RunSummary:
     retried: int = 0
     lost: int = 0
     requeued: int = 0
+    paused: bool = False
 
 
 class Runner:
@@ -65,6 +70,8 @@ class Runner:
         rng: random.Random | None = None,
         make_renderer: RendererFactory | None = None,
         capacity: Capacity | None = None,
+        metrics_textfile: Path | None = None,
+        runner_name: str | None = None,
     ) -> None:
         self.config = config
         self.layout = SpoolLayout(config.spool)
@@ -104,6 +111,8 @@ class Runner:
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
         self._probe = self.layout.private / f"clock-{self.runner_id}"
         self._beacon = self.layout.runners / f"{self.runner_id}.json"
+        self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
+        self._metrics_textfile = metrics_textfile
 
     # --- control ---------------------------------------------------------------------
 
@@ -148,6 +157,7 @@ class Runner:
             self._shutdown_jobs()
             watcher.stop()
             self._heartbeat.stop()
+            self._write_metrics()
             for executor in self._executors:
                 executor.close()
             for path in (self._beacon, self._probe):
@@ -165,13 +175,18 @@ class Runner:
             now = self.clock.monotonic()
             if now >= next_beacon:
                 self._write_beacon()
+                self._write_metrics()
                 next_beacon = now + self.config.heartbeat_seconds
             if now >= next_sweep:
                 self._recoverer.sweep(set(self._active))
                 next_sweep = now + self.config.rescan_seconds
+            paused = is_paused(self.layout)
+            if paused and not self.summary.paused:
+                log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
+            self.summary.paused = paused
             scan = self._scanner.scan(spool_now(self._probe))
             for candidate in scan.candidates:
-                if not self._free or self._stop.is_set():
+                if not self._free or self._stop.is_set() or paused:
                     break
                 claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
                 if claimed is not None:
@@ -179,13 +194,13 @@ class Runner:
                     self._start(claimed)
             with self._lock:
                 idle = not self._active
-            if self.drain and idle and not scan.candidates and scan.waiting_uploads == 0:
-                log.info("drained: nothing left to claim")
+            if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
+                log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
                 return
             timeout = next_sweep - self.clock.monotonic()
             if scan.next_wake is not None:
                 timeout = min(timeout, scan.next_wake - self.clock.monotonic())
-            if scan.candidates and self._free:
+            if scan.candidates and self._free and not paused:
                 # Every candidate was lost to other runners (or unclaimable): look again
                 # soon, but not in a hot loop if something keeps failing.
                 timeout = 0.05
@@ -193,35 +208,35 @@ class Runner:
 
     def _start(self, claimed: Claim) -> None:
         slot = self._free.pop(0)
-        thread = threading.Thread(
-            target=self._run_slot, args=(slot, claimed), name=f"slot-{slot}", daemon=True
-        )
+        thread = threading.Thread(target=self._run_slot, args=(slot, claimed), name=f"slot-{slot}", daemon=True)
         with self._lock:
             self._active[claimed.key] = _Active(claimed, thread, slot)
+            self.metrics.set_busy(len(self._active))
         self.summary.claimed += 1
-        log.info(
-            "job %s: %s -> running (run %d, slot %d)",
+        self.metrics.job_claimed()
+        log_transition(
+            log,
             claimed.job_id,
             "incoming" if claimed.run == 1 else "retry",
-            claimed.run,
-            slot,
+            "running",
+            run=claimed.run,
+            slot=slot,
         )
         thread.start()
 
     def _run_slot(self, slot: int, claimed: Claim) -> None:
         try:
-            state = self._executors[slot].execute(claimed)
+            end = self._executors[slot].execute(claimed)
         except Exception:
             # A bug must not take the runner down: the job stays in running/ and is
-            # recovered (as "runner died") once this process is gone or by its lease.
+            # recovered (as "runner died") once its lock is released or its lease ends.
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
-            state = "error"
-        counter = {"done": "done", "failed": "failed", "retry": "retried", "lost": "lost"}.get(state)
-        if state == "retry" and claimed.cancel.reason == "shutdown":
-            counter = "requeued"
-        if counter:
+            end = None
+        if end is not None:
+            self.metrics.job_finished(end.outcome, duration=end.duration, attempts=end.attempts)
             with self._lock:
-                setattr(self.summary, counter, getattr(self.summary, counter) + 1)
+                field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
+                setattr(self.summary, field, getattr(self.summary, field) + 1)
         self._wake.set()
 
     def _reap(self) -> None:
@@ -231,6 +246,7 @@ class Runner:
                 active = self._active.pop(key)
                 active.thread.join()
                 self._free.append(active.slot)
+            self.metrics.set_busy(len(self._active))
 
     def _shutdown_jobs(self) -> None:
         with self._lock:
@@ -252,6 +268,14 @@ class Runner:
         for a in active:
             a.thread.join()
         self._reap()
+
+    def _write_metrics(self) -> None:
+        if self._metrics_textfile is None:
+            return
+        try:
+            self.metrics.write_textfile(self._metrics_textfile, self.layout, self.config.lease_seconds)
+        except SpoolrenderError as exc:
+            log.warning("%s", exc)  # metrics trouble must never stop rendering
 
     def _write_beacon(self) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless.

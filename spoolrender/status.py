@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from spoolrender import defaults
@@ -39,8 +40,19 @@ def _mtime(path: os.PathLike[str] | str) -> float | None:
         return None
 
 
-def collect_status(config: SpoolConfig) -> dict[str, Any]:
-    layout = SpoolLayout(config.spool)
+@dataclass(frozen=True)
+class SpoolSnapshot:
+    """What listings (plus a stat per waiting job and runner beacon) say about a spool."""
+
+    names: dict[str, list[str]]  # per state, job entries only
+    counts: dict[str, int]
+    oldest_incoming_age: float | None
+    runners: list[dict[str, Any]]
+    fs_now: float  # the spool filesystem's clock
+    now: float  # this host's clock
+
+
+def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     layout.check()
     now = time.time()
     probe = layout.private / f"clock-status-{os.getpid()}"
@@ -48,21 +60,46 @@ def collect_status(config: SpoolConfig) -> dict[str, Any]:
     with contextlib.suppress(OSError):
         probe.unlink()
     fs_now = measured if measured is not None else now
-
     # Dot-names are never jobs: uploads in progress, .gitkeep, temporary files.
     names = {
         state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".")]
         for state in defaults.STATE_DIRS
     }
-    incoming = [n for n in names["incoming"] if is_candidate_name(n)]
+    names["incoming"] = [n for n in names["incoming"] if is_candidate_name(n)]
     counts = {state: len(entries) for state, entries in names.items()}
-    counts["incoming"] = len(incoming)
-
     oldest = None
-    for n in incoming:
+    for n in names["incoming"]:
         t = _mtime(layout.incoming / n)
         if t is not None and (oldest is None or t < oldest):
             oldest = t
+    runners = []
+    for name in sorted(list_names(layout.runners)):
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(layout.runners / name, "rb") as fh:
+                beacon = json.loads(fh.read())
+        except (OSError, ValueError):
+            continue
+        seen = _mtime(layout.runners / name)
+        age = None if seen is None else max(0.0, fs_now - seen)
+        beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
+        beacon["online"] = age is not None and age <= lease_seconds
+        runners.append(beacon)
+    return SpoolSnapshot(
+        names=names,
+        counts=counts,
+        oldest_incoming_age=None if oldest is None else max(0.0, fs_now - oldest),
+        runners=runners,
+        fs_now=fs_now,
+        now=now,
+    )
+
+
+def collect_status(config: SpoolConfig) -> dict[str, Any]:
+    layout = SpoolLayout(config.spool)
+    snap = take_snapshot(layout, config.lease_seconds)
+    names, now, fs_now = snap.names, snap.now, snap.fs_now
 
     running = []
     for name in sorted(names["running"]):
@@ -129,32 +166,26 @@ def collect_status(config: SpoolConfig) -> dict[str, Any]:
             }
         )
 
-    runners = []
-    for name in sorted(list_names(layout.runners)):
-        if not name.endswith(".json"):
-            continue
-        try:
-            with open(layout.runners / name, "rb") as fh:
-                beacon = json.loads(fh.read())
-        except (OSError, ValueError):
-            continue
-        seen = _mtime(layout.runners / name)
-        age = None if seen is None else max(0.0, fs_now - seen)
-        beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
-        beacon["online"] = age is not None and age <= config.lease_seconds
-        runners.append(beacon)
-
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
         "generated_at": now,
-        "counts": counts,
-        "oldest_incoming_age_seconds": None if oldest is None else round(max(0.0, fs_now - oldest), 1),
+        "counts": snap.counts,
+        "oldest_incoming_age_seconds": None if snap.oldest_incoming_age is None else round(snap.oldest_incoming_age, 1),
         "running": running,
         "retry": retry,
         "recent_failures": failures,
-        "runners": runners,
+        "runners": snap.runners,
+        "paused": _pause_reason(layout),
     }
+
+
+def _pause_reason(layout: SpoolLayout) -> str | None:
+    try:
+        text = (layout.private / defaults.PAUSE_FILENAME).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.strip() or "paused"
 
 
 def _age(seconds: float | None) -> str:
@@ -170,48 +201,52 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def format_status(status: dict[str, Any]) -> str:
+def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    fmt = indent + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]
+
+
+def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
+    """The human view: a summary line, then one table per section that has rows."""
+
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
     c = status["counts"]
-    lines = [
-        f"spool {status['spool']}",
-        "  ".join(f"{state} {c[state]}" for state in defaults.STATE_DIRS)
-        + (
-            f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
-            if status["oldest_incoming_age_seconds"] is not None
-            else ""
-        ),
-    ]
+    summary = "  ".join(f"{state} {c[state]}" for state in defaults.STATE_DIRS)
+    if status["oldest_incoming_age_seconds"] is not None:
+        summary += f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
+    lines = [f"spool {status['spool']}", summary]
+    if status.get("paused"):
+        lines.append(paint(f"PAUSED: {status['paused']} (`spoolrender resume` to claim again)", "33"))
     if status["running"]:
-        lines.append("")
-        lines.append("RUNNING  id / host pid / progress / eta / heartbeat")
+        rows = []
         for r in status["running"]:
             prog = "-" if r["progress"] is None else f"{r['progress'] * 100:.0f}%"
-            stale = "  STALE" if r["stale"] else ""
-            lines.append(
-                f"  {r['id']}  {r['host'] or '?'} {r['pid'] or '?'}  {prog}  eta {_age(r['eta_seconds'])}"
-                f"  hb {_age(r['heartbeat_age_seconds'])} ago{stale}"
-            )
+            hb = f"{_age(r['heartbeat_age_seconds'])} ago" + (" STALE" if r["stale"] else "")
+            rows.append([r["id"], str(r["host"] or "?"), str(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
+        table = _table(["ID", "HOST", "PID", "PROGRESS", "ETA", "HEARTBEAT"], rows)
+        lines += ["", paint("RUNNING", "1"), *(paint(t, "31") if t.endswith("STALE") else t for t in table)]
     if status["retry"]:
-        lines.append("")
-        lines.append("RETRY  id / due")
-        for r in status["retry"][:20]:
-            when = "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}"
-            lines.append(f"  {r['id']}  {when}")
+        rows = [
+            [r["id"], "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}", str(r["priority"])]
+            for r in status["retry"][:20]
+        ]
+        lines += ["", paint("RETRY", "1"), *_table(["ID", "DUE", "PRIORITY"], rows)]
         if len(status["retry"]) > 20:
             lines.append(f"  ... and {len(status['retry']) - 20} more")
     if status["recent_failures"]:
-        lines.append("")
-        lines.append("RECENT FAILURES  id / reason")
-        for f in status["recent_failures"]:
-            reason = (f["reason"] or "?").splitlines()[0] if f["reason"] else "?"
-            lines.append(f"  {f['id']}  {reason[:150]}")
+        rows = [
+            [f["id"], f["kind"] or "?", ((f["reason"] or "?").splitlines() or ["?"])[0][:150]]
+            for f in status["recent_failures"]
+        ]
+        lines += ["", paint("RECENT FAILURES", "1"), *(paint(t, "31") for t in _table(["ID", "KIND", "REASON"], rows))]
     if status["runners"]:
-        lines.append("")
-        lines.append("RUNNERS  host / pid / slots busy / last seen")
-        for r in status["runners"]:
-            mark = "" if r["online"] else "  OFFLINE"
-            lines.append(
-                f"  {r.get('host')}  {r.get('pid')}  {r.get('busy')}/{r.get('slots')}"
-                f"  {_age(r['seen_seconds_ago'])} ago{mark}"
-            )
+        rows = [
+            [str(r.get("host")), str(r.get("pid")), f"{r.get('busy')}/{r.get('slots')}",
+             f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
+            for r in status["runners"]
+        ]  # fmt: skip
+        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "LAST SEEN"], rows)]
     return "\n".join(lines)

@@ -9,11 +9,13 @@ at any point between "decided" and "moved" is finished by the next runner that l
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
 import time
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from spoolrender import defaults
 from spoolrender.durable import rename_durable, write_json_atomic
@@ -35,6 +37,14 @@ from spoolrender.records import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fields: Any) -> None:
+    """One line per state change, with the fields also attached for ``--log-format json``."""
+    shown = {k: v for k, v in fields.items() if v is not None}
+    detail = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) and ' ' in v else v}" for k, v in shown.items())
+    event = {"job": job_id, "from": src, "to": dst, "host": HOSTNAME, **shown}
+    logger.info("job %s: %s -> %s %s", job_id, src, dst, detail, extra={"event": event})
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -118,9 +128,7 @@ def complete_publish(
     return target
 
 
-def carry_out(
-    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
-) -> Path:
+def carry_out(layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
     """Move the job where its decided ``record`` says; returns the new directory."""
     if record.outcome in (RETRY, REQUEUE):
         return move_to_retry(layout, job_dir, job_id, uid, record)

@@ -48,9 +48,7 @@ def only_record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any
     return data
 
 
-def test_sigkilled_runner_job_is_recovered_by_another(
-    spool: SpoolLayout, start_runner: Start, tmp_path: Path
-) -> None:
+def test_sigkilled_runner_job_is_recovered_by_another(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
     pidfile = tmp_path / "render.pid"
     drop(spool, "long.yaml", command_job(sleep=60, pidfile=str(pidfile)))
     a = start_runner()
@@ -125,9 +123,7 @@ def test_sigterm_lets_running_job_finish(spool: SpoolLayout, start_runner: Start
     assert len(entries(spool, "done")) == 1
 
 
-def test_sigterm_past_grace_requeues_without_using_an_attempt(
-    spool: SpoolLayout, start_runner: Start
-) -> None:
+def test_sigterm_past_grace_requeues_without_using_an_attempt(spool: SpoolLayout, start_runner: Start) -> None:
     write_spool_config(spool, {"grace_seconds": 0.5})
     drop(spool, "j.yaml", {**command_job(sleep=60), "max_attempts": 1})
     r = start_runner()
@@ -151,7 +147,8 @@ def test_timeout_kills_the_whole_process_tree(spool: SpoolLayout, tmp_path: Path
     drop(spool, "slow.yaml", {**command_job(sleep=60, child_pidfile=str(child_pidfile)), "timeout": 1,
                               "max_attempts": 1})  # fmt: skip
     started = time.monotonic()
-    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), check=True, timeout=60)
+    drained = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=60)
+    assert drained.returncode == 3  # a job failed for good
     assert time.monotonic() - started < 20
     failure = only_record(spool, "failed", "failure.json")
     assert failure["kind"] == "timeout" and "timed out after 1 s" in failure["reason"]
@@ -181,7 +178,7 @@ def test_half_written_upload_waits_until_complete(spool: SpoolLayout, start_runn
 def test_stalled_garbage_is_declared_invalid_once_settled(spool: SpoolLayout) -> None:
     write_spool_config(spool, {"settle_seconds": 0.5})
     (spool.incoming / "junk.yaml").write_bytes(b"\x00\x01binary")
-    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), check=True, timeout=30)
+    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=30)
     assert "NUL" in only_record(spool, "failed", "failure.json")["reason"]
 
 

@@ -129,9 +129,7 @@ class CommandRenderer:
             return RenderResult(details={"command": name, "exit_code": 0})
         last = next((line for line in reversed(tail) if line.strip()), "")
         why = (
-            f"command {name!r} exited with status {code}"
-            if code > 0
-            else f"command {name!r} killed by signal {-code}"
+            f"command {name!r} exited with status {code}" if code > 0 else f"command {name!r} killed by signal {-code}"
         )
         message = f"{why}: {last}" if last else why
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
@@ -154,9 +152,7 @@ def verify_nonempty(path: Path) -> None:
             kind="no-output",
         ) from None
     if size == 0:
-        raise RenderError(
-            "the renderer reported success but the output is empty", transient=True, kind="no-output"
-        )
+        raise RenderError("the renderer reported success but the output is empty", transient=True, kind="no-output")
 
 
 def _pump(stream: IO[bytes], log_fh: IO[bytes], tail: deque[str], progress: ProgressFn) -> None:

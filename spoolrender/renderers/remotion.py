@@ -98,9 +98,7 @@ class RemotionWorker:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise RenderError(
-                f"cannot start the Remotion worker: {exc}", transient=True, kind="worker"
-            ) from exc
+            raise RenderError(f"cannot start the Remotion worker: {exc}", transient=True, kind="worker") from exc
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read_stdout, args=(self.proc.stdout,), daemon=True).start()
         threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True).start()

@@ -1,0 +1,115 @@
+"""Prometheus metrics: a runner's counters plus gauges read off the spool.
+
+Written with prometheus-client, never by hand. A runner keeps its counters and
+histograms in memory and writes everything to a node_exporter textfile
+(``--metrics-textfile``) atomically: prometheus-client writes a temporary file beside the
+target and renames it, so the collector never reads half a file. ``status --prometheus``
+prints the spool gauges alone, for a cron job.
+
+Series of a runner carry ``runner="<name>"`` (``--runner-name``, default the host name),
+so several runners' textfiles on one node_exporter do not collide.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, write_to_textfile
+
+from spoolrender import defaults
+from spoolrender.errors import SpoolrenderError
+from spoolrender.layout import SpoolLayout
+from spoolrender.status import SpoolSnapshot, take_snapshot
+
+# Renders take seconds to hours.
+DURATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
+ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 7, 10, 20, float("inf"))
+OUTCOMES = ("done", "failed", "retry", "requeue", "lost")
+
+
+class SpoolGauges:
+    """The gauges every view of a spool shares: jobs per state, backlog age, runners online."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        names = list(labels)
+        self._labels = labels
+        self.jobs = Gauge("spoolrender_jobs", "Jobs per spool state", [*names, "state"], registry=registry)
+        self.backlog_age = Gauge(
+            "spoolrender_backlog_age_seconds", "Age of the oldest job waiting in incoming/ (0 if none)", names,
+            registry=registry,
+        )  # fmt: skip
+        self.runners_online = Gauge(
+            "spoolrender_runners_online",
+            "Runners whose beacon is younger than the lease",
+            names,
+            registry=registry,
+        )
+
+    def update(self, snap: SpoolSnapshot) -> None:
+        for state in defaults.STATE_DIRS:
+            self.jobs.labels(**self._labels, state=state).set(snap.counts[state])
+        # prometheus-client: a metric without label names is its own (only) child.
+        backlog = self.backlog_age.labels(**self._labels) if self._labels else self.backlog_age
+        backlog.set(snap.oldest_incoming_age or 0.0)
+        online = self.runners_online.labels(**self._labels) if self._labels else self.runners_online
+        online.set(sum(1 for r in snap.runners if r.get("online")))
+
+
+class RunnerMetrics:
+    """A runner's metrics; thread-safe (prometheus-client locks each value)."""
+
+    def __init__(self, runner_name: str, slots: int) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"runner": runner_name}
+        self._labels = labels
+        self.spool = SpoolGauges(self.registry, labels)
+        self.slots = Gauge("spoolrender_slots", "Job slots of this runner", ["runner"], registry=self.registry)
+        self.slots.labels(**labels).set(slots)
+        self.busy = Gauge("spoolrender_slots_busy", "Slots rendering now", ["runner"], registry=self.registry)
+        self.claimed = Counter(
+            "spoolrender_jobs_claimed", "Jobs claimed by this runner", ["runner"], registry=self.registry
+        )
+        self.finished = Counter(
+            "spoolrender_jobs_finished", "Runs ended, by where they sent the job", ["runner", "outcome"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "spoolrender_render_duration_seconds", "Duration of successful runs (claim to done)", ["runner"],
+            buckets=DURATION_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.attempts = Histogram(
+            "spoolrender_job_attempts", "Attempts a job used when it reached done/ or failed/", ["runner"],
+            buckets=ATTEMPT_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        # Pre-create every series so dashboards and rate() see zeros, not absences.
+        self.claimed.labels(**labels)
+        for outcome in OUTCOMES:
+            self.finished.labels(**labels, outcome=outcome)
+        self.busy.labels(**labels).set(0)
+
+    def job_claimed(self) -> None:
+        self.claimed.labels(**self._labels).inc()
+
+    def job_finished(self, outcome: str, *, duration: float | None, attempts: int | None) -> None:
+        self.finished.labels(**self._labels, outcome=outcome).inc()
+        if outcome == "done" and duration is not None:
+            self.duration.labels(**self._labels).observe(duration)
+        if outcome in ("done", "failed") and attempts is not None:
+            self.attempts.labels(**self._labels).observe(attempts)
+
+    def set_busy(self, busy: int) -> None:
+        self.busy.labels(**self._labels).set(busy)
+
+    def write_textfile(self, path: Path, layout: SpoolLayout, lease_seconds: float) -> None:
+        self.spool.update(take_snapshot(layout, lease_seconds))
+        try:
+            write_to_textfile(str(path), self.registry)
+        except OSError as exc:
+            raise SpoolrenderError(f"cannot write metrics to {path}: {exc}") from exc
+
+
+def spool_metrics_text(layout: SpoolLayout, lease_seconds: float) -> str:
+    """The spool gauges in the Prometheus text format (``status --prometheus``)."""
+    registry = CollectorRegistry()
+    SpoolGauges(registry, {}).update(take_snapshot(layout, lease_seconds))
+    return generate_latest(registry).decode("utf-8")
