@@ -83,9 +83,7 @@ def cli_render(job: dict[str, Any], out: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--skip-cli", action="store_true", help="do not run the (slow) CLI loop")
     args = parser.parse_args()

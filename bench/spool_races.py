@@ -63,9 +63,7 @@ def recovery(base: Path) -> float:
     init(spool, {"commands": {"sleep": ["sleep", "60"]}, "lease_seconds": 60, "rescan_seconds": 10})
     (spool / "incoming" / "long.yaml").write_text("renderer: command\ncommand: sleep\n")
     a = subprocess.Popen([*CMD, "run", "--spool", str(spool)], stderr=subprocess.DEVNULL)
-    while not any(
-        (d / "heartbeat").exists() and (d / "job.yaml").exists() for d in (spool / "running").iterdir()
-    ):
+    while not any((d / "heartbeat").exists() and (d / "job.yaml").exists() for d in (spool / "running").iterdir()):
         time.sleep(0.01)
     a.send_signal(signal.SIGKILL)
     a.wait()
@@ -81,9 +79,7 @@ def recovery(base: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
@@ -95,9 +91,7 @@ def main() -> None:
         for rep in range(args.repeats):
             wall, done, published, twice = race(base, args.jobs, args.runners)
             walls.append(wall)
-            print(
-                f"  race {rep + 1}: {done} done, {published} published, {twice} rendered twice, {wall:.1f} s"
-            )
+            print(f"  race {rep + 1}: {done} done, {published} published, {twice} rendered twice, {wall:.1f} s")
         med = statistics.median(walls)
         print(f"race: median {med:.1f} s = {args.jobs / med:.0f} jobs/s (each job a real `sh` subprocess)")
         took = [recovery(base) for _ in range(args.repeats)]

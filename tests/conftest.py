@@ -87,9 +87,7 @@ def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[
     """Start `spoolrender run` as a real subprocess; all are killed at teardown."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(
-        *extra: str, env: dict[str, str] | None = None, log: Path | None = None
-    ) -> subprocess.Popen[bytes]:
+    def start(*extra: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
         with open(log or os.devnull, "ab") as out:  # the child keeps its own copy
             proc = subprocess.Popen(
                 spoolrender_cmd("run", "--spool", str(spool.root), "-v", *extra),

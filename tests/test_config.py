@@ -23,9 +23,7 @@ def write_config(root: Path, doc: dict[str, Any] | str) -> Path:
     return path
 
 
-def config_error(
-    root: Path, *, overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
-) -> str:
+def config_error(root: Path, *, overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> str:
     with pytest.raises(ConfigError) as info:
         load_config(root, overrides=overrides, environ=environ or {})
     return str(info.value)
@@ -162,18 +160,14 @@ def test_cli_overrides_beat_env_and_file(tmp_path: Path) -> None:
     assert cfg.max_attempts == 9
 
 
-def test_environ_argument_replaces_process_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_environ_argument_replaces_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOOLRENDER_SLOTS", "7")
     assert load_config(tmp_path, environ={}).slots is None
     assert load_config(tmp_path).slots == 7
 
 
 def test_unrelated_env_variables_ignored(tmp_path: Path) -> None:
-    cfg = load_config(
-        tmp_path, environ={"SPOOLRENDER_NOT_A_SETTING": "x", "SLOTS": "9", "spoolrender_slots": "9"}
-    )
+    cfg = load_config(tmp_path, environ={"SPOOLRENDER_NOT_A_SETTING": "x", "SLOTS": "9", "spoolrender_slots": "9"})
     assert cfg.slots is None
 
 
@@ -241,9 +235,7 @@ def test_relative_spool_path_is_resolved(tmp_path: Path, monkeypatch: pytest.Mon
     assert cfg.output_root == tmp_path.resolve() / "s" / "output"
 
 
-def test_relative_remotion_project_resolved_against_spool(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_remotion_project_resolved_against_spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     cfg = load_config(tmp_path / "spool", overrides={"remotion_project": "proj"}, environ={})
     assert cfg.remotion_project == tmp_path.resolve() / "spool" / "proj"
@@ -339,9 +331,7 @@ def test_invalid_env_values(tmp_path: Path, key: str, text: str) -> None:
     assert message.startswith(f"{key}: expected ")
 
 
-@pytest.mark.parametrize(
-    ("key", "value"), [("settle_seconds", 0), ("backoff_base_seconds", 0), ("grace_seconds", 0)]
-)
+@pytest.mark.parametrize(("key", "value"), [("settle_seconds", 0), ("backoff_base_seconds", 0), ("grace_seconds", 0)])
 def test_zero_allowed_where_non_negative(tmp_path: Path, key: str, value: int) -> None:
     cfg = load_config(tmp_path, overrides={key: value}, environ={})
     assert getattr(cfg, key) == 0.0
@@ -354,9 +344,7 @@ def test_backoff_cap_below_base_refused(tmp_path: Path) -> None:
 
 def test_lease_below_twice_heartbeat_refused(tmp_path: Path) -> None:
     message = config_error(tmp_path, overrides={"heartbeat_seconds": 5, "lease_seconds": 9.9})
-    assert message == (
-        "lease_seconds (9.9) must be at least twice heartbeat_seconds (5), or live jobs look dead"
-    )
+    assert message == ("lease_seconds (9.9) must be at least twice heartbeat_seconds (5), or live jobs look dead")
 
 
 def test_lease_exactly_twice_heartbeat_accepted(tmp_path: Path) -> None:
@@ -381,9 +369,7 @@ def test_commands_with_every_known_placeholder(tmp_path: Path) -> None:
 
 def test_commands_shell_string_refused(tmp_path: Path) -> None:
     message = config_error(tmp_path, overrides={"commands": {"slate": "ffmpeg -i x {output}"}})
-    assert message.startswith(
-        "commands.slate: expected a non-empty list of argv strings (not a shell string)"
-    )
+    assert message.startswith("commands.slate: expected a non-empty list of argv strings (not a shell string)")
     assert "'ffmpeg -i x {output}'" in message
 
 

@@ -375,9 +375,7 @@ def test_remotion_refuses_command(config: SpoolConfig) -> None:
 
 def test_command_renderer_requires_command(config: SpoolConfig) -> None:
     line = single_problem(b"renderer: command\n", config)
-    assert line == (
-        "field 'command': required for the command renderer (one of the spool config's commands: props)"
-    )
+    assert line == ("field 'command': required for the command renderer (one of the spool config's commands: props)")
 
 
 def test_command_renderer_refuses_unconfigured_command_listing_allowed(config: SpoolConfig) -> None:
@@ -613,12 +611,8 @@ def test_jobspec_refuses_invalid_values_directly() -> None:
     [
         pytest.param(b"", "job file: empty, expected a YAML mapping", id="empty"),
         pytest.param(b"  \n\t\r\n  ", "job file: empty, expected a YAML mapping", id="whitespace"),
-        pytest.param(
-            b"- a\n- b\n", "job file: expected a YAML mapping at the top, got list ['a', 'b']", id="list"
-        ),
-        pytest.param(
-            b"hello\n", "job file: expected a YAML mapping at the top, got str 'hello'", id="scalar"
-        ),
+        pytest.param(b"- a\n- b\n", "job file: expected a YAML mapping at the top, got list ['a', 'b']", id="list"),
+        pytest.param(b"hello\n", "job file: expected a YAML mapping at the top, got str 'hello'", id="scalar"),
         pytest.param(b"42\n", "job file: expected a YAML mapping at the top, got int 42", id="int"),
         pytest.param(
             b"# only a comment\n",
@@ -854,9 +848,7 @@ def test_id_from_filename_sanitizes(name: str, expected: str) -> None:
     assert ID_PATTERN.fullmatch(job_id)
 
 
-@pytest.mark.parametrize(
-    "name", ["my clip.yaml", "vidéo 🎬.yaml", "line\nbreak.yaml", "\x00.yaml", "ä" * 300]
-)
+@pytest.mark.parametrize("name", ["my clip.yaml", "vidéo 🎬.yaml", "line\nbreak.yaml", "\x00.yaml", "ä" * 300])
 def test_parse_job_default_id_from_hostile_names_is_valid(name: str, config: SpoolConfig) -> None:
     spec = parse_job(b"composition: Main\n", name, config)
     assert ID_PATTERN.fullmatch(spec.id)

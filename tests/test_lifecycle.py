@@ -39,8 +39,7 @@ def record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any]:
 
 def test_success_publishes_output_and_keeps_job_bytes(spool: SpoolLayout) -> None:
     original = (
-        b"# my job, byte for byte\nrenderer: command\ncommand: props\n"
-        b"output: videos/a.mp4\nprops:\n  content: hello\n"
+        b"# my job, byte for byte\nrenderer: command\ncommand: props\noutput: videos/a.mp4\nprops:\n  content: hello\n"
     )
     drop(spool, "a.yaml", original)
     summary = drain(spool)
@@ -229,13 +228,9 @@ def test_polling_watch_mode_picks_up_jobs(spool: SpoolLayout) -> None:
 def test_capacity_from_host_and_overrides(spool: SpoolLayout) -> None:
     from spoolrender.capacity import plan_capacity, usable_cores
 
-    auto = plan_capacity(
-        load_config(spool.root, environ={}, overrides={"slots": "auto", "threads_per_job": 1})
-    )
+    auto = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": "auto", "threads_per_job": 1}))
     assert 1 <= auto.slots <= usable_cores() and auto.threads_per_job == 1
     fixed = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": 1, "threads_per_job": 64}))
     assert fixed.slots == 1 and fixed.threads_per_job == usable_cores()  # slots x threads <= cores
-    huge = plan_capacity(
-        load_config(spool.root, environ={}, overrides={"slots": "auto", "memory_per_job_mb": 10**9})
-    )
+    huge = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": "auto", "memory_per_job_mb": 10**9}))
     assert huge.slots == 1 and "MB available" in huge.reason

@@ -129,9 +129,7 @@ def test_publish_again_after_completed_publish_with_expected_inode(root: Path) -
     first = publish_output(root, PurePosixPath("a/clip.mp4"), temp, replace=False)
     assert not temp.exists()
     for replace in (False, True):
-        again = publish_output(
-            root, PurePosixPath("a/clip.mp4"), temp, replace=replace, expect_inode=first.inode
-        )
+        again = publish_output(root, PurePosixPath("a/clip.mp4"), temp, replace=replace, expect_inode=first.inode)
         assert again == first
     assert (root / "a" / "clip.mp4").read_bytes() == b"new video"
 
@@ -175,9 +173,7 @@ def test_publish_output_root_missing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "rel", ["evil/clip.mp4", "evil/deeper/clip.mp4", "ok/evil/clip.mp4", "ok/evil/deeper/more/clip.mp4"]
 )
-def test_symlinked_parent_pointing_outside_refused(
-    root: Path, tmp_path: Path, rel: str, replace: bool
-) -> None:
+def test_symlinked_parent_pointing_outside_refused(root: Path, tmp_path: Path, rel: str, replace: bool) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_bytes(b"precious")

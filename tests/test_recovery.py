@@ -36,9 +36,7 @@ def beat(job_dir: Path, host: str, token: str, counter: int, run: int = 1) -> No
     (job_dir / "heartbeat").write_bytes(hb.to_json())
 
 
-def test_foreign_owner_is_dead_only_after_lease_of_unchanged_heartbeat(
-    spool: SpoolLayout, config: SpoolConfig
-) -> None:
+def test_foreign_owner_is_dead_only_after_lease_of_unchanged_heartbeat(spool: SpoolLayout, config: SpoolConfig) -> None:
     clock = ManualClock()
     rec = Recoverer(spool, config, clock, random.Random(1))
     job_dir = foreign_job(spool)
@@ -59,9 +57,7 @@ def test_foreign_owner_is_dead_only_after_lease_of_unchanged_heartbeat(
     assert (spool.retry / entry / "job.yaml").read_bytes() == JOB
 
 
-def test_missing_or_corrupt_heartbeat_falls_back_to_the_lease(
-    spool: SpoolLayout, config: SpoolConfig
-) -> None:
+def test_missing_or_corrupt_heartbeat_falls_back_to_the_lease(spool: SpoolLayout, config: SpoolConfig) -> None:
     clock = ManualClock()
     rec = Recoverer(spool, config, clock, random.Random(1))
     job_dir = foreign_job(spool)

@@ -32,9 +32,7 @@ pytestmark = [
         not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
         reason="remotion/node_modules missing: run scripts/setup.sh",
     ),
-    pytest.mark.skipif(
-        not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"
-    ),
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
 ]
 
 
@@ -123,9 +121,7 @@ def test_jobs_render_to_verified_mp4_reusing_one_browser_and_bundle(rspool: Spoo
 def test_permanent_remotion_errors_fail_with_remotions_message(rspool: SpoolLayout) -> None:
     drop(rspool, "nope.yaml", {"composition": "Nope"})
     drop(rspool, "throws.yaml", {"composition": "Failing", "props": {"reason": "bad data", "atFrame": 2}})
-    drop(
-        rspool, "badprops.yaml", {"composition": "DataRecap", "props": {"title": "x", "items": "not a list"}}
-    )
+    drop(rspool, "badprops.yaml", {"composition": "DataRecap", "props": {"title": "x", "items": "not a list"}})
     drop(rspool, "fine.yaml", tiny())
     drain(rspool)
     assert entries(rspool, "done")[0].startswith("fine.")

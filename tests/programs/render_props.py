@@ -37,9 +37,7 @@ if "exit" in props:
     print(props.get("message", "failing as asked"), flush=True)
     sys.exit(int(props["exit"]))
 # Write in two halves with a pause, so a kill in between leaves a partial file behind.
-content = (
-    f"rendered by {os.getpid()}" if props.get("content_pid") else props.get("content", "video bytes")
-).encode()
+content = (f"rendered by {os.getpid()}" if props.get("content_pid") else props.get("content", "video bytes")).encode()
 with open(output, "wb") as fh:
     fh.write(content[: len(content) // 2])
     fh.flush()
