@@ -3,6 +3,7 @@
 # Debian's Chromium (Remotion must not download its own browser), a virtualenv in .venv
 # with spoolrender and its test tools, and the Remotion project's npm packages.
 # Idempotent: a second run only checks. Sourced by quickstart.sh and test.sh.
+# With --test (test.sh) it also installs the Debian tools the tests use on contrib/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -18,6 +19,21 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
   say "installing Debian packages: ${apt_packages[*]}"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+# --test (scripts/test.sh): also the tools tests/test_contrib.py runs on contrib/. Without
+# recommends: Debian's prometheus would pull in node_exporter and its collector timers.
+test_packages=()
+if [ "${1:-}" = --test ]; then
+  command -v promtool >/dev/null 2>&1 || test_packages+=(prometheus)
+  command -v shellcheck >/dev/null 2>&1 || test_packages+=(shellcheck)
+  [ -x /usr/sbin/logrotate ] || test_packages+=(logrotate)
+  command -v systemd-analyze >/dev/null 2>&1 || test_packages+=(systemd)
+fi
+if [ ${#test_packages[@]} -gt 0 ]; then
+  say "installing Debian packages for the tests: ${test_packages[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${test_packages[@]}" >/dev/null
 fi
 
 node_major="$(node -p 'process.versions.node.split(".")[0]')"
