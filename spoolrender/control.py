@@ -49,6 +49,9 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
     tmp = layout.incoming / f".{name}.{new_token()}.part"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o664)
     try:
+        # Readable by the runner (often another user in the spool's group) whatever the
+        # submitter's umask.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -158,6 +158,11 @@ class Runner:
             watcher.stop()
             self._heartbeat.stop()
             self._write_metrics()
+            if self._metrics_textfile is not None and not self.drain:
+                # A runner that stopped on purpose must not look alive (and stale) in
+                # node_exporter; a drain's figures stay for the scrape after it.
+                with contextlib.suppress(OSError):
+                    self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
             for path in (self._beacon, self._probe):

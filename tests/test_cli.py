@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 from pathlib import Path
@@ -94,3 +95,15 @@ def test_bad_config_is_a_clear_error(spool: SpoolLayout) -> None:
     (spool.root / "spoolrender.yaml").write_text("lease_seconds: soon\n")
     result = cli("status", "--spool", str(spool.root))
     assert result.returncode == 1 and "lease_seconds" in result.stderr
+
+
+def test_submitted_job_is_readable_whatever_the_umask(spool: SpoolLayout) -> None:
+    from spoolrender.config import load_config
+    from spoolrender.control import submit
+
+    old = os.umask(0o077)
+    try:
+        path = submit(load_config(spool.root, environ={}), b"renderer: command\ncommand: props\n", "private.yaml")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -238,3 +238,12 @@ def test_status_prometheus_for_cron(spool: SpoolLayout) -> None:
     assert jobs == {"incoming": 1, "running": 0, "retry": 0, "done": 0, "failed": 0}
     assert families["spoolrender_backlog_age_seconds"].samples[0].value >= 59
     promtool_check(out.stdout)
+
+
+def test_stopped_runner_removes_its_textfile(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    textfile = tmp_path / "r.prom"
+    runner = start_runner("--metrics-textfile", str(textfile))
+    wait_for(textfile.exists, timeout=20)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=20) == 0
+    assert not textfile.exists()  # NoRunner alerts, not a frozen "online" runner

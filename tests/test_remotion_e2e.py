@@ -55,12 +55,13 @@ def tiny(**props: Any) -> dict[str, Any]:
     return {"composition": "Tiny", "props": props}
 
 
-def drain(layout: SpoolLayout, timeout: float = 300) -> str:
+def drain(layout: SpoolLayout, timeout: float = 300, expect: int = 0) -> str:
+    """Run a drain; ``expect`` its exit status (3: some job failed for good)."""
     proc = subprocess.run(
         spoolrender_cmd("run", "--drain", "-v", "--spool", str(layout.root)),
         capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == expect, proc.stderr
     return proc.stderr
 
 
@@ -123,7 +124,7 @@ def test_permanent_remotion_errors_fail_with_remotions_message(rspool: SpoolLayo
     drop(rspool, "throws.yaml", {"composition": "Failing", "props": {"reason": "bad data", "atFrame": 2}})
     drop(rspool, "badprops.yaml", {"composition": "DataRecap", "props": {"title": "x", "items": "not a list"}})
     drop(rspool, "fine.yaml", tiny())
-    drain(rspool)
+    drain(rspool, expect=3)
     assert entries(rspool, "done")[0].startswith("fine.")
     nope = record(rspool, "failed", "nope", "failure.json")
     assert nope["kind"] == "composition-not-found" and nope["attempts"] == 1
