@@ -72,6 +72,14 @@ def _string(name: str, value: Any) -> str:
     return value
 
 
+def _optional_token(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) < 16 or any(c.isspace() for c in value):
+        raise ConfigError(f"{name}: expected a secret of at least 16 characters without spaces (or unset)")
+    return value
+
+
 def _watch(name: str, value: Any) -> str:
     if value not in WATCH_MODES:
         raise ConfigError(f"{name}: expected one of {', '.join(WATCH_MODES)}, got {value!r}")
@@ -133,6 +141,7 @@ class SpoolConfig:
     remotion_project: Path = Path(defaults.REMOTION_PROJECT)
     browser_executable: str = defaults.BROWSER_EXECUTABLE
     cache_dir: Path = Path("~/.cache/spoolrender")
+    serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -176,6 +185,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "remotion_project": _path,
     "browser_executable": _string,
     "cache_dir": _path,
+    "serve_token": _optional_token,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)
