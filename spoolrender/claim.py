@@ -30,6 +30,7 @@ from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
+from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
@@ -223,13 +224,13 @@ def _claim_incoming(
     try:
         lock = acquire_job_lock(job_dir)
         started = clock.wall()
-        heartbeat.add(
-            ActiveJob(job_dir, token, 1, started, lambda: cancel.cancel("lost"), lambda: cancel.cancel("user"))
-        )
+        heartbeat.add(_active_job(job_dir, token, 1, started, cancel))
+        crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
         # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
         # power cut only means the job is found in incoming/ again, or recovered.
         os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
+        crash_point("claim-after-rename")
     except (FileNotFoundError, Timeout, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
@@ -259,6 +260,7 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
     except OSError as exc:
         log.warning("could not claim retry %s: %s", candidate.name, exc)
         return None
+    crash_point("retry-claim-after-rename")
     try:
         lock = acquire_job_lock(job_dir)
     except Timeout:

@@ -18,6 +18,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from spoolrender.failpoints import crash_point
+
 
 def fsync_dir(path: Path) -> None:
     """Make renames/creates inside ``path`` durable (they live in the directory's data)."""
@@ -102,6 +104,7 @@ def rename_durable(src: Path, dst: Path) -> None:
     race means (a claim lost to another runner, a job recovered under our feet).
     """
     os.rename(src, dst)
+    crash_point("after-move")
     # Both directories changed; fsync the destination first (the job must be somewhere).
     fsync_dir(dst.parent)
     if src.parent != dst.parent:

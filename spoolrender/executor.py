@@ -24,6 +24,7 @@ from spoolrender.claim import Claim
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
+from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
@@ -238,6 +239,7 @@ class JobExecutor:
             won = False
         if not won:
             return self._lost(claim)
+        crash_point("after-decide")
         # Decided: stop beating before the directory moves (a recoverer that finds the
         # job silent from now on can only carry out this same decision).
         self._heartbeat.remove(claim.token)

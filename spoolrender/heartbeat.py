@@ -128,18 +128,27 @@ def lock_is_free(job_dir: Path) -> bool:
 
 
 class LivenessTracker:
-    """Remembers, per running entry, since when (monotonic) its heartbeat has not changed."""
+    """Remembers, per running entry, since when (monotonic) its heartbeat has not changed.
 
-    def __init__(self, clock: Clock) -> None:
+    With a ``state_file`` the observations outlive this process: every process on a host
+    shares one monotonic clock (until a reboot, hence the boot id), so successive short
+    runs (cron-started ``run --drain`` taking a few seconds each) add up to a lease and
+    still recover a dead host's jobs. Several runners on one host share the file; each
+    merges what it finds, keeping the earliest sighting of an unchanged heartbeat.
+    """
+
+    def __init__(self, clock: Clock, state_file: Path | None = None) -> None:
         self._clock = clock
-        self._seen: dict[str, tuple[object, float]] = {}
+        self._state_file = state_file
+        self._seen: dict[str, tuple[str, float]] = {}
 
     def silent_for(self, name: str, signature: object) -> float:
         """Seconds this observer has seen ``signature`` unchanged for entry ``name``."""
         now = self._clock.monotonic()
+        sig = json.dumps(signature)
         previous = self._seen.get(name)
-        if previous is None or previous[0] != signature:
-            self._seen[name] = (signature, now)
+        if previous is None or previous[0] != sig:
+            self._seen[name] = (sig, now)
             return 0.0
         return now - previous[1]
 
@@ -148,6 +157,41 @@ class LivenessTracker:
         for name in list(self._seen):
             if name not in keep:
                 del self._seen[name]
+
+    def load(self) -> None:
+        """Merge the host's shared observations into ours (earliest sighting wins)."""
+        if self._state_file is None:
+            return
+        try:
+            data = json.loads(self._state_file.read_bytes())
+            if data.get("boot") != _boot_id():
+                return  # another boot: its monotonic times mean nothing now
+            theirs = {str(k): (str(v[0]), float(v[1])) for k, v in data["seen"].items()}
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return
+        for name, (sig, first) in theirs.items():
+            mine = self._seen.get(name)
+            if mine is None or (mine[0] == sig and first < mine[1]):
+                self._seen[name] = (sig, first)
+
+    def save(self) -> None:
+        if self._state_file is None:
+            return
+        data = {"boot": _boot_id(), "seen": {k: list(v) for k, v in self._seen.items()}}
+        try:
+            self._state_file.parent.mkdir(parents=True, exist_ok=True)
+            # Atomic replace, no fsync: losing observations in a power cut only delays
+            # a recovery by one lease.
+            write_atomic(self._state_file, json.dumps(data).encode(), durable=False)
+        except OSError as exc:
+            log.warning("cannot save liveness observations: %s", exc)
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 @dataclass

@@ -29,7 +29,7 @@ from spoolrender.errors import JobInvalid, PublishError
 from spoolrender.heartbeat import HOSTNAME, Heartbeat, LivenessTracker, lock_is_free, read_heartbeat
 from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names
-from spoolrender.publish import remove_scratch
+from spoolrender.publish import SCRATCH_DIR, remove_scratch
 from spoolrender.records import (
     FAILED,
     RETRY,
@@ -62,7 +62,12 @@ class Recoverer:
 
     def sweep(self, own_keys: set[str]) -> list[str]:
         """Recover every dead job in running/ (not ours); returns the names recovered."""
+        # Scratch first, running/ second: a scratch dir is made only after its job's
+        # running/ entry, so one listed here whose entry is gone below is an orphan.
+        scratch_root = self._config.output_root / SCRATCH_DIR
+        scratch = list_names(scratch_root)
         names = list_names(self._layout.running)
+        self._tracker.load()
         self._tracker.forget_except(names)
         recovered = []
         for name in names:
@@ -82,6 +87,12 @@ class Recoverer:
                 log.debug("%s moved while recovering it; someone else got there first", name)
             except OSError as exc:
                 log.warning("could not recover %s: %s", name, exc)
+        self._tracker.save()
+        for key in set(scratch) - set(names) - own_keys:
+            # Left by a runner killed after its job left running/ (done, failed, retry):
+            # nothing in it is needed any more.
+            shutil.rmtree(scratch_root / key, ignore_errors=True)
+            log.debug("removed orphaned scratch dir %s", key)
         return recovered
 
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:

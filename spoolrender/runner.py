@@ -31,7 +31,7 @@ from spoolrender.control import is_paused
 from spoolrender.durable import write_json_atomic
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
-from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
+from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
@@ -91,7 +91,10 @@ class Runner:
         self._force = threading.Event()
         self._scanner = SpoolScanner(self.layout, config, self.clock)
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
-        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng)
+        # Observations shared by every process on this host, so that short cron drains
+        # add up to a lease (see LivenessTracker).
+        tracker = LivenessTracker(self.clock, self.layout.private / "liveness" / f"{HOSTNAME}.json")
+        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self._executors = [
             JobExecutor(

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
@@ -52,14 +54,19 @@ class SpoolSnapshot:
     now: float  # this host's clock
 
 
-def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
-    layout.check()
+def spool_clock(layout: SpoolLayout) -> tuple[float, float]:
+    """This host's "now" and the spool filesystem's (this host's if it cannot be measured)."""
     now = time.time()
-    probe = layout.private / f"clock-status-{os.getpid()}"
+    probe = layout.private / f"clock-status-{os.getpid()}-{threading.get_ident()}"
     measured = spool_now(probe)
     with contextlib.suppress(OSError):
         probe.unlink()
-    fs_now = measured if measured is not None else now
+    return now, (measured if measured is not None else now)
+
+
+def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
+    layout.check()
+    now, fs_now = spool_clock(layout)
     # Dot-names are never jobs: uploads in progress, .gitkeep, temporary files.
     names = {
         state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".")]
@@ -96,38 +103,53 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     )
 
 
-def collect_status(config: SpoolConfig) -> dict[str, Any]:
+def running_info(layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float) -> dict[str, Any]:
+    """One ``running`` item of the status document: heartbeat, progress, ETA, staleness."""
+    m = RUNNING_NAME.fullmatch(name)
+    job_dir = layout.running / name
+    hb = read_heartbeat(job_dir)
+    hb_mtime = _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
+    age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)
+    started = hb.started if hb is not None else None
+    progress = hb.progress if hb is not None else None
+    eta = None
+    if progress and started and 0 < progress < 1:
+        elapsed = (hb.updated or now) - started if hb is not None else 0
+        eta = elapsed * (1 - progress) / progress
+    return {
+        "id": m.group("id") if m else name,
+        "entry": name,
+        "host": hb.host if hb else None,
+        "pid": hb.pid if hb else None,
+        "run": hb.run if hb else None,
+        "progress": progress,
+        "stage": hb.stage if hb else None,
+        "eta_seconds": None if eta is None else round(eta, 1),
+        "heartbeat_age_seconds": None if age is None else round(age, 1),
+        "stale": age is None or age > lease_seconds,
+    }
+
+
+def read_failure(job_dir: Path) -> tuple[str | None, str | None]:
+    """``(kind, reason)`` of a failed job's failure.json; ``(None, None)`` if unreadable."""
+    try:
+        with open(job_dir / defaults.FAILURE_FILENAME, "rb") as fh:
+            record = json.loads(fh.read())
+        return record.get("kind"), record.get("reason")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+
+
+def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -> dict[str, Any]:
+    """The ``status --json`` document, from ``snapshot`` (taken now if not given)."""
     layout = SpoolLayout(config.spool)
-    snap = take_snapshot(layout, config.lease_seconds)
+    snap = take_snapshot(layout, config.lease_seconds) if snapshot is None else snapshot
     names, now, fs_now = snap.names, snap.now, snap.fs_now
 
-    running = []
-    for name in sorted(names["running"]):
-        m = RUNNING_NAME.fullmatch(name)
-        job_dir = layout.running / name
-        hb = read_heartbeat(job_dir)
-        hb_mtime = _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
-        age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)
-        started = hb.started if hb is not None else None
-        progress = hb.progress if hb is not None else None
-        eta = None
-        if progress and started and 0 < progress < 1:
-            elapsed = (hb.updated or now) - started if hb is not None else 0
-            eta = elapsed * (1 - progress) / progress
-        running.append(
-            {
-                "id": m.group("id") if m else name,
-                "entry": name,
-                "host": hb.host if hb else None,
-                "pid": hb.pid if hb else None,
-                "run": hb.run if hb else None,
-                "progress": progress,
-                "stage": hb.stage if hb else None,
-                "eta_seconds": None if eta is None else round(eta, 1),
-                "heartbeat_age_seconds": None if age is None else round(age, 1),
-                "stale": age is None or age > config.lease_seconds,
-            }
-        )
+    running = [
+        running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+        for name in sorted(names["running"])
+    ]
 
     retry = []
     for name in sorted(names["retry"]):
@@ -148,13 +170,7 @@ def collect_status(config: SpoolConfig) -> dict[str, Any]:
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
     for mtime, name in sorted(failed_with_time, reverse=True)[:RECENT_FAILURES]:
-        reason, kind = None, None
-        try:
-            with open(layout.failed / name / defaults.FAILURE_FILENAME, "rb") as fh:
-                record = json.loads(fh.read())
-            reason, kind = record.get("reason"), record.get("kind")
-        except (OSError, ValueError):
-            pass
+        kind, reason = read_failure(layout.failed / name)
         m = FINAL_NAME.fullmatch(name)
         failures.append(
             {

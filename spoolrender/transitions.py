@@ -20,6 +20,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
+from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.ids import release_id
 from spoolrender.layout import SpoolLayout, final_name, retry_name
@@ -107,6 +108,7 @@ def complete_publish(
         replace=bool(info.get("replace")),
         expect_inode=info.get("inode"),
     )
+    crash_point("after-publish")
     runs = read_runs(job_dir)
     result = {
         "id": job_id,

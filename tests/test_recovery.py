@@ -176,3 +176,25 @@ def test_last_attempt_lost_to_a_dead_runner_fails_the_job(spool: SpoolLayout, co
     (entry,) = entries(spool, "failed")
     failure = json.loads((spool.failed / entry / "failure.json").read_text())
     assert failure["attempts"] == 3 and "no attempts left (3 of 3)" in failure["reason"]
+
+
+def test_short_cron_drains_add_up_to_a_lease(spool: SpoolLayout) -> None:
+    """A dead host's job is recovered by drains that each last less than the lease."""
+    import subprocess
+    import time
+
+    from conftest import spoolrender_cmd
+
+    job_dir = foreign_job(spool)  # heartbeat from "elsewhere", never changing again
+    started = time.monotonic()
+    drains = 0
+    while entries(spool, "running") and time.monotonic() - started < 30:
+        t0 = time.monotonic()
+        subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True, check=False)
+        assert time.monotonic() - t0 < 2.0 + 1.5  # shorter than the lease (+ start-up)
+        drains += 1
+        time.sleep(0.3)
+    assert entries(spool, "running") == [], "never recovered"
+    assert drains >= 2  # no single drain saw the whole lease
+    (entry,) = entries(spool, "retry")
+    assert entry.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])

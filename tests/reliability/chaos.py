@@ -1,0 +1,140 @@
+"""Chaos: runners SIGKILLed at random moments and restarted while they work a spool.
+
+Shared by the bounded test (tests/reliability/test_chaos.py) and the long run
+(tests/reliability/long_run.py). Jobs are real renders by the command renderer (a
+Python program writing a known output); kills are real SIGKILLs; the verdict comes from
+the disk (invariants.audit), after every runner has stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from invariants import Audit, audit
+
+from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.records import read_runs
+
+RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
+CMD = [sys.executable, "-m", "spoolrender.cli"]
+CONFIG = {
+    "settle_seconds": 0.2,
+    "heartbeat_seconds": 0.2,
+    "lease_seconds": 2.0,
+    "rescan_seconds": 0.3,
+    "backoff_base_seconds": 0.05,
+    "backoff_cap_seconds": 0.2,
+    "grace_seconds": 2,
+    "slots": 2,
+    "max_attempts": 50,
+    "commands": {"props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"]},
+}
+
+
+@dataclass
+class ChaosReport:
+    jobs: int
+    kills: int
+    runner_died_runs: int
+    renders: int
+    audit: Audit
+    seconds: float
+
+    def row(self) -> dict[str, object]:
+        return {
+            "jobs": self.jobs,
+            "kills": self.kills,
+            "lost": len(self.audit.lost),
+            "duplicated": len(self.audit.duplicated),
+            "partial files": len(self.audit.partial_files),
+            "bad outputs": len(self.audit.bad_outputs),
+            "orphans": len(self.audit.orphans),
+            "recovered runs": self.runner_died_runs,
+            "renders": self.renders,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def _start(spool: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([*CMD, "run", "-v", "--spool", str(spool)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def run_chaos(base: Path, *, jobs: int, runners: int, kills: int, seed: int, timeout: float = 600) -> ChaosReport:
+    rng = random.Random(seed)
+    layout = init_spool(base / "spool")
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(CONFIG))
+    marker = base / "renders.txt"
+    expected: dict[str, bytes] = {}
+    for i in range(jobs):
+        job_id = f"c{i:05d}"
+        content = f"output of {job_id}"
+        expected[job_id] = content.encode()
+        props = {"sleep": rng.choice((0, 0.05, 0.2, 0.5)), "content": content, "marker": str(marker), "tag": job_id}
+        tmp = layout.incoming / f".{job_id}.part"
+        tmp.write_text(yaml.safe_dump({"renderer": "command", "command": "props", "props": props}))
+        os.rename(tmp, layout.incoming / f"{job_id}.yaml")
+    log = base / "runners.log"
+    started = time.monotonic()
+    procs = [_start(layout.root, log) for _ in range(runners)]
+    done_kills = 0
+    try:
+        while done_kills < kills and time.monotonic() - started < timeout:
+            time.sleep(rng.uniform(0.05, 0.6))
+            victim = rng.randrange(runners)
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            done_kills += 1
+            procs[victim] = _start(layout.root, log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry"))
+            if not busy:
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    # One last drain recovers anything the final SIGTERMs left in running/.
+    subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
+    seconds = time.monotonic() - started
+    result = audit(layout, set(expected), output_ok=expected, max_attempts=CONFIG["max_attempts"])  # type: ignore[arg-type]
+    died = 0
+    for state in ("done", "failed", "retry"):
+        for name in os.listdir(layout.state_dir(state)):
+            runs = read_runs(layout.state_dir(state) / name)
+            died_here = sum(1 for r in runs if (r.error or {}).get("kind") == "runner-died")
+            died += died_here
+            publishes = [r for r in runs if r.outcome == "publishing"]
+            # Attempts consistent with the kills: every attempt but the publishing one
+            # was lost to a kill (the command never fails by itself here).
+            if state == "done" and len(runs) - len(publishes) != died_here + sum(
+                1 for r in runs if r.outcome in ("requeue", "reset")
+            ):
+                result.attempt_violations.append(f"{state}/{name}: runs {[r.outcome for r in runs]}")
+    renders = len(marker.read_text().splitlines()) if marker.exists() else 0
+    return ChaosReport(jobs, done_kills, died, renders, result, seconds)
+
+
+def report_json(report: ChaosReport) -> str:
+    return json.dumps(report.row())
+
+
+def layout_of(base: Path) -> SpoolLayout:
+    return SpoolLayout(base / "spool")
