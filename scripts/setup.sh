@@ -29,6 +29,10 @@ if [ "${1:-}" = --test ]; then
   command -v shellcheck >/dev/null 2>&1 || test_packages+=(shellcheck)
   [ -x /usr/sbin/logrotate ] || test_packages+=(logrotate)
   command -v systemd-analyze >/dev/null 2>&1 || test_packages+=(systemd)
+  # tests/reliability/: several "hosts" (bindfs view, skewed clock), syscall traces.
+  command -v bindfs >/dev/null 2>&1 || test_packages+=(bindfs)
+  [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || test_packages+=(faketime)
+  command -v strace >/dev/null 2>&1 || test_packages+=(strace)
 fi
 if [ ${#test_packages[@]} -gt 0 ]; then
   say "installing Debian packages for the tests: ${test_packages[*]}"

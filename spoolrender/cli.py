@@ -49,6 +49,7 @@ examples:
   spoolrender retry --all-failed            give failed jobs fresh attempts
   spoolrender pause / resume                stop / restart claiming on every host
   spoolrender purge --older-than 30d        forget finished jobs' records
+  spoolrender serve                         HTTP API and live dashboard on http://127.0.0.1:8765/
 
 The spool is ./spool unless --spool or SPOOLRENDER_SPOOL says otherwise.
 """
@@ -215,6 +216,39 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("id", nargs="?", help="job id")
     group.add_argument("--all-failed", action="store_true", help="every job in failed/")
     _add_common(p)
+
+    p = sub.add_parser(
+        "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=raw,
+        description="Serve the spool over HTTP: GET /jobs, /jobs/ID, /jobs/ID/log and /status (JSON, the "
+        "schema of `status --json`), /events (server-sent events: state changes and progress), /metrics "
+        "(Prometheus) and a live dashboard at /. It only reads the spool and runs no runner, so it works on "
+        "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel) stay "
+        "off unless serve_token is set in the spool config; they need Authorization: Bearer <serve_token>.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender serve                              http://127.0.0.1:8765/ (this host only)
+              spoolrender serve --listen 127.0.0.1:0         any free port (printed on start)
+              spoolrender serve --listen 0.0.0.0:8765        every interface: only if you mean it
+              curl -s 'localhost:8765/jobs?state=failed&limit=20'
+              curl -N localhost:8765/events?job=intro-42     follow one job to done/failed
+              curl -H "Authorization: Bearer $TOKEN" --data-binary @intro.yaml \\
+                   'localhost:8765/jobs?name=intro-42.yaml'
+            Stops on SIGTERM or Ctrl-C.
+        """),
+    )  # fmt: skip
+    p.add_argument(
+        "--listen", default="127.0.0.1:8765", metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8765; [::1]:PORT for IPv6; port 0 picks a free one)",
+    )  # fmt: skip
+    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
+                   help="how often the event stream looks at the spool while a client listens (default 1)")  # fmt: skip
+    p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
+                   help="comment line on idle event streams, so proxies keep them open (default 15)")  # fmt: skip
+    p.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="also answer requests for this Host name (e.g. behind a reverse proxy); repeatable",
+    )  # fmt: skip
+    _add_common(p)
     return parser
 
 
@@ -366,7 +400,29 @@ def _dispatch(args: argparse.Namespace) -> int:
         moved = retry_failed(_config(args), None if args.all_failed else args.id)
         print(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
         return EXIT_OK
+    if args.command == "serve":
+        return _serve(args)
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from spoolrender.layout import SpoolLayout
+    from spoolrender.serve import ServeOptions, SpoolServer, parse_listen
+
+    if not (0 < args.poll <= 60 and 0 < args.keepalive <= 3600):
+        raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")
+    config = _config(args)
+    SpoolLayout(config.spool).check()  # a typo in --spool fails now, not on the first request
+    options = ServeOptions(poll_seconds=args.poll, keepalive_seconds=args.keepalive, allow_hosts=tuple(args.allow_host))
+    try:
+        server = SpoolServer(parse_listen(args.listen), config, options)
+    except OSError as exc:
+        raise SpoolrenderError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from exc
+    writes = "on (serve_token is set)" if config.serve_token else "off (no serve_token)"
+    print(f"serving {server.url} for spool {config.spool}; write actions {writes}", flush=True)
+    server.install_signal_handlers()
+    server.serve()
+    return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:

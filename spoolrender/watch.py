@@ -43,7 +43,10 @@ def choose_watch_mode(mode: str, spool: Path) -> str:
     if mode != "auto":
         return mode
     fstype = filesystem_type(spool)
-    return "polling" if fstype in NETWORK_FILESYSTEMS else "inotify"
+    # Any FUSE filesystem too (some report plain "fuse"): whatever serves it may change
+    # files behind the kernel's back, where inotify sees nothing.
+    remote = fstype in NETWORK_FILESYSTEMS or fstype == "fuse" or fstype.startswith("fuse.")
+    return "polling" if remote else "inotify"
 
 
 class _Wake(FileSystemEventHandler):

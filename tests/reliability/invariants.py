@@ -106,8 +106,10 @@ def audit(
 
     output_root = layout.root / "output"
     scratch = output_root / ".spoolrender-tmp"
+    running = set(list_names(layout.running))
     if scratch.exists():
-        result.partial_files += [f"scratch: {p.name}" for p in scratch.iterdir()]
+        # A job still in running/ may own a scratch dir; any other one is a leak.
+        result.partial_files += [f"scratch: {p.name}" for p in scratch.iterdir() if p.name not in running]
     expected_outputs: set[Path] = set()
     for name in list_names(layout.done):
         job_dir = layout.done / name
@@ -116,7 +118,9 @@ def audit(
         except (OSError, ValueError) as exc:
             result.bad_outputs.append(f"{name}: no result.json ({exc})")
             continue
-        out = Path(res["output"])
+        # Relative to the output root: another host may have recorded it through another
+        # mount of the same spool.
+        out = output_root / str(res["output"]).split("/output/", 1)[-1]
         expected_outputs.add(out)
         try:
             data = out.read_bytes()

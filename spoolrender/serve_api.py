@@ -1,0 +1,340 @@
+"""What `spoolrender serve`'s JSON API answers, without any HTTP.
+
+Every answer is built by the code `status` and `show` use (:func:`status.collect_status`,
+:func:`lookup.find_job` and :func:`lookup.describe`), so the API and the command line never
+disagree about a spool. The write actions are `submit`, `retry` and `cancel` of
+:mod:`spoolrender.control`, with their validation.
+
+Two rules keep hostile requests harmless: a job id from a request is checked against the
+job-id pattern before anything touches the filesystem, and no path is ever taken from a
+request (a log is found by listing the job's own directory, a job by listing the state
+directories).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig
+from spoolrender.control import cancel, retry_failed, submit
+from spoolrender.errors import JobInvalid, SpoolrenderError
+from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
+from spoolrender.layout import FINAL_NAME, SpoolLayout, new_token
+from spoolrender.lookup import Located, describe, find_job, incoming_id
+from spoolrender.metrics import spool_metrics_text
+from spoolrender.status import (
+    SCHEMA_VERSION,
+    collect_status,
+    read_failure,
+    running_info,
+    spool_clock,
+    take_snapshot,
+)
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+DEFAULT_LOG_BYTES = 64 * 1024
+MAX_LOG_BYTES = 1024 * 1024
+MAX_LOG_LINES = 10_000
+LOG_FILE = re.compile(r"run-(\d{4,})\.log")
+# Which entry of a job (several for re-runs) a client means: a live one first.
+LIVE_STATES = ("running", "retry", "incoming")
+RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
+
+
+class ApiError(SpoolrenderError):
+    """A request the API refuses: an HTTP status, a message and optional extra fields."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, **self.extra}
+
+
+def check_job_id(text: str) -> str:
+    """``text`` if it is a valid job id; else a 400 (before any file is looked at)."""
+    if not ID_PATTERN.fullmatch(text):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise ApiError(
+            400,
+            f"invalid job id {shown!r}: expected letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit, at most {defaults.MAX_ID_LENGTH} characters",
+        )
+    return text
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def result_summary(job_dir: Path) -> dict[str, Any] | None:
+    """The useful part of a done job's result.json (where the video is), or None."""
+    try:
+        with open(job_dir / defaults.RESULT_FILENAME, "rb") as fh:
+            result = json.loads(fh.read())
+        return {key: result.get(key) for key in RESULT_KEYS}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def status_document(config: SpoolConfig) -> dict[str, Any]:
+    """Exactly what ``status --json`` prints (status.schema.json)."""
+    return collect_status(config)
+
+
+def metrics_text(config: SpoolConfig) -> str:
+    """The spool gauges in the Prometheus text format (as ``status --prometheus``)."""
+    return spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds)
+
+
+def _ordered(layout: SpoolLayout, state: str, names: list[str]) -> list[str]:
+    """A state's entries in the order a client wants them: queue order, or newest first."""
+    if state in ("done", "failed"):
+        stamped = [(_mtime(layout.state_dir(state) / n) or 0.0, n) for n in names]
+        return [n for _, n in sorted(stamped, reverse=True)]
+    return sorted(names)  # incoming by name; retry names sort by due time; running by id
+
+
+def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int) -> dict[str, Any]:
+    """``GET /jobs``: one page of jobs (of one state or all), with the spool's counts.
+
+    Items share their fields with the ``status --json`` objects: running items are its
+    ``running`` objects, retry items its ``retry`` objects, failed items its
+    ``recent_failures`` objects; each also says its ``state``. Done items carry
+    ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``.
+    """
+    layout = SpoolLayout(config.spool)
+    snap = take_snapshot(layout, config.lease_seconds)
+    status = collect_status(config, snap)
+    running = {r["entry"]: r for r in status["running"]}
+    retry = {r["entry"]: r for r in status["retry"]}
+    failures = {f["entry"]: f for f in status["recent_failures"]}
+    states = (state,) if state else defaults.STATE_DIRS
+    jobs: list[dict[str, Any]] = []
+    skip = offset
+    for s in states:
+        names = snap.names[s]
+        if skip >= len(names):
+            skip -= len(names)
+            continue
+        if len(jobs) >= limit:
+            break
+        for name in _ordered(layout, s, names)[skip : skip + limit - len(jobs)]:
+            path = layout.state_dir(s) / name
+            item: dict[str, Any]
+            if s == "running":
+                item = running.get(name) or running_info(
+                    layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds
+                )
+            elif s == "retry" and name in retry:
+                item = retry[name]
+            elif s == "failed":
+                item = failures.get(name) or _failed_item(path)
+            elif s == "done":
+                item = {"id": _final_id(name), "entry": name, "finished_at": _mtime(path)}
+                item.update(result_summary(path) or {})
+            elif s == "incoming":
+                item = {"id": incoming_id(config, path), "entry": name, "queued_at": _mtime(path)}
+            else:
+                item = {"id": name, "entry": name}
+            jobs.append({"state": s, **item})
+        skip = 0
+    return {
+        "schema": SCHEMA_VERSION,
+        "spool": status["spool"],
+        "generated_at": status["generated_at"],
+        "counts": status["counts"],
+        "paused": status["paused"],
+        "state": state,
+        "total": sum(snap.counts[s] for s in states),
+        "offset": offset,
+        "limit": limit,
+        "jobs": jobs,
+    }
+
+
+def _final_id(name: str) -> str:
+    m = FINAL_NAME.fullmatch(name)
+    return m.group("id") if m else name
+
+
+def _failed_item(path: Path) -> dict[str, Any]:
+    kind, reason = read_failure(path)
+    return {"id": _final_id(path.name), "entry": path.name, "failed_at": _mtime(path), "kind": kind, "reason": reason}
+
+
+def by_relevance(found: list[Located]) -> list[Located]:
+    """A job's entries, the one a client means first: live ones, then newest finished."""
+    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
+    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: _mtime(w.path) or 0.0)
+    return live + finished[::-1]
+
+
+def _find(config: SpoolConfig, job_id: str) -> list[Located]:
+    found = find_job(config, check_job_id(job_id))
+    if not found:
+        raise ApiError(404, f"no job with id {job_id!r}")
+    return by_relevance(found)
+
+
+def _job_spec(config: SpoolConfig, where: Located) -> tuple[dict[str, Any] | None, list[str]]:
+    path = where.path if where.state == "incoming" else where.path / defaults.JOB_FILENAME
+    try:
+        spec = parse_job(read_job_bytes(path, config.max_job_bytes), f"{where.job_id}.yaml", config)
+    except JobInvalid as exc:
+        return None, exc.problems
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return {k: str(v) if isinstance(v, PurePath) else v for k, v in fields.items()}, []
+
+
+def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
+    """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more.
+
+    Added: ``entry``, ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
+    ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
+    ``log_url``, and ``entries`` (every entry of the id, for re-runs).
+    """
+    found = _find(config, job_id)
+    current = found[0]
+    info = describe(config, current)
+    info["entry"] = current.entry
+    info["progress"], info["stage"], info["eta_seconds"], info["stale"] = None, None, None, None
+    if current.state == "running":
+        layout = SpoolLayout(config.spool)
+        now, fs_now = spool_clock(layout)
+        live = running_info(layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+        for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds"):
+            info[key] = live[key]
+    elif current.state == "done":
+        info["progress"] = 1.0
+    info["errors"] = [
+        {"run": run["run"], "kind": (run.get("error") or {}).get("kind"), "message": run["error"].get("message")}
+        for run in info.get("runs", [])
+        if run.get("error")
+    ]
+    info["job"], problems = _job_spec(config, current)
+    if problems:
+        info["job_problems"] = problems
+    info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
+    info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+    return info
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The end of one render log."""
+
+    entry: str  # state/name of the job entry it belongs to
+    name: str  # run-NNNN.log
+    size: int  # the whole file
+    offset: int  # where ``data`` starts in it
+    data: bytes
+
+
+def _log_runs(job_dir: Path) -> dict[int, str]:
+    try:
+        names = os.listdir(job_dir)
+    except OSError:
+        return {}
+    return {int(m.group(1)): n for n in names if (m := LOG_FILE.fullmatch(n))}
+
+
+def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: int, lines: int | None) -> LogTail:
+    """``GET /jobs/{id}/log``: the end of the latest (or ``run``'s) render log of a job.
+
+    The file is found by listing the job's directory (never from a request) and opened
+    without following links; only a regular file is read.
+    """
+    for where in _find(config, job_id):
+        if where.state == "incoming":
+            continue
+        runs = _log_runs(where.path)
+        if not runs or (run is not None and run not in runs):
+            continue
+        name = runs[run if run is not None else max(runs)]
+        want = MAX_LOG_BYTES if lines is not None else tail_bytes
+        try:
+            fd = os.open(where.path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # moved on meanwhile, or not a plain file
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            start = max(0, st.st_size - want)
+            data = os.pread(fd, st.st_size - start, start)
+        finally:
+            os.close(fd)
+        if lines is not None:
+            kept = data.splitlines(keepends=True)[-lines:] if lines else []
+            data = b"".join(kept)
+            start = st.st_size - len(data)
+        return LogTail(entry=where.entry, name=name, size=st.st_size, offset=max(0, start), data=data)
+    which = f"run {run}" if run is not None else "any run"
+    raise ApiError(404, f"job {job_id!r} has no render log for {which} yet")
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def submit_job(config: SpoolConfig, data: bytes, name: str | None) -> dict[str, Any]:
+    """``POST /jobs``: validate and drop a job into incoming/ (as ``spoolrender submit``)."""
+    if name is None:
+        name = f"api-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}.yaml"
+    if not ID_PATTERN.fullmatch(name):
+        raise ApiError(400, "invalid job file name: letters, digits, '.', '_' or '-', starting with a letter or digit")
+    final = name if name.endswith(defaults.JOB_SUFFIXES) else name + ".yaml"
+    layout = SpoolLayout(config.spool)
+    try:
+        path = submit(config, data, name)
+    except JobInvalid as exc:
+        raise ApiError(422, "job is invalid", problems=exc.problems) from exc
+    except SpoolrenderError as exc:
+        if os.path.lexists(layout.incoming / final):
+            raise ApiError(409, f"incoming/{final} already exists; choose another name (?name=)") from exc
+        raise ApiError(400, str(exc)) from exc
+    job_id = parse_job(data, path.name, config).id
+    return {"id": job_id, "state": "incoming", "entry": f"incoming/{path.name}", "url": f"/jobs/{job_id}"}
+
+
+def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
+    """``POST /jobs/{id}/retry``: a failed job back to retry/ with fresh attempts."""
+    found = _find(config, job_id)
+    if not any(w.state == "failed" for w in found):
+        raise ApiError(409, f"job {job_id!r} is {found[0].state}, not failed: nothing to retry")
+    try:
+        moved = retry_failed(config, job_id)
+    except SpoolrenderError as exc:  # another retry won the race
+        raise ApiError(409, str(exc)) from exc
+    return {"id": job_id, "state": "retry", "moved": len(moved)}
+
+
+def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:
+    """``POST /jobs/{id}/cancel``: as ``spoolrender cancel`` (queued: failed now; running: its runner stops it)."""
+    found = _find(config, job_id)
+    if not any(w.state in LIVE_STATES for w in found):
+        raise ApiError(409, f"job {job_id!r} is already {found[0].state}: nothing to cancel")
+    try:
+        done = cancel(config, job_id, who)
+    except SpoolrenderError as exc:  # it finished meanwhile
+        raise ApiError(409, str(exc)) from exc
+    return {"id": job_id, "cancelled": done}

@@ -1,0 +1,394 @@
+"""The HTTP side of `spoolrender serve`: routing, limits, auth; every answer JSON.
+
+What the answers say comes from :mod:`spoolrender.serve_api` and
+:mod:`spoolrender.serve_events`; this module only turns requests into calls and results
+into responses, and refuses whatever is malformed or too big before it reaches them:
+the request target is capped at ``MAX_URL`` bytes, headers at ``MAX_HEADER_BYTES``, the
+query at ``MAX_QUERY_FIELDS`` known fields, a body at the spool's ``max_job_bytes``. Path
+segments are percent-decoded one by one and ``.``/``..``, slashes, backslashes, NUL and
+control characters are refused; ids must match the job-id pattern. Errors are
+``{"error": ...}`` with a 4xx status, and a bad request never takes the server down.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote
+
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from spoolrender import __version__, defaults
+from spoolrender.errors import SpoolLayoutError, SpoolrenderError
+from spoolrender.heartbeat import HOSTNAME
+from spoolrender.lookup import find_job
+from spoolrender.serve_api import (
+    DEFAULT_LIMIT,
+    DEFAULT_LOG_BYTES,
+    MAX_LIMIT,
+    MAX_LOG_BYTES,
+    MAX_LOG_LINES,
+    ApiError,
+    cancel_job,
+    check_job_id,
+    job_detail,
+    list_jobs,
+    log_tail,
+    metrics_text,
+    retry_job,
+    status_document,
+    submit_job,
+)
+from spoolrender.serve_events import current_job_events, encode_unsequenced
+
+if TYPE_CHECKING:
+    from spoolrender.serve import SpoolServer
+
+log = logging.getLogger(__name__)
+
+MAX_URL = 4096  # request target, bytes
+MAX_HEADER_BYTES = 16 * 1024
+MAX_QUERY_FIELDS = 8
+SOCKET_TIMEOUT = 15.0  # a client that stalls this long (reading or being written to) is dropped
+RETRY_MS = 2000  # EventSource reconnect delay
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+Route = Callable[["RequestHandler", dict[str, str], list[str]], None]
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    """Routes one request; every answer, errors included, is JSON (or the dashboard's files)."""
+
+    server: SpoolServer
+    server_version = f"spoolrender/{__version__}"
+    sys_version = ""
+    protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
+    timeout = SOCKET_TIMEOUT
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.info("%s %s", self.address_string(), format % args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Also what BaseHTTPRequestHandler calls for requests it cannot parse (400, 414, 431, 501).
+        text = message or self.responses.get(code, ("error",))[0]
+        self._send_json(code, {"error": text})
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.close_connection = True
+        self._responded = True
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        body = (json.dumps(obj, default=str) + "\n").encode()
+        self._send(status, body, "application/json", headers)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
+    def _dispatch(self, method: str) -> None:
+        self._responded = False
+        try:
+            self._check_limits()
+            route, params, args = self._route(method)
+            route(self, params, args)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the client went away
+        except Exception as exc:
+            if self._responded:  # mid-stream: nothing more can be said on this connection
+                log.info("%s %s ended: %s", method, self.path[:200], exc)
+                self.close_connection = True
+            else:
+                self._send_failure(method, exc)
+
+    def _send_failure(self, method: str, exc: Exception) -> None:
+        if isinstance(exc, ApiError):
+            headers = {"WWW-Authenticate": 'Bearer realm="spoolrender"'} if exc.status == 401 else None
+            if exc.status == 405:
+                headers = {"Allow": exc.extra.pop("allow")}
+            self._send_json(exc.status, exc.body(), headers)
+        elif isinstance(exc, SpoolLayoutError):  # the spool is gone or unreadable
+            self._send_json(503, {"error": str(exc)})
+        elif isinstance(exc, SpoolrenderError):
+            self._send_json(500, {"error": str(exc)})
+        else:
+            log.error("error answering %s %s", method, self.path[:200], exc_info=exc)
+            self._send_json(500, {"error": "internal error (see the server's log)"})
+
+    def _check_limits(self) -> None:
+        if len(self.path) > MAX_URL:
+            raise ApiError(414, f"request target longer than {MAX_URL} bytes")
+        if sum(len(k) + len(v) + 4 for k, v in self.headers.items()) > MAX_HEADER_BYTES:
+            raise ApiError(431, f"request headers larger than {MAX_HEADER_BYTES} bytes")
+        host = self.headers.get("Host")
+        if host is not None and not self.server.host_allowed(host):
+            raise ApiError(
+                403,
+                f"Host {host[:100]!r} is not served here (DNS rebinding protection); "
+                "start `spoolrender serve` with --allow-host NAME to allow it",
+            )
+
+    def _route(self, method: str) -> tuple[Route, dict[str, str], list[str]]:
+        if not self.path.startswith("/"):
+            raise ApiError(400, "expected a request target starting with '/'")
+        raw_path, _, query = self.path.partition("?")
+        segments = []
+        for raw in raw_path[1:].split("/") if raw_path != "/" else []:
+            try:
+                segment = unquote(raw, errors="strict")
+            except UnicodeDecodeError as exc:
+                raise ApiError(400, "the path is not valid UTF-8") from exc
+            if segment in (".", "..") or any(c in segment for c in "/\\\x00") or not segment.isprintable():
+                raise ApiError(400, "invalid path: no '.', '..', slashes, backslashes or control characters")
+            segments.append(segment)
+        found = ROUTES.get(_shape(segments))
+        if found is None:
+            raise ApiError(404, f"no such endpoint: {raw_path[:100]} (see GET /)")
+        allowed, routes = found
+        if method not in routes:
+            raise ApiError(405, f"{method} is not allowed here", allow=", ".join(allowed))
+        handler, params_allowed = routes[method]
+        # /jobs/{id}/...: the id, checked before anything looks at the spool; else the path.
+        is_job = segments[:1] == ["jobs"]
+        args = [check_job_id(s) for s in segments[1:2]] if is_job else ["/" + "/".join(segments)]
+        return handler, self._query(query, params_allowed), args
+
+    def _query(self, query: str, allowed: frozenset[str]) -> dict[str, str]:
+        if not query:
+            return {}
+        try:
+            pairs = parse_qsl(
+                query, keep_blank_values=True, strict_parsing=True, max_num_fields=MAX_QUERY_FIELDS, errors="strict"
+            )
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise ApiError(400, f"malformed query string (at most {MAX_QUERY_FIELDS} fields, key=value&...)") from exc
+        params: dict[str, str] = {}
+        for key, value in pairs:
+            if key not in allowed:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise ApiError(400, f"unknown query parameter {key[:40]!r} (known here: {known})")
+            if key in params:
+                raise ApiError(400, f"query parameter {key!r} given twice")
+            params[key] = value
+        return params
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def get_static(self, params: dict[str, str], args: list[str]) -> None:
+        name, content_type = STATIC[args[0]]
+        headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+        self._send(200, self.server.static[name], content_type, headers)
+
+    def get_status(self, params: dict[str, str], args: list[str]) -> None:
+        self._send_json(200, status_document(self.server.config))
+
+    def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
+        state = params.get("state") or None
+        if state is not None and state not in defaults.STATE_DIRS:
+            raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
+        limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        offset = _int_param(params, "offset", 0, 0, 10**9)
+        self._send_json(200, list_jobs(self.server.config, state=state, limit=limit, offset=offset))
+
+    def get_job(self, params: dict[str, str], args: list[str]) -> None:
+        self._send_json(200, job_detail(self.server.config, args[0]))
+
+    def get_log(self, params: dict[str, str], args: list[str]) -> None:
+        if "bytes" in params and "lines" in params:
+            raise ApiError(400, "give either bytes or lines, not both")
+        tail = _int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
+        lines = _int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
+        run = _int_param(params, "run", 0, 1, 9999) if "run" in params else None
+        tail_ = log_tail(self.server.config, args[0], run=run, tail_bytes=tail, lines=lines)
+        headers = {
+            "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
+            "X-Spoolrender-Log-Size": str(tail_.size),
+            "X-Spoolrender-Log-Offset": str(tail_.offset),
+        }
+        self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
+
+    def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
+        self._send(200, metrics_text(self.server.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
+
+    def get_events(self, params: dict[str, str], args: list[str]) -> None:
+        job = check_job_id(params["job"]) if "job" in params else None
+        if job is not None and not find_job(self.server.config, job):
+            raise ApiError(404, f"no job with id {job!r}")
+        if not self.server.streams.acquire(blocking=False):
+            raise ApiError(503, "too many event streams open; try again later")
+        try:
+            self._stream(job)
+        finally:
+            self.server.streams.release()
+
+    def _stream(self, job: str | None) -> None:
+        hub, config = self.server.hub, self.server.config
+        self.close_connection = True
+        with hub.subscription():
+            self._responded = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(f"retry: {RETRY_MS}\n: spoolrender events\n\n".encode())
+
+            def catch_up() -> int:
+                # Where the stream starts (or starts again after falling behind): now.
+                if job is not None:
+                    after = hub.last_seq()  # before reading, so no later change is missed
+                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in current_job_events(config, job)))
+                    return after
+                summary = hub.latest_summary()
+                self.wfile.write(summary.encode(hub.boot))
+                return summary.seq
+
+            resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
+            after = resumed if resumed is not None else catch_up()
+            while not hub.stopped:
+                events = hub.wait(after, self.server.options.keepalive_seconds)
+                if events is None:
+                    catch_up()
+                    after = hub.last_seq()
+                elif not events:
+                    self.wfile.write(b": keepalive\n\n")
+                else:
+                    wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
+                    self.wfile.write(b"".join(e.encode(hub.boot) for e in wanted))
+                    after = events[-1].seq
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def _authorize(self) -> None:
+        token = self.server.config.serve_token
+        if token is None:
+            raise ApiError(
+                403,
+                "write actions are disabled: set serve_token in the spool's spoolrender.yaml "
+                "and restart `spoolrender serve` to enable them",
+            )
+        scheme, _, value = (self.headers.get("Authorization") or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "this needs the header Authorization: Bearer <serve_token>")
+        if not hmac.compare_digest(value.strip().encode(), token.encode()):
+            raise ApiError(403, "wrong token")
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError(411, "send the job with a Content-Length (chunked bodies are not accepted)")
+        length = (self.headers.get("Content-Length") or "").strip()
+        if not length:
+            raise ApiError(411, "Content-Length required")
+        limit = self.server.config.max_job_bytes
+        if not length.isdigit() or len(length) > 18:
+            raise ApiError(400, "invalid Content-Length")
+        if int(length) > limit:
+            raise ApiError(413, f"job file: {int(length)} bytes is over the limit of {limit} (max_job_bytes)")
+        data = self.rfile.read(int(length))
+        if len(data) < int(length):
+            raise ApiError(400, "the body ended before Content-Length bytes")
+        return data
+
+    def post_jobs(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        name = params.get("name")
+        header = self.headers.get("X-Spoolrender-Name")
+        if name is not None and header is not None and name != header:
+            raise ApiError(400, "the name in the query and in X-Spoolrender-Name differ")
+        result = submit_job(self.server.config, self._body(), name if name is not None else header)
+        self._send_json(201, result, {"Location": result["url"]})
+
+    def post_retry(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        self._send_json(200, retry_job(self.server.config, args[0]))
+
+    def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
+        self._send_json(200, cancel_job(self.server.config, args[0], who))
+
+
+def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or len(text) > 10 or not low <= int(text) <= high:
+        raise ApiError(400, f"query parameter {name}: expected a whole number {low}..{high}")
+    return int(text)
+
+
+def _shape(segments: list[str]) -> tuple[str, ...]:
+    """The route key of a path: ``/jobs/x/log`` -> ``("jobs", "{id}", "log")``."""
+    if segments[:1] == ["jobs"] and len(segments) >= 2:
+        return ("jobs", "{id}", *segments[2:])
+    if not segments:
+        return ("",)
+    return tuple(segments)
+
+
+NO_PARAMS: frozenset[str] = frozenset()
+# shape -> (allowed methods for the Allow header, {method: (handler, query parameters)})
+ROUTES: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, tuple[Route, frozenset[str]]]]] = {}
+
+
+def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
+    ROUTES[shape] = (tuple(methods), methods)
+
+
+_add(("",), GET=(RequestHandler.get_static, NO_PARAMS))
+_add(("app.js",), GET=(RequestHandler.get_static, NO_PARAMS))
+_add(("style.css",), GET=(RequestHandler.get_static, NO_PARAMS))
+_add(("status",), GET=(RequestHandler.get_status, NO_PARAMS))
+_add(
+    ("jobs",),
+    GET=(RequestHandler.get_jobs, frozenset({"state", "limit", "offset"})),
+    POST=(RequestHandler.post_jobs, frozenset({"name"})),
+)
+_add(("jobs", "{id}"), GET=(RequestHandler.get_job, NO_PARAMS))
+_add(("jobs", "{id}", "log"), GET=(RequestHandler.get_log, frozenset({"bytes", "lines", "run"})))
+_add(("jobs", "{id}", "retry"), POST=(RequestHandler.post_retry, NO_PARAMS))
+_add(("jobs", "{id}", "cancel"), POST=(RequestHandler.post_cancel, NO_PARAMS))
+_add(("events",), GET=(RequestHandler.get_events, frozenset({"job"})))
+_add(("metrics",), GET=(RequestHandler.get_metrics, NO_PARAMS))

@@ -1,0 +1,215 @@
+// The spoolrender dashboard: one EventSource on /events, no framework, no build step.
+//
+// A `summary` event (the `status --json` document) redraws everything; `progress` events
+// move a running job's bar between summaries; `state` events feed the activity list.
+// Text from the spool only ever reaches the page through textContent, never as HTML.
+"use strict";
+
+const STATES = ["incoming", "running", "retry", "done", "failed"];
+const ACTIVITY_MAX = 30;
+const RETRY_SHOWN = 20;
+
+let skew = 0; // server clock minus ours, from the last summary (for "ago" texts)
+
+function $(selector) {
+  return document.querySelector(selector);
+}
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key === "className") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.abs(seconds);
+  if (s < 120) return `${Math.round(s)}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
+  return `${(s / 86400).toFixed(1)}d`;
+}
+
+function ago(epochSeconds) {
+  if (!epochSeconds) return "–";
+  return `${duration(Date.now() / 1000 + skew - epochSeconds)} ago`;
+}
+
+function jobLink(id) {
+  return el("a", { href: `/jobs/${encodeURIComponent(id)}`, text: id });
+}
+
+function fillTable(name, rows) {
+  const table = $(`#${name}`);
+  table.tBodies[0].replaceChildren(...rows);
+  table.hidden = rows.length === 0;
+  $(`#${name}-empty`).hidden = rows.length > 0;
+}
+
+// --- running jobs -------------------------------------------------------------------
+
+function setProgress(row, job) {
+  const pct = job.progress === null || job.progress === undefined ? null : Math.round(job.progress * 1000) / 10;
+  const bar = row.querySelector(".bar");
+  bar.setAttribute("aria-valuenow", pct === null ? "0" : String(pct));
+  bar.dataset.progress = pct === null ? "" : String(pct);
+  bar.classList.toggle("stale", Boolean(job.stale));
+  bar.querySelector(".fill").style.width = `${pct || 0}%`;
+  row.querySelector(".pct").textContent = pct === null ? "–" : `${Math.round(pct)}%`;
+  row.querySelector(".stage").textContent = job.stage || "–";
+  row.querySelector(".eta").textContent = duration(job.eta_seconds);
+  const heartbeat = row.querySelector(".heartbeat");
+  heartbeat.replaceChildren(`${duration(job.heartbeat_age_seconds)} ago`);
+  if (job.stale) heartbeat.append(el("span", { className: "badge stale", text: "STALE" }));
+}
+
+function runningRow(job) {
+  const bar = el(
+    "div",
+    { className: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-label": `progress of ${job.id}`, dataset: { job: job.id } },
+    el("div", { className: "fill" }),
+  );
+  const row = el(
+    "tr",
+    { dataset: { entry: job.entry, job: job.id } },
+    el("td", { className: "id" }, jobLink(job.id)),
+    el("td", { text: job.host || "?" }),
+    el("td", {}, el("div", { className: "progress" }, bar, el("span", { className: "pct" }))),
+    el("td", { className: "stage" }),
+    el("td", { className: "eta num" }),
+    el("td", { className: "heartbeat num" }),
+  );
+  setProgress(row, job);
+  return row;
+}
+
+function onProgress(job) {
+  const row = document.querySelector(`#running tr[data-entry="${CSS.escape(job.entry)}"]`);
+  if (row) setProgress(row, job);
+}
+
+// --- the summary ----------------------------------------------------------------------
+
+function renderSummary(status) {
+  skew = status.generated_at - Date.now() / 1000;
+  $("#spool").textContent = status.spool;
+  for (const state of STATES) $(`#count-${state}`).textContent = String(status.counts[state]);
+  const backlog = status.oldest_incoming_age_seconds;
+  $("#backlog").textContent = backlog === null ? "" : `oldest waiting job: ${duration(backlog)}`;
+  const paused = $("#paused");
+  paused.hidden = !status.paused;
+  paused.textContent = status.paused ? `PAUSED: ${status.paused} — no runner claims new jobs until \`spoolrender resume\`` : "";
+
+  fillTable("running", status.running.map(runningRow));
+
+  const now = Date.now() / 1000 + skew;
+  fillTable(
+    "retry",
+    status.retry.slice(0, RETRY_SHOWN).map((job) =>
+      el(
+        "tr",
+        { dataset: { job: job.id } },
+        el("td", { className: "id" }, jobLink(job.id)),
+        el("td", { className: "num", text: job.due <= now ? "now" : `in ${duration(job.due - now)}` }),
+        el("td", { className: "num", text: String(job.priority) }),
+      ),
+    ),
+  );
+  const hidden = status.counts.retry - Math.min(status.retry.length, RETRY_SHOWN);
+  $("#retry-more").textContent = hidden > 0 ? `… and ${hidden} more` : "";
+
+  fillTable(
+    "failures",
+    status.recent_failures.map((job) =>
+      el(
+        "tr",
+        { dataset: { job: job.id } },
+        el("td", { className: "id" }, jobLink(job.id)),
+        el("td", { text: job.kind || "?" }),
+        el("td", { className: "reason", text: ((job.reason || "?").split("\n")[0] || "?").slice(0, 300) }),
+        el("td", { className: "num", text: ago(job.failed_at) }),
+        el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(job.id)}/log`, text: "log" })),
+      ),
+    ),
+  );
+
+  fillTable(
+    "runners",
+    status.runners.map((runner) =>
+      el(
+        "tr",
+        {},
+        el("td", { text: runner.runner || "?" }),
+        el("td", { text: runner.host || "?" }),
+        el("td", { className: "num", text: String(runner.pid ?? "?") }),
+        el("td", { className: "num", text: `${runner.busy ?? "?"}/${runner.slots ?? "?"}` }),
+        el(
+          "td",
+          { className: "num" },
+          `${duration(runner.seen_seconds_ago)} ago`,
+          el("span", { className: `badge ${runner.online ? "online" : "offline"}`, text: runner.online ? "online" : "OFFLINE" }),
+        ),
+      ),
+    ),
+  );
+
+  $("#updated").textContent = `updated ${new Date(status.generated_at * 1000).toLocaleTimeString()}`;
+  document.body.dataset.ready = "1";
+}
+
+// --- activity -------------------------------------------------------------------------
+
+function onState(change) {
+  const list = $("#activity");
+  const item = el(
+    "li",
+    {},
+    el("time", { text: new Date().toLocaleTimeString() }),
+    jobLink(change.id),
+    ": ",
+    el("span", { className: "state-tag", dataset: { state: change.previous || "" }, text: change.previous || "new" }),
+    " → ",
+    el("span", { className: "state-tag", dataset: { state: change.state }, text: change.state }),
+  );
+  if (change.state === "failed" && change.reason) item.append(` (${change.kind}: ${change.reason.split("\n")[0].slice(0, 200)})`);
+  list.prepend(item);
+  while (list.children.length > ACTIVITY_MAX) list.lastElementChild.remove();
+  $("#activity-empty").hidden = true;
+}
+
+// --- the stream -----------------------------------------------------------------------
+
+function connect() {
+  const connection = $("#connection");
+  const source = new EventSource("/events");
+  const on = (kind, handler) =>
+    source.addEventListener(kind, (event) => {
+      try {
+        handler(JSON.parse(event.data));
+      } catch (error) {
+        console.error(`bad ${kind} event`, error);
+      }
+    });
+  source.onopen = () => {
+    connection.dataset.state = "live";
+    connection.textContent = "live";
+  };
+  source.onerror = () => {
+    // EventSource reconnects by itself (after the server's retry delay).
+    connection.dataset.state = "reconnecting";
+    connection.textContent = "reconnecting…";
+  };
+  on("summary", renderSummary);
+  on("progress", onProgress);
+  on("state", onState);
+}
+
+connect();
