@@ -191,6 +191,7 @@ class Claim:
     started: float
     cancel: CancelToken
     lock: FileLock | None
+    keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
 
     @property
     def key(self) -> str:
@@ -219,10 +220,14 @@ def _claim_incoming(
     cancel = CancelToken()
     # The directory, its lock and a first heartbeat exist *before* the job file is moved
     # in, so there is no moment at which running/ holds a job that no live lock covers.
-    os.mkdir(job_dir)
+    try:
+        os.mkdir(job_dir)
+    except OSError as exc:
+        log.warning("could not claim %s: %s", candidate.name, exc)
+        return None
     lock = None
     try:
-        lock = acquire_job_lock(job_dir)
+        lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
         heartbeat.add(_active_job(job_dir, token, 1, started, cancel))
         crash_point("claim-before-rename")
@@ -262,9 +267,9 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         return None
     crash_point("retry-claim-after-rename")
     try:
-        lock = acquire_job_lock(job_dir)
+        lock = acquire_job_lock(job_dir, token)
     except Timeout:
-        lock = None  # a stale holder of an old lock: the heartbeat lease covers us
+        lock = None  # cannot happen for a fresh token's lock file; the lease would cover it
     started = clock.wall()
     run = next_run_number(job_dir)
     heartbeat.add(_active_job(job_dir, token, run, started, cancel))

@@ -54,6 +54,11 @@ class ManualClock:
             self._wall += seconds
             self._mono += seconds
 
+    def jump_wall(self, seconds: float) -> None:
+        """The wall clock is set (NTP step, an operator): the monotonic clock does not move."""
+        with self._lock:
+            self._wall += seconds
+
 
 def spool_now(probe: Path) -> float | None:
     """The spool filesystem's idea of "now", as a file mtime; None if it cannot be read.

@@ -104,7 +104,8 @@ class JobExecutor:
         finally:
             self._heartbeat.remove(claim.token)
             claim.release()
-            remove_scratch(self._config.output_root, claim.key)
+            if not claim.keep_scratch:
+                remove_scratch(self._config.output_root, claim.key)
 
     def _execute(self, claim: Claim) -> RunEnd:
         job_dir = claim.job_dir
@@ -256,6 +257,12 @@ class JobExecutor:
             # out our own decision (roll forward): the job is where we sent it.
             log.info("job %s: moved by another runner after this one decided it", claim.job_id)
             return end
+        except OSError:
+            # Decided but not carried out (the spool or output filesystem failed). Whoever
+            # recovers the job rolls the decision forward, and a verified output must
+            # still be there to publish: keep the scratch.
+            claim.keep_scratch = outcome == PUBLISHING
+            raise
         err = record.error or {}
         log_transition(
             log, claim.job_id, "running", target.parent.name,

@@ -77,13 +77,20 @@ def read_heartbeat(job_dir: Path) -> Heartbeat | None:
         return None
 
 
-def _job_lock(job_dir: Path) -> FileLock:
+def lock_path(job_dir: Path, token: str) -> Path:
+    # One lock file per claim, named by its token: the job directory (and any lock file
+    # in it) travels between states, and a process that still holds the flock of an
+    # earlier claim of the same job must not block, or be mistaken for, the new one.
+    return job_dir / f"{defaults.LOCK_FILENAME}-{token}"
+
+
+def _job_lock(job_dir: Path, token: str) -> FileLock:
     # preserve_lock_file: unlinking a lock file on release lets two processes end up
     # holding locks on two different inodes of one name. No soft-lock fallback: where
     # flock is unsupported (some NFS) a marker file would outlive a SIGKILLed owner, and
     # the heartbeat lease already covers that case.
     return FileLock(
-        job_dir / defaults.LOCK_FILENAME,
+        lock_path(job_dir, token),
         timeout=0,
         thread_local=False,
         is_singleton=False,
@@ -92,13 +99,13 @@ def _job_lock(job_dir: Path) -> FileLock:
     )
 
 
-def acquire_job_lock(job_dir: Path) -> FileLock | None:
+def acquire_job_lock(job_dir: Path, token: str) -> FileLock | None:
     """Take the job's lock for as long as we own the job.
 
     Raises filelock.Timeout if someone holds it; returns None where the filesystem
     cannot lock at all (liveness then rests on the heartbeat lease alone).
     """
-    lock = _job_lock(job_dir)
+    lock = _job_lock(job_dir, token)
     try:
         lock.acquire()
     except Timeout:
@@ -109,14 +116,17 @@ def acquire_job_lock(job_dir: Path) -> FileLock | None:
     return lock
 
 
-def lock_is_free(job_dir: Path) -> bool:
-    """True if nobody holds the job's flock (on this host that means the owner is dead)."""
-    path = job_dir / defaults.LOCK_FILENAME
-    if not path.exists():
-        return True
+def lock_is_free(job_dir: Path, token: str) -> bool:
+    """True if nobody holds the claim's flock (on this host that means the owner is dead).
+
+    A missing lock file proves nothing (the owner writes its heartbeat only after taking
+    the lock, so it should exist): False, and the lease decides.
+    """
+    if not lock_path(job_dir, token).exists():
+        return False
     # A fresh, non-singleton FileLock per probe: a singleton would be reentrant inside
     # this process, and we must never be fooled by a lock we hold ourselves.
-    probe = _job_lock(job_dir)
+    probe = _job_lock(job_dir, token)
     try:
         probe.acquire()
     except Timeout:

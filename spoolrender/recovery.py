@@ -97,9 +97,11 @@ class Recoverer:
 
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
         hb = read_heartbeat(job_dir)
-        if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir):
+        if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir, token):
             return f"runner pid {hb.pid} on {hb.host} died (its lock was released)"
-        signature = None if hb is None else (hb.token, hb.counter)
+        # An unreadable heartbeat still proves life if it keeps being rewritten (the
+        # owner replaces the file every beat): then the file's identity is the signature.
+        signature: object = (hb.token, hb.counter) if hb is not None else _file_signature(job_dir)
         silent = self._tracker.silent_for(name, signature)
         if silent >= self._config.lease_seconds:
             owner = "no heartbeat" if hb is None else f"runner pid {hb.pid} on {hb.host}"
@@ -187,3 +189,11 @@ def _stop_orphaned_render(hb: Heartbeat) -> None:
     with contextlib.suppress(OSError):
         os.killpg(hb.pgid, signal.SIGKILL)
         log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)
+
+
+def _file_signature(job_dir: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(job_dir / defaults.HEARTBEAT_FILENAME)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -175,44 +175,57 @@ class Runner:
         return self.summary
 
     def _loop(self) -> None:
-        next_sweep = 0.0
-        next_beacon = 0.0
+        self._next_sweep = 0.0
+        self._next_beacon = 0.0
         while not self._stop.is_set():
-            self._wake.clear()
-            self._reap()
-            now = self.clock.monotonic()
-            if now >= next_beacon:
-                self._write_beacon()
-                self._write_metrics()
-                next_beacon = now + self.config.heartbeat_seconds
-            if now >= next_sweep:
-                self._recoverer.sweep(set(self._active))
-                next_sweep = now + self.config.rescan_seconds
-            paused = is_paused(self.layout)
-            if paused and not self.summary.paused:
-                log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
-            self.summary.paused = paused
-            scan = self._scanner.scan(spool_now(self._probe))
-            for candidate in scan.candidates:
-                if not self._free or self._stop.is_set() or paused:
-                    break
-                claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
-                if claimed is not None:
-                    self._scanner.forget(candidate.name)
-                    self._start(claimed)
-            with self._lock:
-                idle = not self._active
-            if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
-                log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
+            try:
+                timeout = self._tick()
+            except OSError as exc:
+                # The spool's filesystem failed under us (read-only, full, briefly gone).
+                # Waiting loses nothing: every state is on disk; try again shortly.
+                log.error("spool trouble (%s); trying again in %g s", exc, self.config.rescan_seconds)
+                timeout = self.config.rescan_seconds
+            if timeout is None:
                 return
-            timeout = next_sweep - self.clock.monotonic()
-            if scan.next_wake is not None:
-                timeout = min(timeout, scan.next_wake - self.clock.monotonic())
-            if scan.candidates and self._free and not paused:
-                # Every candidate was lost to other runners (or unclaimable): look again
-                # soon, but not in a hot loop if something keeps failing.
-                timeout = 0.05
             self._wake.wait(max(0.0, min(timeout, self.config.rescan_seconds)))
+
+    def _tick(self) -> float | None:
+        """One pass: recover, claim into free slots. The wait before the next, or None: drained."""
+        self._wake.clear()
+        self._reap()
+        now = self.clock.monotonic()
+        if now >= self._next_beacon:
+            self._write_beacon()
+            self._write_metrics()
+            self._next_beacon = now + self.config.heartbeat_seconds
+        if now >= self._next_sweep:
+            self._recoverer.sweep(set(self._active))
+            self._next_sweep = now + self.config.rescan_seconds
+        paused = is_paused(self.layout)
+        if paused and not self.summary.paused:
+            log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
+        self.summary.paused = paused
+        scan = self._scanner.scan(spool_now(self._probe))
+        for candidate in scan.candidates:
+            if not self._free or self._stop.is_set() or paused:
+                break
+            claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            if claimed is not None:
+                self._scanner.forget(candidate.name)
+                self._start(claimed)
+        with self._lock:
+            idle = not self._active
+        if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
+            log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
+            return None
+        timeout = self._next_sweep - self.clock.monotonic()
+        if scan.next_wake is not None:
+            timeout = min(timeout, scan.next_wake - self.clock.monotonic())
+        if scan.candidates and self._free and not paused:
+            # Every candidate was lost to other runners (or unclaimable): look again
+            # soon, but not in a hot loop if something keeps failing.
+            timeout = 0.05
+        return timeout
 
     def _start(self, claimed: Claim) -> None:
         slot = self._free.pop(0)
@@ -235,6 +248,12 @@ class Runner:
     def _run_slot(self, slot: int, claimed: Claim) -> None:
         try:
             end = self._executors[slot].execute(claimed)
+        except OSError as exc:
+            # The spool could not record the run's outcome (read-only, full, gone). The
+            # job stays in running/, its lock now free: our next sweep (or any runner's)
+            # recovers it once the filesystem is back.
+            log.error("job %s: spool I/O failed (%s); it will be recovered", claimed.job_id, exc)
+            end = None
         except Exception:
             # A bug must not take the runner down: the job stays in running/ and is
             # recovered (as "runner died") once its lock is released or its lease ends.

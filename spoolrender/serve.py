@@ -22,6 +22,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from importlib import resources
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8765"
 MAX_CONNECTIONS = 64
 MAX_STREAMS = 32  # event streams at once (each holds a connection and a thread)
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -168,13 +171,28 @@ class SpoolServer(ThreadingHTTPServer):
             )
             with contextlib.suppress(OSError):
                 request.sendall(head.encode() + body)
-            self.shutdown_request(request)
+            self.close_request(request)  # no lingering here: this is the accepting thread
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._connections.release()
             raise
+
+    def shutdown_request(self, request: Any) -> None:
+        # Lingering close: after our answer, read (and drop) whatever the client still sends
+        # (a body we refused, headers past a limit) until it closes, briefly. Closing with
+        # unread data would reset the connection and could destroy the answer unread.
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_WR)
+            deadline, drained = time.monotonic() + LINGER_SECONDS, 0
+            while drained < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+                request.settimeout(left)
+                chunk = request.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        self.close_request(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

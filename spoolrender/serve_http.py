@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ MAX_HEADER_BYTES = 16 * 1024
 MAX_QUERY_FIELDS = 8
 SOCKET_TIMEOUT = 15.0  # a client that stalls this long (reading or being written to) is dropped
 RETRY_MS = 2000  # EventSource reconnect delay
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -73,14 +75,19 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     server: SpoolServer
     server_version = f"spoolrender/{__version__}"
-    sys_version = ""
     protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
+    default_request_version = "HTTP/1.0"  # so that even a garbled request gets a status line
     timeout = SOCKET_TIMEOUT
 
     # --- plumbing ---------------------------------------------------------------------------
 
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in the Server header
+
     def log_message(self, format: str, *args: Any) -> None:
-        log.info("%s %s", self.address_string(), format % args)
+        # Request lines are the client's bytes: escape control characters, cut the length.
+        message = CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", format % args)
+        log.info("%s %s", self.address_string(), message if len(message) <= 400 else message[:400] + "...")
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # Also what BaseHTTPRequestHandler calls for requests it cannot parse (400, 414, 431, 501).

@@ -59,10 +59,12 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> 
 
 
 def _drop_heartbeat(job_dir: Path) -> None:
-    # Only running/ entries have a meaningful heartbeat; a stale one elsewhere would just
-    # mislead `status`. The lock file stays: deleting lock files races with lockers.
-    with contextlib.suppress(OSError):
-        (job_dir / defaults.HEARTBEAT_FILENAME).unlink()
+    # Only running/ entries have a meaningful heartbeat and lock; stale ones elsewhere
+    # would just mislead. Unlinking a per-claim lock file is safe: nobody else ever
+    # locks that name, and its holder's flock lives on the inode until released.
+    for path in (job_dir / defaults.HEARTBEAT_FILENAME, *job_dir.glob(f"{defaults.LOCK_FILENAME}-*")):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def move_to_retry(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:

@@ -11,7 +11,7 @@ from conftest import entries
 from spoolrender.clock import ManualClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import create_exclusive
-from spoolrender.heartbeat import HOSTNAME, Heartbeat, acquire_job_lock
+from spoolrender.heartbeat import HOSTNAME, Heartbeat, acquire_job_lock, lock_path
 from spoolrender.layout import SpoolLayout, new_token, running_name
 from spoolrender.publish import scratch_dir
 from spoolrender.records import PUBLISHING, RETRY, RunRecord, run_path
@@ -70,7 +70,8 @@ def test_missing_or_corrupt_heartbeat_falls_back_to_the_lease(spool: SpoolLayout
 def test_same_host_released_lock_is_proof_at_once(spool: SpoolLayout, config: SpoolConfig) -> None:
     rec = Recoverer(spool, config, ManualClock(), random.Random(1))
     job_dir = foreign_job(spool, host=HOSTNAME)
-    (job_dir / "lock").touch()  # left by a dead owner; nobody holds it
+    token = job_dir.name.rsplit(".", 1)[1]
+    lock_path(job_dir, token).touch()  # left by a dead owner; nobody holds it
     assert rec.sweep(set()) == [job_dir.name]
 
 
@@ -78,7 +79,7 @@ def test_same_host_held_lock_is_alive(spool: SpoolLayout, config: SpoolConfig) -
     clock = ManualClock()
     rec = Recoverer(spool, config, clock, random.Random(1))
     job_dir = foreign_job(spool, host=HOSTNAME)
-    lock = acquire_job_lock(job_dir)
+    lock = acquire_job_lock(job_dir, job_dir.name.rsplit(".", 1)[1])
     try:
         assert rec.sweep(set()) == []
         clock.advance(1.0)
@@ -91,6 +92,7 @@ def test_same_host_held_lock_is_alive(spool: SpoolLayout, config: SpoolConfig) -
 def test_abandoned_claim_without_job_file_is_removed(spool: SpoolLayout, config: SpoolConfig) -> None:
     rec = Recoverer(spool, config, ManualClock(), random.Random(1))
     job_dir = foreign_job(spool, host=HOSTNAME)
+    lock_path(job_dir, job_dir.name.rsplit(".", 1)[1]).touch()  # the dead owner's, released
     (job_dir / "job.yaml").unlink()
     assert rec.sweep(set()) == [job_dir.name]
     assert entries(spool, "running") == entries(spool, "retry") == []
@@ -198,3 +200,18 @@ def test_short_cron_drains_add_up_to_a_lease(spool: SpoolLayout) -> None:
     assert drains >= 2  # no single drain saw the whole lease
     (entry,) = entries(spool, "retry")
     assert entry.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])
+
+
+def test_wall_clock_jumps_never_make_a_live_owner_look_dead(spool: SpoolLayout, config: SpoolConfig) -> None:
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    token = job_dir.name.rsplit(".", 1)[1]
+    for counter in range(2, 8):
+        clock.jump_wall(7200 if counter % 2 else -7200)  # steps of two hours, both ways
+        clock.advance(config.lease_seconds / 3)
+        beat(job_dir, "elsewhere", token, counter)  # the owner keeps beating
+        assert rec.sweep(set()) == []
+    clock.jump_wall(86400)  # a day ahead: still only the monotonic lease counts
+    clock.advance(config.lease_seconds)
+    assert rec.sweep(set()) == [job_dir.name]
