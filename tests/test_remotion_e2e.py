@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
@@ -242,3 +243,38 @@ def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> 
     assert len(paths) == 1  # both got the same bundle...
     assert sum(err.count("bundling") for _, err in outs) == 1  # ...built once
     assert (Path(paths.pop()) / "index.html").is_file()
+
+
+def test_chromium_killed_mid_render_is_retried_cleanly(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path) -> None:
+    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
+    drop(rspool, "crash.yaml", {"composition": "TitleCard", "props": {"title": "Crash", "seconds": 4}})
+    with open(tmp_path / "runner.log", "wb") as out:
+        runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def rendering() -> bool:
+            names = entries(rspool, "running")
+            hb = read_heartbeat(rspool.running / names[0]) if names else None
+            return hb is not None and (hb.progress or 0) > 0.05
+
+        wait_for(rendering, timeout=120)
+        browsers = []
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = proc.info["cmdline"] or []
+            if argv and "chromium" in argv[0] and any("spoolrender-worker-" in a for a in argv):
+                browsers.append(proc)
+        assert browsers, "no Chromium of a spoolrender worker found"
+        for browser in browsers:
+            browser.kill()
+        wait_for(lambda: len(entries(rspool, "done")) == 1, timeout=180)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=30)
+    result = record(rspool, "done", "crash", "result.json")
+    outcomes = [(r["outcome"], (r["error"] or {}).get("kind")) for r in result["runs"]]
+    assert outcomes[0] == ("retry", "browser-crashed") and outcomes[-1] == ("publishing", None), outcomes
+    assert probe(Path(result["output"]))["streams"][0]["nb_read_frames"] == "120"
+    assert leftovers(rspool) == []
+    assert leaked_worker_tmpdirs() == []
