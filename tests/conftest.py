@@ -99,10 +99,19 @@ def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[
         return proc
 
     yield start
+    # SIGTERM twice (the second one skips the grace time): the runner cancels its renders,
+    # their whole process groups; a SIGKILL would leave them running as orphans.
+    for _ in range(2):
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        time.sleep(0.3)
     for proc in procs:
-        if proc.poll() is None:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
             proc.kill()
-        proc.wait()
+            proc.wait()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:

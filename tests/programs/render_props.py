@@ -6,7 +6,7 @@ nothing), content (bytes to write), pidfile (write our pid there), child_pidfile
 (spawn a sleeping grandchild and write its pid: for process-tree kill tests),
 fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), marker (append a line
 to this file when the render completes: counts renders), content_pid (write
-"rendered by PID" as the output).
+"rendered by PID" as the output), size (write that many bytes).
 """
 
 import json
@@ -37,7 +37,12 @@ if "exit" in props:
     print(props.get("message", "failing as asked"), flush=True)
     sys.exit(int(props["exit"]))
 # Write in two halves with a pause, so a kill in between leaves a partial file behind.
-content = (f"rendered by {os.getpid()}" if props.get("content_pid") else props.get("content", "video bytes")).encode()
+if props.get("size"):
+    content = b"v" * int(props["size"])
+elif props.get("content_pid"):
+    content = f"rendered by {os.getpid()}".encode()
+else:
+    content = props.get("content", "video bytes").encode()
 with open(output, "wb") as fh:
     fh.write(content[: len(content) // 2])
     fh.flush()

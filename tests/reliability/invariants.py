@@ -57,8 +57,12 @@ def _job_id(state: str, name: str) -> str | None:
     return m.group("id") if m else None
 
 
-def render_orphans() -> list[str]:
-    """Render processes still alive (zombies do not count) whose cmdline marks them as ours."""
+def render_orphans(scope: str = "") -> list[str]:
+    """Render processes still alive (zombies do not count) whose cmdline marks them as ours.
+
+    ``scope``: only processes whose command line also mentions it (a spool's path), so
+    that renders of other spools on the machine are not counted.
+    """
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -70,7 +74,7 @@ def render_orphans() -> list[str]:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if state not in (b"Z", b"X") and any(m in cmdline for m in RENDER_PROCESS_MARKERS):
+        if state not in (b"Z", b"X") and scope in cmdline and any(m in cmdline for m in RENDER_PROCESS_MARKERS):
             found.append(f"{entry.name}: {cmdline[:120]}")
     return found
 
@@ -152,5 +156,5 @@ def audit(
             if numbers != sorted(set(numbers)):
                 result.attempt_violations.append(f"{state}/{name}: run numbers {numbers}")
     if check_processes:
-        result.orphans = render_orphans()
+        result.orphans = render_orphans(str(layout.root))
     return result

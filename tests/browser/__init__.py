@@ -1,0 +1,1 @@
+"""Helpers for the HTTP server and dashboard tests: a real `spoolrender serve`, a real Chromium."""

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The long versions of the reliability suite, with one summary table at the end.
+
+    .venv/bin/python tests/reliability/long_run.py [--jobs 1000] [--runners 4] [--kills 80] [--rounds 3]
+
+- chaos: --rounds rounds of --jobs command jobs, --runners runners, --kills random SIGKILLs;
+- crash points: a SIGKILL at every named protocol step, --rounds times each;
+- hostile corpus: the 60 bad job files of test_hostile.py against a real runner.
+Everything is judged from the disk afterwards (invariants.audit). The bounded versions
+run in CI through pytest (tests/reliability/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaos import run_chaos
+from test_crash_points import test_sigkill_at_each_crash_point_loses_nothing as crash_case
+from test_hostile import CASES, SPECIAL
+from test_hostile import test_hostile_corpus_ends_where_it_belongs as hostile_case
+
+from spoolrender.failpoints import CRASH_POINTS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--runners", type=int, default=4)
+    parser.add_argument("--kills", type=int, default=80)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="spoolrender-long-") as tmp:
+        base = Path(tmp)
+        for r in range(args.rounds):
+            report = run_chaos(base / f"chaos{r}", jobs=args.jobs, runners=args.runners, kills=args.kills, seed=r)
+            rows.append({"part": f"chaos round {r + 1}", **report.row()})
+        crash_failures = 0
+        for r in range(args.rounds):
+            for point in CRASH_POINTS:
+                try:
+                    crash_case(base / f"crash-{point}-{r}", point)
+                except AssertionError as exc:
+                    crash_failures += 1
+                    print(f"crash point {point}: {exc}", file=sys.stderr)
+        n = args.rounds * len(CRASH_POINTS)
+        rows.append({"part": "crash points", "jobs": n, "kills": n, "lost": crash_failures})
+        t0 = time.monotonic()
+        try:
+            hostile_case(base / "hostile")
+            handled = len(CASES) + len(SPECIAL)
+            outside = 0
+        except AssertionError as exc:
+            print(f"hostile corpus: {exc}", file=sys.stderr)
+            handled, outside = -1, -1
+        rows.append({"part": "hostile corpus", "hostile handled": f"{handled}/{len(CASES) + len(SPECIAL)}",
+                     "writes outside root": outside, "seconds": round(time.monotonic() - t0, 1)})  # fmt: skip
+    columns = ["part", "jobs", "kills", "lost", "duplicated", "partial files", "bad outputs", "orphans",
+               "recovered runs", "renders", "hostile handled", "writes outside root", "seconds"]  # fmt: skip
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print(f"machine: {os.cpu_count()} cores")
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+    print(f"reproduce: .venv/bin/python tests/reliability/long_run.py --jobs {args.jobs} --runners {args.runners} "
+          f"--kills {args.kills} --rounds {args.rounds}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The dashboard in a real headless Chromium (Debian's), over a real server and runner.
+
+The page must load without a script error or CSP violation, show the spool's counts,
+and move a running job's progress bar while the runner renders, with no reload: only the
+event stream feeds it. A screenshot taken mid-render is kept as a test artefact.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser.cdp import CHROMIUM, Chromium
+from browser.server import running_server
+from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+
+from spoolrender.heartbeat import read_heartbeat
+from spoolrender.layout import SpoolLayout
+
+pytestmark = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs Debian's chromium)"
+)
+
+ARTIFACT = Path(__file__).parent / "browser" / "artifacts" / "dashboard.png"
+STATES = ("incoming", "running", "retry", "done", "failed")
+BAR = '#running .bar[data-job="render-intro"]'
+
+
+def progress_now(layout: SpoolLayout) -> float:
+    names = entries(layout, "running")
+    hb = read_heartbeat(layout.running / names[0]) if len(names) == 1 else None
+    return (hb.progress or 0.0) if hb is not None else 0.0
+
+
+def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    write_spool_config(spool, {"backoff_base_seconds": 900, "backoff_cap_seconds": 900, "slots": 1})
+    drop(spool, "good.yaml", command_job())
+    drop(spool, "bad.yaml", command_job(exit=65, message="props.title is missing <b>bold?</b>"))
+    drop(spool, "flaky.yaml", {**command_job(exit=1), "priority": 3})
+    drain = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert drain.returncode == 3, drain.stderr
+    drop(spool, "waiting.yaml", {**command_job(), "not_before": "2099-01-01T00:00:00Z"})
+
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        start_runner()
+        drop(spool, "render-intro.yaml", command_job(sleep=8))
+        wait_for(lambda: 0 < progress_now(spool) < 0.5, timeout=30)
+
+        page = browser.new_page(server.url)
+        page.wait_for(f"document.body.dataset.ready === '1' && document.querySelector('{BAR}') !== null")
+        assert page.evaluate("document.title") == "spoolrender"
+        counts = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('.count')]"
+            ".map(c => [c.dataset.state, Number(c.querySelector('.n').textContent)]))"
+        )
+        assert counts == dict.fromkeys(STATES, 1)
+        assert counts == server.get_json("/status")["counts"]
+        assert page.evaluate("document.querySelector('#connection').textContent") == "live"
+        retry = page.evaluate("[...document.querySelectorAll('#retry tbody tr')].map(r => r.textContent)")
+        assert len(retry) == 1 and retry[0].startswith("flaky") and "in 1" in retry[0]  # due in ~15m
+        reason = page.evaluate("document.querySelector('#failures td.reason').textContent")
+        assert "props.title is missing <b>bold?</b>" in reason  # as text...
+        assert page.evaluate("document.querySelector('#failures td.reason b')") is None  # ...never as HTML
+        runner_row = page.evaluate("document.querySelector('#runners tbody tr').textContent")
+        assert "1/1" in runner_row and "online" in runner_row
+
+        # The bar moves as the runner renders: value and drawn width, with no reload.
+        first = float(page.evaluate(f"document.querySelector('{BAR}').getAttribute('aria-valuenow')"))
+        first_width = page.evaluate(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width")
+        page.evaluate("window.__sameDocument = true")
+        later = page.wait_for(
+            f"(() => {{ const v = Number(document.querySelector('{BAR}')?.getAttribute('aria-valuenow'));"
+            f" return v >= {first} + 20 ? v : 0; }})()",
+            timeout=15,
+        )
+        time.sleep(0.6)  # the bar's width transition
+        later_width = page.evaluate(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width")
+        assert 0 <= first < later <= 100 and later_width > first_width
+        eta = page.evaluate("document.querySelector('#running tr[data-job=\"render-intro\"] .eta').textContent")
+        assert eta.endswith("s") or eta.endswith("m")
+        shot = page.screenshot(ARTIFACT)
+        print(f"dashboard screenshot: {shot}")
+
+        # The job finishes: counts and the activity list follow, still on the same document.
+        page.wait_for(
+            "document.querySelector('#count-done').textContent === '2'"
+            " && document.querySelector('#count-running').textContent === '0'",
+            timeout=20,
+        )
+        assert page.evaluate("window.__sameDocument") is True
+        activity = page.evaluate("document.querySelector('#activity').textContent")
+        assert "render-intro" in activity and "running → done" in activity
+        assert page.errors() == []
