@@ -114,6 +114,9 @@ class EventHub:
         self._stop = threading.Event()
         self._poll_lock = threading.Lock()  # lock order: _poll_lock, then _cond
         self._baseline: _Baseline | None = None
+        # Waiting files are parsed once for their id (an explicit `id:` may differ from the
+        # file name); kept across baselines, so a big backlog is read once per server.
+        self._incoming_ids: dict[str, str] = {}
         self._thread = threading.Thread(target=self._loop, name="spoolrender-events", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -196,11 +199,15 @@ class EventHub:
                     self._poll_locked()
                 except (SpoolrenderError, OSError) as exc:
                     log.warning("cannot read the spool: %s", exc)
+                except Exception:  # the streams depend on this thread: log, keep going
+                    log.exception("error while reading the spool for the event stream")
             self._stop.wait(self.poll_seconds)
 
     def _identify(self, state: str, name: str) -> Ident:
         if state == "incoming":
-            return incoming_id(self.config, self.layout.incoming / name), None
+            if name not in self._incoming_ids:
+                self._incoming_ids[name] = incoming_id(self.config, self.layout.incoming / name)
+            return self._incoming_ids[name], None
         m = PATTERNS[state].fullmatch(name)
         return (m.group("id"), m.group("uid")) if m else (name, None)
 
@@ -214,6 +221,8 @@ class EventHub:
             for name in snap.names[state]:
                 key = (state, name)
                 entries[key] = known.get(key) or self._identify(state, name)
+        waiting = set(snap.names["incoming"])
+        self._incoming_ids = {n: i for n, i in self._incoming_ids.items() if n in waiting}
         events: list[tuple[str, str | None, dict[str, Any]]] = []
         if old is not None:
             events += self._state_changes(old.entries, entries)

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -294,16 +295,25 @@ class RequestHandler(BaseHTTPRequestHandler):
 
             resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
             after = resumed if resumed is not None else catch_up()
+            keepalive = self.server.options.keepalive_seconds
+            written = time.monotonic()
             while not hub.stopped:
-                events = hub.wait(after, self.server.options.keepalive_seconds)
+                events = hub.wait(after, keepalive)
                 if events is None:
                     catch_up()
                     after = hub.last_seq()
-                elif not events:
-                    self.wfile.write(b": keepalive\n\n")
-                else:
-                    wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
+                    written = time.monotonic()
+                    continue
+                wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
+                if wanted:
                     self.wfile.write(b"".join(e.encode(hub.boot) for e in wanted))
+                    written = time.monotonic()
+                elif time.monotonic() - written >= keepalive:
+                    # Also on a busy spool for a quiet job: proxies keep the stream open, and a
+                    # client that went away is noticed.
+                    self.wfile.write(b": keepalive\n\n")
+                    written = time.monotonic()
+                if events:
                     after = events[-1].seq
 
     # --- writing ----------------------------------------------------------------------------
