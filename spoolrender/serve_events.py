@@ -114,6 +114,7 @@ class EventHub:
         self._stop = threading.Event()
         self._poll_lock = threading.Lock()  # lock order: _poll_lock, then _cond
         self._baseline: _Baseline | None = None
+        self._reset_after = 0  # events up to this one were followed by a gap (nobody polled)
         # Waiting files are parsed once for their id (an explicit `id:` may differ from the
         # file name); kept across baselines, so a big backlog is read once per server.
         self._incoming_ids: dict[str, str] = {}
@@ -151,8 +152,10 @@ class EventHub:
                 self._subscribers -= 1
                 if self._subscribers == 0:
                     # Nobody listens: forget the baseline, so the next listener does not get
-                    # a burst of everything that changed while nobody was looking.
+                    # a burst of everything that changed while nobody was looking; what
+                    # changed meanwhile is no event, so nobody can resume across this gap.
                     self._baseline = None
+                    self._reset_after = self._seq
 
     # --- what streams read ----------------------------------------------------------------
 
@@ -169,14 +172,15 @@ class EventHub:
             return self._summary
 
     def resume_point(self, last_event_id: str | None) -> int | None:
-        """The sequence number to resume after, if ``last_event_id`` is one of ours and still kept."""
+        """The sequence number to resume after, if ``last_event_id`` is ours, still kept, and
+        the spool has been watched without a gap since (else the client starts afresh)."""
         boot, _, seq = (last_event_id or "").strip().partition("-")
         if boot != self.boot or not seq.isdigit() or len(seq) > 18:
             return None
         after = int(seq)
         with self._cond:
             oldest = self._events[0].seq if self._events else self._seq + 1
-            return after if oldest - 1 <= after <= self._seq else None
+            return after if max(oldest - 1, self._reset_after + 1) <= after <= self._seq else None
 
     def wait(self, after: int, timeout: float) -> list[Event] | None:
         """Events after sequence ``after`` ([] on timeout); None if some are gone (resync)."""

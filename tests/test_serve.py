@@ -19,10 +19,12 @@ from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, writ
 from prometheus_client.parser import text_string_to_metric_families
 
 import spoolrender
+from spoolrender.config import load_config
 from spoolrender.errors import ConfigError
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.serve import parse_listen
+from spoolrender.serve_events import EventHub
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 TOKEN = "test-token-0123456789abcdef"
@@ -255,6 +257,29 @@ def test_event_stream_follows_a_job_to_done(spool: SpoolLayout, start_runner: An
 
 def sequence(event_id: str) -> int:
     return int(event_id.rsplit("-", 1)[1])
+
+
+def test_resuming_needs_an_unbroken_watch(spool: SpoolLayout) -> None:
+    """Changes made while nobody listened are no events: such a client starts afresh."""
+    hub = EventHub(load_config(spool.root, environ={}), poll_seconds=0.05)
+    hub.start()
+    try:
+        with hub.subscription():
+            summary = hub.latest_summary()
+            first_id = f"{hub.boot}-{summary.seq}"
+            assert hub.resume_point(first_id) == summary.seq  # watched without a gap: resumable
+            drop(spool, "a.yaml", command_job())
+            (event,) = [e for e in hub.wait(summary.seq, 5) or [] if e.kind == "state"]
+            assert json.loads(event.data) == {"id": "a", "state": "incoming", "previous": None,
+                                              "entry": "incoming/a.yaml"}  # fmt: skip
+            last_id = f"{hub.boot}-{hub.last_seq()}"
+        drop(spool, "b.yaml", command_job())  # nobody listens: no event for this
+        with hub.subscription():
+            assert hub.resume_point(last_id) is None and hub.resume_point(first_id) is None
+            assert json.loads(hub.latest_summary().data)["counts"]["incoming"] == 2
+            assert hub.resume_point("other-1") is None and hub.resume_point(f"{hub.boot}-999999") is None
+    finally:
+        hub.stop()
 
 
 def test_event_stream_keepalive_comments(spool: SpoolLayout, tmp_path: Path) -> None:

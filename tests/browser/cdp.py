@@ -159,18 +159,23 @@ class Page:
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})
         if "exceptionDetails" in result:
-            raise CdpError(f"{expression}: {result['exceptionDetails'].get('text')}")
+            details = result["exceptionDetails"]
+            raise CdpError(f"{expression}: {details.get('exception', {}).get('description') or details.get('text')}")
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 15.0, interval: float = 0.1) -> Any:
-        """Evaluate ``expression`` until it is truthy; its value."""
+        """Evaluate ``expression`` until it is truthy (an exception counts as not yet); its value."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+                problem = None
+            except CdpError as exc:  # e.g. the document is still loading
+                value, problem = None, exc
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"{expression!r} still falsy after {timeout} s")
+                raise AssertionError(f"{expression!r} still falsy after {timeout} s ({problem})")
             time.sleep(interval)
 
     def screenshot(self, path: Path) -> Path:
