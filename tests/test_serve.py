@@ -77,8 +77,17 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SpoolLayout
         with running_server(layout.root, root / "serve.log", "--poll", "0.2") as server:
             yield layout, server
     finally:
-        runner.kill()
-        runner.wait()
+        # SIGTERM twice (the second skips the grace time): the runner cancels the render and
+        # its process group; a SIGKILL would leave the 60 s render running as an orphan.
+        for _ in range(2):
+            if runner.poll() is None:
+                runner.terminate()
+            time.sleep(0.3)
+        try:
+            runner.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            runner.wait()
 
 
 # --- reading ----------------------------------------------------------------------------
