@@ -14,7 +14,7 @@ from spoolrender import defaults
 from spoolrender.claim import Candidate, claim
 from spoolrender.clock import SystemClock, spool_now
 from spoolrender.config import SpoolConfig
-from spoolrender.durable import fsync_dir, rename_durable, write_atomic
+from spoolrender.durable import rename_durable, write_atomic
 from spoolrender.errors import JobInvalid, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
 from spoolrender.jobfile import is_candidate_name, parse_job
@@ -43,26 +43,12 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
     target = layout.incoming / name
     if os.path.lexists(target):
         raise SpoolrenderError(f"{target} already exists; choose another name (--name)")
-    # Maildir's rule: write under a name the runner ignores (leading dot), fsync, then
-    # rename into place, so the runner never sees a partial file, and the rename
-    # (IN_MOVED_TO) tells it at once that the job is complete.
-    tmp = layout.incoming / f".{name}.{new_token()}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o664)
-    try:
-        # Readable by the runner (often another user in the spool's group) whatever the
-        # submitter's umask.
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    # The job is acknowledged to the submitter only once its name is durable.
-    fsync_dir(layout.incoming)
+    # Maildir's rule: written under a name the runner ignores (leading dot), fsynced,
+    # then renamed into place, so the runner never sees a partial file and the rename
+    # (IN_MOVED_TO) tells it at once that the job is complete; the directory is fsynced
+    # before we return, so the job is acknowledged only once its name is durable. Mode
+    # 0644 whatever the submitter's umask: the runner is often another user.
+    write_atomic(target, data, mode=0o644)
     return target
 
 

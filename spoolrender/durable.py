@@ -50,6 +50,7 @@ def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int =
     tmp = _temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
+        os.fchmod(fd, mode)  # exactly ``mode``: open() filters it through the umask
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             if durable:
