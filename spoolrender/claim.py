@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,22 +78,57 @@ class SpoolScanner:
         self._seen: dict[str, _Seen] = {}
         self._complete: set[str] = set()
         self._lock = threading.Lock()
+        self._arrived = True
+        self._cached: list[Candidate] | None = None
+        self._last = ScanResult([], 0, None)
+        self._listed_at = 0.0
 
-    def mark_complete(self, name: str) -> None:
-        """An event said ``name`` was closed after writing or renamed into incoming/."""
+    def note_arrival(self, name: str, complete: bool) -> None:
+        """An event: ``name`` appeared in incoming/ (``complete``: closed after writing or
+        renamed in), or (empty name) something appeared in retry/. The next scan lists."""
         with self._lock:
-            self._complete.add(name)
+            self._arrived = True
+            if name and complete:
+                self._complete.add(name)
 
     def forget(self, name: str) -> None:
+        """``name`` was claimed (by us or, as a lost race showed, by someone else)."""
         with self._lock:
             self._seen.pop(name, None)
             self._complete.discard(name)
+            if self._cached is not None:
+                self._cached = [c for c in self._cached if c.name != name]
 
-    def scan(self, spool_now: float | None) -> ScanResult:
-        incoming, waiting, wake = self._scan_incoming(spool_now)
+    def scan(self, spool_now: Callable[[], float | None]) -> ScanResult:
+        """Claimable candidates in queue order.
+
+        A full listing is costly on a deep queue (a stat per waiting file), so the last
+        one is reused, minus what was claimed since, until something arrives (an event),
+        something becomes due or settles (``next_wake``), the list runs out, or
+        ``rescan_seconds`` pass: watchdog's events only shorten that wait; the listing
+        stays the truth.
+        """
+        now = self._clock.monotonic()
+        with self._lock:
+            arrived, self._arrived = self._arrived, False
+            cached = self._cached
+        fresh = (
+            not arrived
+            and cached
+            and now - self._listed_at < self._config.rescan_seconds
+            and (self._last.next_wake is None or now < self._last.next_wake)
+        )
+        if fresh and cached is not None:
+            return ScanResult(list(cached), self._last.waiting_uploads, self._last.next_wake)
+        incoming, waiting, wake = self._scan_incoming(spool_now())
         retry, retry_wake = self._scan_retry()
         wakes = [w for w in (wake, retry_wake) if w is not None]
-        return ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
+        result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
+        with self._lock:
+            self._cached = list(result.candidates)
+        self._last = result
+        self._listed_at = now
+        return result
 
     def _scan_incoming(self, spool_now: float | None) -> tuple[list[Candidate], int, float | None]:
         mono = self._clock.monotonic()

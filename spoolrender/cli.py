@@ -16,6 +16,7 @@ from typing import Any
 
 from spoolrender import __version__
 from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config
+from spoolrender.durable import set_fsync
 from spoolrender.errors import JobInvalid, SpoolrenderError
 
 log = logging.getLogger("spoolrender")
@@ -306,7 +307,9 @@ def _config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Sp
             raise SpoolrenderError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value
     overrides.update({k: v for k, v in (extra or {}).items() if v is not None})
-    return load_config(_spool_path(args), overrides=overrides)
+    config = load_config(_spool_path(args), overrides=overrides)
+    set_fsync(config.fsync)
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

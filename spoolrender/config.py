@@ -80,6 +80,12 @@ def _optional_token(name: str, value: Any) -> str | None:
     return value
 
 
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
 def _watch(name: str, value: Any) -> str:
     if value not in WATCH_MODES:
         raise ConfigError(f"{name}: expected one of {', '.join(WATCH_MODES)}, got {value!r}")
@@ -142,6 +148,7 @@ class SpoolConfig:
     browser_executable: str = defaults.BROWSER_EXECUTABLE
     cache_dir: Path = Path("~/.cache/spoolrender")
     serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
+    fsync: bool = True  # false: faster, but a power cut may lose acknowledged changes
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -186,6 +193,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "browser_executable": _string,
     "cache_dir": _path,
     "serve_token": _optional_token,
+    "fsync": _bool,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

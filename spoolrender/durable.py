@@ -20,9 +20,30 @@ from typing import Any
 
 from spoolrender.failpoints import crash_point
 
+_FSYNC = True
+
+
+def set_fsync(enabled: bool) -> None:
+    """Turn every fsync of the spool protocol on (the default) or off (`fsync: false`).
+
+    Off trades durability for speed: a power cut may then lose acknowledged state
+    changes (a crash of the process still loses nothing). For spools on tmpfs or
+    throwaway machines only.
+    """
+    global _FSYNC
+    _FSYNC = enabled
+
+
+def sync_fd(fd: int) -> None:
+    """fsync ``fd`` unless fsyncs are turned off (see :func:`set_fsync`)."""
+    if _FSYNC:
+        os.fsync(fd)
+
 
 def fsync_dir(path: Path) -> None:
     """Make renames/creates inside ``path`` durable (they live in the directory's data)."""
+    if not _FSYNC:
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -57,7 +78,7 @@ def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int =
                 fh.flush()
                 # Data first: a rename that reaches the disk before the data would
                 # publish an empty or truncated file after a crash.
-                os.fsync(fh.fileno())
+                sync_fd(fh.fileno())
         # rename() replaces atomically: there is no moment without a ``target``.
         os.replace(tmp, target)
     except BaseException:
@@ -86,7 +107,7 @@ def create_exclusive(target: Path, data: bytes) -> bool:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            sync_fd(fh.fileno())
         try:
             os.link(tmp, target)
         except FileExistsError:

@@ -52,6 +52,7 @@ DEFAULT_CONFIG_TEXT = """\
 # browser_executable: /usr/bin/chromium
 # cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
 # serve_token: <secret>        # enables `spoolrender serve` write actions (submit, retry, cancel)
+# fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
 # commands:                    # argv templates for `renderer: command` jobs (never a shell)
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
 """

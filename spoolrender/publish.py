@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from spoolrender.durable import sync_fd
 from spoolrender.errors import PublishError
 
 SCRATCH_DIR = ".spoolrender-tmp"
@@ -95,7 +96,7 @@ def output_exists(output_root: Path, rel: PurePosixPath) -> bool:
 def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_fd(fd)
     finally:
         os.close(fd)
 
@@ -154,7 +155,7 @@ def publish_output(
             raise PublishError(f"publishing {str(rel)!r}: {exc.strerror}", transient=True) from exc
         # The new name lives in the directory's data: fsync it so an acknowledged job's
         # output survives a power cut.
-        os.fsync(fd)
+        sync_fd(fd)
         return Published(final, st.st_size, st.st_ino)
     finally:
         os.close(fd)

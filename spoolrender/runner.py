@@ -28,7 +28,7 @@ from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
-from spoolrender.durable import write_json_atomic
+from spoolrender.durable import set_fsync, write_json_atomic
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
@@ -76,6 +76,7 @@ class Runner:
         self.config = config
         self.layout = SpoolLayout(config.spool)
         self.layout.check()
+        set_fsync(config.fsync)
         try:
             config.output_root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -147,12 +148,7 @@ class Runner:
             self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
         )  # fmt: skip
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
-        watcher.start(
-            [self.layout.incoming, self.layout.retry],
-            self.layout.incoming,
-            self._wake,
-            self._scanner.mark_complete,
-        )
+        watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
         self._heartbeat.start()
         try:
             self._loop()
@@ -205,13 +201,14 @@ class Runner:
         if paused and not self.summary.paused:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
-        scan = self._scanner.scan(spool_now(self._probe))
+        scan = self._scanner.scan(lambda: spool_now(self._probe))
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused:
                 break
             claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            # Claimed or lost: either way not a candidate any more until the next listing.
+            self._scanner.forget(candidate.name)
             if claimed is not None:
-                self._scanner.forget(candidate.name)
                 self._start(claimed)
         with self._lock:
             idle = not self._active

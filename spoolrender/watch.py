@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from watchdog.events import FileClosedEvent, FileMovedEvent, FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+    FileSystemMovedEvent,
+)
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
@@ -50,22 +57,31 @@ def choose_watch_mode(mode: str, spool: Path) -> str:
 
 
 class _Wake(FileSystemEventHandler):
-    def __init__(self, wake: threading.Event, on_complete: Callable[[str], None], incoming: Path) -> None:
+    def __init__(
+        self, wake: threading.Event, on_arrival: Callable[[str, bool], None], incoming: Path, retry: Path
+    ) -> None:
         self._wake = wake
-        self._on_complete = on_complete
+        self._on_arrival = on_arrival
         self._incoming = os.fsdecode(incoming)
+        self._retry = os.fsdecode(retry)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        # Close-after-write and rename-into-incoming mean an upload is complete; the
-        # scanner may then claim it without waiting for it to settle.
-        if isinstance(event, FileClosedEvent):
-            path = os.fsdecode(event.src_path)
-        elif isinstance(event, FileMovedEvent):
-            path = os.fsdecode(event.dest_path)
+        # Something new in incoming/ or retry/ (created, closed after writing, renamed in)
+        # is an arrival; renames *out* (claims) and deletions are not. Close-after-write
+        # and rename-into-incoming also mean an upload is complete.
+        if isinstance(event, FileSystemMovedEvent):
+            path, complete = os.fsdecode(event.dest_path), True
+        elif isinstance(event, FileClosedEvent):
+            path, complete = os.fsdecode(event.src_path), True
+        elif isinstance(event, FileCreatedEvent | DirCreatedEvent):
+            path, complete = os.fsdecode(event.src_path), False
         else:
-            path = ""
-        if path and os.path.dirname(path) == self._incoming:
-            self._on_complete(os.path.basename(path))
+            path, complete = "", False
+        parent = os.path.dirname(path)
+        if parent == self._incoming:
+            self._on_arrival(os.path.basename(path), complete)
+        elif parent == self._retry:
+            self._on_arrival("", False)
         self._wake.set()
 
 
@@ -77,9 +93,10 @@ class SpoolWatcher:
         self._observer: Any = PollingObserver(timeout=poll_seconds) if mode == "polling" else Observer()
 
     def start(
-        self, dirs: list[Path], incoming: Path, wake: threading.Event, on_complete: Callable[[str], None]
+        self, incoming: Path, retry: Path, wake: threading.Event, on_arrival: Callable[[str, bool], None]
     ) -> None:
-        handler = _Wake(wake, on_complete, incoming)
+        dirs = [incoming, retry]
+        handler = _Wake(wake, on_arrival, incoming, retry)
         for d in dirs:
             self._observer.schedule(handler, os.fspath(d), recursive=False)
         self._observer.daemon = True
