@@ -273,7 +273,7 @@ def main() -> None:
               f"{pct(ino.start, 50) * 1000:.1f} ms, p99 {pct(ino.start, 99) * 1000:.1f} ms")  # fmt: skip
         for other in modes[1:]:
             r50, r99 = pct(other.claim, 50) / pct(ino.claim, 50), pct(other.claim, 99) / pct(ino.claim, 99)
-            print(f"ratio {other.label:<40} / inotify (submit), claim p50: {r50:6.0f}x, p99: {r99:6.0f}x")
+            print(f"ratio {other.label:<40} / inotify (submit), claim p50: {r50:7.1f}x, p99: {r99:7.1f}x")
         print(f"reproduce: .venv/bin/python bench/claim_latency.py --drops {args.drops} "
               f"--others {args.others} --poll-seconds {args.poll_seconds:g}")  # fmt: skip
     finally:

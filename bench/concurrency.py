@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Concurrency choice (issue 6): render throughput at slots x threads_per_job (Remotion
+`concurrency`) combinations around the default spoolrender computes for this host.
+
+For each combination, 10 sample-like jobs (remotion/sample-jobs/*.yaml cycled, ids and
+outputs made unique, `rerun` removed) go into a fresh spool, then `spoolrender run --drain`
+renders them; wall time from the runner's start to its exit (worker start-up included, as
+in a cron drain) and frames/s. The bundle cache is warmed once before (one Tiny job), all
+combinations share it. The combinations are measured round-robin, median over repeats.
+spoolrender caps threads so that slots x threads <= cores; a combination above that (e.g.
+2 x 2 on 2 cores) is run as `slots` runner processes with one slot of `threads` each.
+The default is `spoolrender.capacity.plan_capacity` on a fresh spool's default config.
+
+Reproduce:  .venv/bin/python bench/concurrency.py [--jobs 10] [--repeats 2] [--combos 1x1,2x1,1x2,2x2,3x1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spoolrender.capacity import plan_capacity, usable_cores
+from spoolrender.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+REMOTION = ROOT / "remotion"
+SAMPLES = sorted((REMOTION / "sample-jobs").glob("*.yaml"))
+CMD = [sys.executable, "-m", "spoolrender.cli"]
+LAYOUT = re.compile(r"(\d+) slot\(s\) x (\d+) thread\(s\)")
+
+
+def make_spool(path: Path, cache: Path) -> Path:
+    subprocess.run([*CMD, "init", str(path)], check=True, capture_output=True)
+    config = {"remotion_project": str(REMOTION), "cache_dir": str(cache), "settle_seconds": 0}
+    (path / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    return path
+
+
+def jobs(n: int, tag: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        job = yaml.safe_load(SAMPLES[i % len(SAMPLES)].read_text())
+        job["id"] = f"{job['id']}-{tag}-{i:02d}"
+        job["output"] = f"bench/{job['id']}.mp4"
+        job.pop("rerun", None)
+        out.append(job)
+    return out
+
+
+def drain(spool: Path, batch: list[dict[str, Any]], slots: int, threads: int, cores: int) -> tuple[float, int, str]:
+    """Wall seconds, frames rendered, and the layout the runner(s) reported."""
+    for job in batch:
+        (spool / "incoming" / f"{job['id']}.yaml").write_text(yaml.safe_dump(job))
+    capped = max(1, min(threads, cores // slots)) != threads
+    runners = [["--slots", "1"]] * slots if capped else [["--slots", str(slots)]]
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([*CMD, "run", "--drain", "--spool", str(spool), *extra, "--set",
+                               f"threads_per_job={threads}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) for extra in runners]  # fmt: skip
+    logs = [p.communicate()[1] for p in procs]
+    wall = time.monotonic() - t0
+    layouts = [m.group(0) for log in logs if (m := LAYOUT.search(log))]
+    results = [json.loads((d / "result.json").read_text()) for d in (spool / "done").iterdir()]
+    if len(results) != len(batch) or any(p.returncode for p in procs):
+        raise SystemExit(f"{len(results)} of {len(batch)} done at {slots}x{threads}:\n" + "\n".join(logs)[-3000:])
+    frames = sum(int(r["details"]["frames"]) for r in results)
+    return wall, frames, " + ".join(layouts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--combos", default="1x1,2x1,1x2,2x2,3x1", help="slots x threads_per_job, comma-separated")
+    args = parser.parse_args()
+    combos = [(int(s), int(t)) for s, t in (c.split("x") for c in args.combos.split(","))]
+    cores = usable_cores()
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-"))
+    try:
+        default = plan_capacity(load_config(make_spool(base / "default", base / "cache"), environ={}))
+        if (default.slots, default.threads_per_job) not in combos:
+            combos.append((default.slots, default.threads_per_job))
+        warm = make_spool(base / "warm", base / "cache")
+        (warm / "incoming" / "warm.yaml").write_text("composition: Tiny\n")
+        t0 = time.monotonic()
+        subprocess.run([*CMD, "run", "--drain", "--spool", str(warm)], check=True, capture_output=True)
+        print(f"machine: {os.cpu_count()} cores ({cores} usable); {args.jobs} jobs per run; bundle cache warmed in "
+              f"{time.monotonic() - t0:.0f} s; median of {args.repeats} round-robin repeats")  # fmt: skip
+        walls: dict[tuple[int, int], list[float]] = {c: [] for c in combos}
+        frames: dict[tuple[int, int], int] = {}
+        layouts: dict[tuple[int, int], str] = {}
+        for rep in range(args.repeats):
+            for slots, threads in combos:
+                spool = make_spool(base / f"s{slots}t{threads}r{rep}", base / "cache")
+                wall, n, layout = drain(spool, jobs(args.jobs, f"{slots}x{threads}r{rep}"), slots, threads, cores)
+                walls[(slots, threads)].append(wall)
+                frames[(slots, threads)], layouts[(slots, threads)] = n, layout
+                print(f"  repeat {rep + 1}: {slots} x {threads}: {wall:.1f} s", flush=True)
+                shutil.rmtree(spool)
+        fps = {c: frames[c] / statistics.median(w) for c, w in walls.items()}
+        best = max(fps, key=lambda c: fps[c])
+        print(f"  {'slots x threads':<16} {'wall s':>7} {'frames':>6} {'frames/s':>8} {'vs best':>7}  runner(s)")
+        for c in combos:
+            mark = " <- default" if c == (default.slots, default.threads_per_job) else ""
+            print(f"  {f'{c[0]} x {c[1]}':<16} {statistics.median(walls[c]):>7.1f} {frames[c]:>6} {fps[c]:>8.1f} "
+                  f"{fps[c] / fps[best]:>7.2f}  {layouts[c]}{mark}")  # fmt: skip
+        d = (default.slots, default.threads_per_job)
+        share = fps[d] / fps[best]
+        print(f"best: {best[0]} x {best[1]} ({fps[best]:.1f} frames/s); default plan_capacity: {d[0]} x {d[1]} "
+              f"({default.reason}), {share:.2f} of best")  # fmt: skip
+        if share >= 0.95:
+            print("the default is at or near (within 5%) the best on this host")
+        else:
+            load = best[0] * best[1] / cores
+            print(f"THE DEFAULT IS NOT NEAR THE BEST: {(1 - share) * 100:.0f}% slower. Formula change that picks "
+                  f"{best[0]} x {best[1]} here: threads_per_job = {best[1]}, slots = max(1, round(cores * "
+                  f"{load:g} / threads_per_job)) (today: cores // threads_per_job)")  # fmt: skip
+        print(f"reproduce: .venv/bin/python bench/concurrency.py --jobs {args.jobs} --repeats {args.repeats} "
+              f"--combos {args.combos}")  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
