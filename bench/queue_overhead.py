@@ -125,7 +125,7 @@ def run_floor(base: Path, jobs: int, fsync: bool) -> float:
 
 def run_dirq(base: Path, jobs: int) -> float | None:
     try:
-        from dirq.QueueSimple import QueueSimple  # type: ignore[import-untyped]
+        from dirq.QueueSimple import QueueSimple
     except ImportError:
         return None
     queue = QueueSimple(str(base / "dirq"))
