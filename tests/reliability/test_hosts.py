@@ -128,6 +128,9 @@ def test_three_hosts_exactly_once_recovery_skew_and_polling(shared: tuple[SpoolL
         # 2. Three hosts, one with a clock an hour fast, race for 300 jobs.
         hosts.append(Host("host-a", layout.root, log))
         hosts.append(Host("host-c", layout.root, log, skew="+3600s"))
+        # Every host up (its beacon written) before the jobs arrive, or the first ones
+        # could take them all.
+        wait_until(lambda: len(os.listdir(layout.runners)) >= 3, timeout=30)
         jobs = 300
         for i in range(jobs):
             drop(layout, f"j{i:04d}.yaml", {"renderer": "command", "command": "quick"})
