@@ -1,13 +1,12 @@
 import {
 	AbsoluteFill,
-	CalculateMetadataFunction,
 	interpolate,
 	spring,
 	useCurrentFrame,
 	useVideoConfig,
 } from 'remotion';
 import {z} from 'zod';
-import {validateProps} from './validate-props';
+import {metadataFromSeconds} from './validate-props';
 
 // Attached to <Composition schema> (Studio editor) and enforced in
 // calculateMetadata, i.e. at selectComposition() time, before any frame renders.
@@ -29,15 +28,7 @@ export const dataRecapSchema = z.object({
 
 export type DataRecapProps = z.infer<typeof dataRecapSchema>;
 
-export const dataRecapMetadata: CalculateMetadataFunction<DataRecapProps> = ({
-	props,
-}) => {
-	const valid = validateProps('DataRecap', dataRecapSchema, props);
-	return {
-		durationInFrames: Math.max(1, Math.round(valid.seconds * 30)),
-		props: valid,
-	};
-};
+export const dataRecapMetadata = metadataFromSeconds<DataRecapProps>('DataRecap', dataRecapSchema);
 
 export const DataRecap: React.FC<DataRecapProps> = ({
 	title,

@@ -1,13 +1,12 @@
 import {
 	AbsoluteFill,
-	CalculateMetadataFunction,
 	interpolate,
 	spring,
 	useCurrentFrame,
 	useVideoConfig,
 } from 'remotion';
 import {z} from 'zod';
-import {validateProps} from './validate-props';
+import {metadataFromSeconds} from './validate-props';
 
 export const titleCardSchema = z.object({
 	title: z.string().min(1),
@@ -19,15 +18,7 @@ export const titleCardSchema = z.object({
 export type TitleCardProps = z.infer<typeof titleCardSchema>;
 
 // Duration comes from props.seconds (default 3 s => 90 frames at 30 fps).
-export const titleCardMetadata: CalculateMetadataFunction<TitleCardProps> = ({
-	props,
-}) => {
-	const valid = validateProps('TitleCard', titleCardSchema, props);
-	return {
-		durationInFrames: Math.max(1, Math.round(valid.seconds * 30)),
-		props: valid,
-	};
-};
+export const titleCardMetadata = metadataFromSeconds<TitleCardProps>('TitleCard', titleCardSchema);
 
 export const TitleCard: React.FC<TitleCardProps> = ({
 	title,

@@ -1,3 +1,4 @@
+import type {CalculateMetadataFunction} from 'remotion';
 import type {z} from 'zod';
 
 // Remotion 4.0.529 only uses a <Composition schema> for the Studio editor; it
@@ -22,4 +23,19 @@ export const validateProps = <T extends z.ZodType>(
 		})
 		.join('; ');
 	throw new Error(`Invalid props for ${compositionId}: ${issues}`);
+};
+
+// calculateMetadata for compositions whose length comes from props.seconds (30 fps):
+// validates the props (see above), then sets the duration from them.
+export const metadataFromSeconds = <P extends {seconds: number}>(
+	compositionId: string,
+	schema: z.ZodType<P>,
+): CalculateMetadataFunction<P> => {
+	return ({props}) => {
+		const valid = validateProps(compositionId, schema, props) as P;
+		return {
+			durationInFrames: Math.max(1, Math.round(valid.seconds * 30)),
+			props: valid,
+		};
+	};
 };
