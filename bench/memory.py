@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from goals import goal
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTION = ROOT / "remotion"
@@ -98,16 +99,26 @@ class Sampler:
         return wall
 
 
-def summary(values: list[float], warmup: float = 0.0) -> str:
-    """start/median/max/end, and last vs first quarter of the samples after the ``warmup`` share."""
+def growth(values: list[float], warmup: float = 0.0) -> float:
+    """Median of the last quarter of the samples over the first, after the ``warmup`` share."""
     steady = values[int(len(values) * warmup) :]
     q = max(1, len(steady) // 4)
-    first, last = statistics.median(steady[:q]), statistics.median(steady[-q:])
-    ratio = last / first
+    return statistics.median(steady[-q:]) / statistics.median(steady[:q])
+
+
+def summary(values: list[float], warmup: float = 0.0) -> str:
+    """start/median/max/end, and last vs first quarter of the samples after the ``warmup`` share."""
+    ratio = growth(values, warmup)
     flat = "flat" if ratio <= 1.10 else "GROWING"
     after = " after warm-up" if warmup else ""
     return (f"start {values[0]:.1f}  median {statistics.median(values):.1f}  max {max(values):.1f}  "
             f"end {values[-1]:.1f}; last/first quarter median{after} {ratio:.2f} ({flat})")  # fmt: skip
+
+
+def report_runner(rss: list[float], floor: float, what: str) -> None:
+    print(f"  runner max / import floor: {max(rss) / floor:.2f}x")
+    print(goal(f"runner RSS <= 80 MB ({what})", f"max {max(rss):.1f} MB", max(rss) <= 80))
+    print(goal(f"runner RSS flat ({what}): last/first quarter <= 1.10", f"{growth(rss):.2f}", growth(rss) <= 1.10))
 
 
 def import_floor() -> float:
@@ -147,8 +158,7 @@ def main() -> None:
         print(f"no-op drain: {done} of {args.jobs} jobs done in {wall:.0f} s ({done / wall:.0f} jobs/s), "
               f"{len(sampler.runner)} samples")  # fmt: skip
         print(f"  runner RSS MB: {summary(sampler.runner)}")
-        print(f"  runner max / import floor: {max(sampler.runner) / floor:.2f}x; goal <= 80 MB: "
-              f"{'met' if max(sampler.runner) <= 80 else 'MISSED'}")  # fmt: skip
+        report_runner(sampler.runner, floor, "no-op drain")
         shutil.rmtree(noop)
 
         if args.remotion_jobs:
@@ -166,8 +176,7 @@ def main() -> None:
             print(f"remotion drain: {done} of {args.remotion_jobs} Tiny jobs (30 frames) done in {wall:.1f} s "
                   f"(bundle warm), {len(sampler.runner)} samples")  # fmt: skip
             print(f"  runner RSS MB: {summary(sampler.runner)}")
-            print(f"  runner max / import floor: {max(sampler.runner) / floor:.2f}x; goal <= 80 MB: "
-                  f"{'met' if max(sampler.runner) <= 80 else 'MISSED'}")  # fmt: skip
+            report_runner(sampler.runner, floor, "Remotion drain")
             workers = max((c for _, _, c in sampler.by_name.get("node", [])), default=1)
             print("  children, summed per process name (over the samples in which they ran):")
             print(f"    {'name':<18} {'procs':>5} {'RSS med':>8} {'RSS max':>8} {'PSS max':>8} {'RSS/slot max':>12}")

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
+from goals import goal
 
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 
@@ -86,14 +87,17 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-"))
     try:
-        walls = []
+        walls, twice_total = [], 0
         print(f"machine: {os.cpu_count()} cores; {args.runners} drain runners x 2 slots, {args.jobs} jobs")
         for rep in range(args.repeats):
             wall, done, published, twice = race(base, args.jobs, args.runners)
             walls.append(wall)
+            twice_total += twice + (args.jobs - published) + (args.jobs - done)
             print(f"  race {rep + 1}: {done} done, {published} published, {twice} rendered twice, {wall:.1f} s")
         med = statistics.median(walls)
         print(f"race: median {med:.1f} s = {args.jobs / med:.0f} jobs/s (each job a real `sh` subprocess)")
+        print(goal("every job rendered and published exactly once", f"{twice_total} exceptions in {args.repeats} runs",
+                   twice_total == 0))  # fmt: skip
         took = [recovery(base) for _ in range(args.repeats)]
         runs = ", ".join(f"{t:.2f}" for t in took)
         med = statistics.median(took)

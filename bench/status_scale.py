@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from goals import goal
+
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 
 
@@ -63,14 +65,23 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} cores; python start-up + import: {baseline:.3f} s (median)")
         print(f"{'done':>8} {'incoming':>9} {'failed':>7} {'status':>9} {'--json':>9}")
         filled = 0
+        times: dict[int, tuple[float, float]] = {}
         steps = sorted({s for s in (1_000, 10_000, 30_000, args.done) if s <= args.done})
         for target in steps:
             fill(spool, "done", filled, target - filled)
             filled = target
             human = timed([*CMD, "status", "--spool", str(spool)], args.repeats)
             machine = timed([*CMD, "status", "--json", "--spool", str(spool)], args.repeats)
+            times[target] = (human, machine)
             print(f"{target:>8} {args.incoming:>9} {args.failed:>7} {human:>8.3f}s {machine:>8.3f}s")
-        print("goal: <= 1 s at 100k done + 10k incoming")
+        first, last = steps[0], steps[-1]
+        entries = (last + args.incoming + args.failed) / (first + args.incoming + args.failed)
+        growth = [times[last][i] / times[first][i] for i in (0, 1)]
+        print(f"from {first} to {last} done: entries x{entries:.1f}; time x{growth[0]:.2f} (status), "
+              f"x{growth[1]:.2f} (--json), start-up included")  # fmt: skip
+        worst = max(times[last])
+        print(goal(f"status and status --json <= 1 s at {last} done + {args.incoming} incoming + {args.failed} failed",
+                   f"{worst:.3f} s", worst <= 1.0))  # fmt: skip
         print(f"reproduce: .venv/bin/python bench/status_scale.py --done {args.done} --incoming {args.incoming} "
               f"--failed {args.failed}")  # fmt: skip
     finally:

@@ -1,9 +1,12 @@
 """How many jobs this host runs at once, and how many threads each may use.
 
 From psutil: usable cores (CPU affinity, as in a container or a systemd CPUAffinity=)
-divided by the per-job thread budget, and available memory divided by the per-job
-memory estimate; the smaller wins, and never less than one. ``slots`` in the config
-overrides the count; the thread budget is then spread so slots x threads <= cores.
+times ``slots_per_core`` divided by the per-job thread budget, and available memory
+divided by the per-job memory estimate; the smaller wins, and never less than one.
+More slots than cores is deliberate: a render leaves its core idle part of the time
+(see ``defaults.SLOTS_PER_CORE``), and jobs in parallel fill that time better than
+Remotion's per-job ``concurrency`` does. ``slots`` in the config overrides the count; the
+thread budget is then spread so that slots x threads <= cores.
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ def plan_capacity(config: SpoolConfig) -> Capacity:
         threads = max(1, min(config.threads_per_job, cores // config.slots))
         return Capacity(config.slots, threads, cores, available_mb, "slots set in config")
     threads = min(config.threads_per_job, cores)
-    by_cpu = max(1, cores // threads)
+    by_cpu = max(1, int(cores * config.slots_per_core) // threads)
     by_memory = max(1, available_mb // config.memory_per_job_mb)
     slots = min(by_cpu, by_memory)
     reason = (
-        f"{cores} cores / {threads} threads per job"
+        f"{cores} cores x {config.slots_per_core:g} slots per core / {threads} thread(s) per job"
         if by_cpu <= by_memory
         else f"{available_mb} MB available / {config.memory_per_job_mb} MB per job"
     )

@@ -141,6 +141,7 @@ class SpoolConfig:
     max_job_bytes: int = defaults.MAX_JOB_BYTES
     slots: int | None = None
     threads_per_job: int = defaults.THREADS_PER_JOB
+    slots_per_core: float = defaults.SLOTS_PER_CORE
     memory_per_job_mb: int = defaults.MEMORY_PER_JOB_MB
     watch: str = "auto"
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -186,6 +187,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_job_bytes": _positive_int,
     "slots": _optional_slots,
     "threads_per_job": _positive_int,
+    "slots_per_core": _positive_number,
     "memory_per_job_mb": _positive_int,
     "watch": _watch,
     "commands": _commands,

@@ -45,6 +45,7 @@ DEFAULT_CONFIG_TEXT = """\
 # max_attempts: 3              # default for jobs that do not say
 # timeout_seconds: 3600        # default per-attempt timeout
 # slots: auto                  # concurrent jobs; auto = from cores and free memory
+# slots_per_core: 2            # auto slots per core (a render leaves its core idle part of the time)
 # threads_per_job: 1
 # memory_per_job_mb: 1024
 # watch: auto                  # auto | inotify | polling (auto polls on network filesystems)

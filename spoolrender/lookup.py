@@ -30,12 +30,34 @@ class Located:
         return f"{self.state}/{self.path.name}"
 
 
+# A job file is UTF-8 (jobfile.load_yaml_mapping), so the only way its `id:` can spell
+# an id without the id's plain bytes is an escape in a double-quoted string.
+_ESCAPE = b"\\"
+
+
 def incoming_id(config: SpoolConfig, path: Path) -> str:
     """The id a waiting file will get: its ``id:`` field, else its file name's stem."""
     try:
         return parse_job(read_job_bytes(path, config.max_job_bytes), path.name, config).id
     except (JobInvalid, OSError):
         return id_from_filename(path.name)
+
+
+def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:
+    """True if the waiting file ``path`` will get ``job_id``.
+
+    Parsing every file of a 10k-file incoming/ takes seconds, so a file is parsed only if
+    it can get that id: its name gives it, or its bytes hold the id's text or an escape
+    that could spell it (ids are plain ASCII, see jobfile.ID_PATTERN).
+    """
+    if id_from_filename(path.name) != job_id:
+        try:
+            data = read_job_bytes(path, config.max_job_bytes)
+        except (JobInvalid, OSError):
+            return False  # unreadable: its id is its file name's, which is not job_id
+        if job_id.encode() not in data and _ESCAPE not in data:
+            return False
+    return incoming_id(config, path) == job_id
 
 
 def find_job(config: SpoolConfig, job_id: str) -> list[Located]:
@@ -45,8 +67,8 @@ def find_job(config: SpoolConfig, job_id: str) -> list[Located]:
     found = []
     for name in sorted(list_names(layout.incoming)):
         path = layout.incoming / name
-        # Parsed, since an explicit `id:` may differ from the file name.
-        if is_candidate_name(name) and incoming_id(config, path) == job_id:
+        # Not by name alone: an explicit `id:` may differ from the file name.
+        if is_candidate_name(name) and incoming_has_id(config, path, job_id):
             found.append(Located(job_id, "incoming", path))
     for state, pattern in PATTERNS.items():
         for name in sorted(list_names(layout.state_dir(state))):

@@ -298,6 +298,8 @@ def test_spool_is_not_a_setting(tmp_path: Path) -> None:
         ("slots", "many", "slots: expected a whole number >= 1, got 'many'"),
         ("slots", True, "slots: expected a whole number >= 1, got True"),
         ("threads_per_job", 0, "threads_per_job: expected a whole number >= 1, got 0"),
+        ("slots_per_core", 0, "slots_per_core: expected a number > 0, got 0"),
+        ("slots_per_core", "lots", "slots_per_core: expected a number, got str 'lots'"),
         ("memory_per_job_mb", -1024, "memory_per_job_mb: expected a whole number >= 1, got -1024"),
         ("watch", "fast", "watch: expected one of auto, inotify, polling, got 'fast'"),
         ("browser_executable", "", "browser_executable: expected a non-empty string, got ''"),

@@ -226,10 +226,21 @@ def test_polling_watch_mode_picks_up_jobs(spool: SpoolLayout) -> None:
 
 
 def test_capacity_from_host_and_overrides(spool: SpoolLayout) -> None:
-    from spoolrender.capacity import plan_capacity, usable_cores
+    from spoolrender.capacity import Capacity, plan_capacity, usable_cores
 
-    auto = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": "auto", "threads_per_job": 1}))
-    assert 1 <= auto.slots <= usable_cores() and auto.threads_per_job == 1
+    cores = usable_cores()
+
+    def auto_plan(**overrides: object) -> Capacity:
+        # memory_per_job_mb 1: free memory never binds, so the CPU formula shows.
+        settings = {"slots": "auto", "memory_per_job_mb": 1, **overrides}
+        return plan_capacity(load_config(spool.root, environ={}, overrides=settings))
+
+    auto = auto_plan()
+    assert (auto.slots, auto.threads_per_job) == (2 * cores, 1)  # defaults.SLOTS_PER_CORE
+    assert auto.reason == f"{cores} cores x 2 slots per core / 1 thread(s) per job"
+    assert auto_plan(slots_per_core=0.5).slots == max(1, cores // 2)
+    wide = auto_plan(threads_per_job=2)
+    assert wide.threads_per_job == min(2, cores) and wide.slots == 2 * cores // wide.threads_per_job
     fixed = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": 1, "threads_per_job": 64}))
     assert fixed.slots == 1 and fixed.threads_per_job == usable_cores()  # slots x threads <= cores
     huge = plan_capacity(load_config(spool.root, environ={}, overrides={"slots": "auto", "memory_per_job_mb": 10**9}))

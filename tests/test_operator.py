@@ -247,3 +247,30 @@ def test_stopped_runner_removes_its_textfile(spool: SpoolLayout, start_runner: A
     runner.send_signal(signal.SIGTERM)
     assert runner.wait(timeout=20) == 0
     assert not textfile.exists()  # NoRunner alerts, not a frozen "online" runner
+
+
+def test_find_job_in_incoming_by_name_or_any_spelling_of_its_id(spool: SpoolLayout) -> None:
+    from spoolrender.config import load_config
+    from spoolrender.lookup import find_job
+
+    files = {
+        "named.yaml": b"id: target\ncomposition: Tiny\n",
+        "escaped.yaml": b'id: "t\\x61rget"\ncomposition: Tiny\n',
+        "wide.yaml": "id: target\ncomposition: Tiny\n".encode("utf-16"),  # not UTF-8: invalid, id "wide"
+        "target.yaml": b"id: other\ncomposition: Tiny\n",  # the name does not decide
+        "mention.yaml": b"id: bystander\ncomposition: Tiny\nprops: {title: target}\n",
+        "plain.yaml": b"composition: Tiny\n",
+    }
+    for name, data in files.items():
+        (spool.incoming / name).write_bytes(data)
+    config = load_config(spool.root, environ={})
+
+    def where(job_id: str) -> list[str]:
+        return [found.entry for found in find_job(config, job_id)]
+
+    assert where("target") == ["incoming/escaped.yaml", "incoming/named.yaml"]
+    assert where("wide") == ["incoming/wide.yaml"]
+    assert where("other") == ["incoming/target.yaml"]
+    assert where("plain") == ["incoming/plain.yaml"]
+    assert where("bystander") == ["incoming/mention.yaml"]
+    assert where("mention") == []
