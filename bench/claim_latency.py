@@ -8,7 +8,9 @@ takes every timestamp on its own monotonic clock:
 - drop: this process makes X.yaml appear in incoming/ (time taken after the call returns).
   Main path: `rename(incoming/.X.yaml.part, incoming/X.yaml)`, what `spoolrender submit`
   does. Also measured, fewer drops: a rename from another directory on the same filesystem,
-  and `link()` from a hidden temporary name (what contrib/drop/spoolrender-drop does);
+  and `link()` from a hidden temporary name, then an open for writing and close of the
+  new name (what contrib/drop/spoolrender-drop does: a bare link is only an IN_CREATE and
+  waits settle_seconds);
 - claim: the IN_MOVED_FROM event of X.yaml in incoming/, i.e. the claim `rename()` itself
   (the runner moves the file into running/<id>.<uid>.<token>/);
 - render started: the job's command is `sh -c ': > "$STARTS/$ID"; echo x > "$1"'`, so the
@@ -24,10 +26,7 @@ path in a temp dir, slots 2, settle_seconds default (5). The polling path sees n
 waits settle_seconds: measured as such with few drops, and with n drops of files whose
 mtime is settle_seconds+1 in the past (an upload that finished earlier), which isolates
 the poll wake-up. The seeds' design: a loop in a subprocess that lists incoming/ every
-1 s, renames the first file into running/ and runs the same command. Experiment (a row of
-its own): the runner with watchdog's inotify move-pairing delay (InotifyMoveEventGrouper,
-0.5 s, which holds every IN_MOVED_FROM, including each claim's rename out of incoming/, at
-the head of its event queue) patched to 0.01 s at start-up; spoolrender itself unchanged.
+1 s, renames the first file into running/ and runs the same command.
 Goal with inotify: p50 <= 10 ms, p99 <= 50 ms.
 
 Reproduce:  .venv/bin/python bench/claim_latency.py [--drops 200] [--others 10] [--poll-seconds 0.5]
@@ -36,6 +35,7 @@ Reproduce:  .venv/bin/python bench/claim_latency.py [--drops 200] [--others 10] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -59,10 +59,6 @@ CMD = [sys.executable, "-m", "spoolrender.cli"]
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE = 0x40, 0x80, 0x100
 EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 SETTLE_DEFAULT = 5.0
-PATCHED = (
-    "import sys; import watchdog.observers.inotify_move_event_grouper as g; "
-    "g.InotifyMoveEventGrouper.delay = {}; from spoolrender.cli import main; sys.exit(main())"
-)
 
 
 class Inotify:
@@ -128,10 +124,8 @@ def seed_loop(spool: Path, starts: Path) -> None:
 
 
 class Mode:
-    def __init__(self, key: str, label: str, watch: str, drop: str, drops: int, period: float = 1.0,
-                 grouper_delay: float | None = None) -> None:  # fmt: skip
+    def __init__(self, key: str, label: str, watch: str, drop: str, drops: int, period: float = 1.0) -> None:
         self.key, self.label, self.watch, self.drop, self.drops, self.period = key, label, watch, drop, drops, period
-        self.grouper_delay = grouper_delay
         self.claim: list[float] = []
         self.start: list[float] = []
         self.log_claim: list[float] = []
@@ -148,6 +142,10 @@ def drop_file(mode: Mode, root: Path, incoming: Path, name: str) -> float:
         os.link(tmp, incoming / name)
         t0 = time.monotonic()
         tmp.unlink()
+        # What contrib/drop/spoolrender-drop does next (`dd conv=notrunc,nocreat`): open the
+        # job for writing and close it, so that inotify reports it complete (IN_CLOSE_WRITE).
+        with contextlib.suppress(FileNotFoundError):  # claimed already
+            os.close(os.open(incoming / name, os.O_WRONLY))
         return t0
     os.rename(tmp, incoming / name)
     return time.monotonic()
@@ -169,11 +167,8 @@ def measure(mode: Mode, base: Path, poll_seconds: float, warmup: int = 3) -> Non
         if mode.watch == "polling":
             config["poll_seconds"] = poll_seconds
         (spool / "spoolrender.yaml").write_text(yaml.safe_dump(config))
-        runner = CMD
-        if mode.grouper_delay is not None:  # experiment: watchdog's move-pairing delay patched in the runner
-            runner = [sys.executable, "-c", PATCHED.format(mode.grouper_delay)]
         with log_path.open("w") as log:
-            proc = subprocess.Popen([*runner, "run", "--spool", str(spool), "--log-format", "json", "-v"],
+            proc = subprocess.Popen([*CMD, "run", "--spool", str(spool), "--log-format", "json", "-v"],
                                     stderr=log, stdout=subprocess.DEVNULL)  # fmt: skip
     ino = Inotify()
     wd_in = ino.watch(spool / "incoming", IN_MOVED_FROM)
@@ -237,16 +232,8 @@ def main() -> None:
     poll = args.poll_seconds
     modes = [
         Mode("ino", "inotify, rename in incoming/ (submit)", "inotify", "rename", args.drops),
-        Mode(
-            "ino-patched",
-            "inotify, watchdog move delay 0.5->0.01 s",
-            "inotify",
-            "rename",
-            args.drops,
-            grouper_delay=0.01,
-        ),
         Mode("ino-across", "inotify, rename from another dir", "inotify", "across", args.others),
-        Mode("ino-link", "inotify, link() (contrib/drop)", "inotify", "link", args.others),
+        Mode("ino-link", "inotify, link() + open/close (contrib/drop)", "inotify", "link", args.others),
         Mode("poll", f"polling {poll:g} s, upload settled", "polling", "backdated", args.drops, poll),
         Mode("poll-fresh", f"polling {poll:g} s, fresh upload", "polling", "rename", args.others, poll),
         Mode("seed", "seeds' design: 1 s poll loop", "seed", "rename", args.drops),

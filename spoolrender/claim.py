@@ -79,7 +79,9 @@ class SpoolScanner:
         self._complete: set[str] = set()
         self._lock = threading.Lock()
         self._arrived = True
-        self._cached: list[Candidate] | None = None
+        # The last listing's candidates in queue order, by name: a dict keeps the order and
+        # forgets a claimed one in O(1) (a list rebuilt per claim was O(n^2) on 10k jobs).
+        self._cached: dict[str, Candidate] | None = None
         self._last = ScanResult([], 0, None)
         self._listed_at = 0.0
 
@@ -97,7 +99,7 @@ class SpoolScanner:
             self._seen.pop(name, None)
             self._complete.discard(name)
             if self._cached is not None:
-                self._cached = [c for c in self._cached if c.name != name]
+                self._cached.pop(name, None)
 
     def scan(self, spool_now: Callable[[], float | None]) -> ScanResult:
         """Claimable candidates in queue order.
@@ -111,7 +113,7 @@ class SpoolScanner:
         now = self._clock.monotonic()
         with self._lock:
             arrived, self._arrived = self._arrived, False
-            cached = self._cached
+            cached = None if self._cached is None else list(self._cached.values())
         fresh = (
             not arrived
             and cached
@@ -119,13 +121,13 @@ class SpoolScanner:
             and (self._last.next_wake is None or now < self._last.next_wake)
         )
         if fresh and cached is not None:
-            return ScanResult(list(cached), self._last.waiting_uploads, self._last.next_wake)
+            return ScanResult(cached, self._last.waiting_uploads, self._last.next_wake)
         incoming, waiting, wake = self._scan_incoming(spool_now())
         retry, retry_wake = self._scan_retry()
         wakes = [w for w in (wake, retry_wake) if w is not None]
         result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
         with self._lock:
-            self._cached = list(result.candidates)
+            self._cached = {c.name: c for c in result.candidates}
         self._last = result
         self._listed_at = now
         return result

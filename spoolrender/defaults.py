@@ -52,7 +52,8 @@ THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 core
 # Auto slots per usable core (divided by threads_per_job). A Remotion render at
 # concurrency 1 is a chain of round trips (seek, screenshot, pipe to ffmpeg) that leaves
 # its core idle a third of the time: bench/concurrency.py measured 2 slots on 2 cores at
-# 0.79 of the best (4 slots, CPU 88% busy vs 68%), so two jobs per core is the default.
+# 0.73 of the best, 4 slots (CPU 67% vs 93% busy; 5, 6 and 8 slots were slower), and 2
+# slots best on 1 core (bench/README.md). Two jobs per core is the default.
 SLOTS_PER_CORE = 2.0
 MEMORY_PER_JOB_MB = 1024  # a Node worker + Chromium + ffmpeg for 720p
 

@@ -39,7 +39,14 @@ def scratch_dir(output_root: Path, job_key: str) -> Path:
 
 
 def remove_scratch(output_root: Path, job_key: str) -> None:
-    shutil.rmtree(scratch_dir(output_root, job_key), ignore_errors=True)
+    path = scratch_dir(output_root, job_key)
+    try:
+        # The usual case, one syscall: a published output was moved out, the dir is empty.
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:  # ENOTEMPTY: a failed or cancelled render left files
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int | None:
