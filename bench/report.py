@@ -9,7 +9,7 @@ when, on what machine and with which command it was measured. The goals table at
 (``<!-- bench:goals -->``) is then rebuilt from every block's ``goal ...`` lines (see
 bench/goals.py). A benchmark that fails leaves its old block in place; the script exits 1.
 
-Reproduce all (about 35 minutes on 2 cores):   .venv/bin/python bench/report.py
+Reproduce all (about 40 minutes on 2 cores):   .venv/bin/python bench/report.py
 One or several:                                 .venv/bin/python bench/report.py render_throughput memory
 """
 
