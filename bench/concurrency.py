@@ -23,7 +23,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,33 +31,12 @@ from typing import Any
 import psutil
 import yaml
 from goals import goal
+from spools import CMD, make_spool, remotion_config, sample_jobs
 
 from spoolrender.capacity import plan_capacity, usable_cores
 from spoolrender.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
-REMOTION = ROOT / "remotion"
-SAMPLES = sorted((REMOTION / "sample-jobs").glob("*.yaml"))
-CMD = [sys.executable, "-m", "spoolrender.cli"]
 LAYOUT = re.compile(r"(\d+) slot\(s\) x (\d+) thread\(s\)")
-
-
-def make_spool(path: Path, cache: Path) -> Path:
-    subprocess.run([*CMD, "init", str(path)], check=True, capture_output=True)
-    config = {"remotion_project": str(REMOTION), "cache_dir": str(cache), "settle_seconds": 0}
-    (path / "spoolrender.yaml").write_text(yaml.safe_dump(config))
-    return path
-
-
-def jobs(n: int, tag: str) -> list[dict[str, Any]]:
-    out = []
-    for i in range(n):
-        job = yaml.safe_load(SAMPLES[i % len(SAMPLES)].read_text())
-        job["id"] = f"{job['id']}-{tag}-{i:02d}"
-        job["output"] = f"bench/{job['id']}.mp4"
-        job.pop("rerun", None)
-        out.append(job)
-    return out
 
 
 def cpu_idle_and_total() -> tuple[float, float]:
@@ -102,11 +80,12 @@ def main() -> None:
     combos = [(int(s), int(t)) for s, t in (c.split("x") for c in args.combos.split(","))]
     cores = usable_cores()
     base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-"))
+    remotion = remotion_config(base / "cache")  # one bundle cache for every spool
     try:
-        default = plan_capacity(load_config(make_spool(base / "default", base / "cache"), environ={}))
+        default = plan_capacity(load_config(make_spool(base / "default", remotion), environ={}))
         if (default.slots, default.threads_per_job) not in combos:
             combos.append((default.slots, default.threads_per_job))
-        warm = make_spool(base / "warm", base / "cache")
+        warm = make_spool(base / "warm", remotion)
         (warm / "incoming" / "warm.yaml").write_text("composition: Tiny\n")
         t0 = time.monotonic()
         subprocess.run([*CMD, "run", "--drain", "--spool", str(warm)], check=True, capture_output=True)
@@ -118,8 +97,10 @@ def main() -> None:
         busy: dict[tuple[int, int], list[float]] = {c: [] for c in combos}
         for rep in range(args.repeats):
             for slots, threads in combos:
-                spool = make_spool(base / f"s{slots}t{threads}r{rep}", base / "cache")
-                wall, n, layout, cpu = drain(spool, jobs(args.jobs, f"{slots}x{threads}r{rep}"), slots, threads, cores)
+                spool = make_spool(base / f"s{slots}t{threads}r{rep}", remotion)
+                wall, n, layout, cpu = drain(
+                    spool, sample_jobs(args.jobs, f"{slots}x{threads}r{rep}"), slots, threads, cores
+                )
                 walls[(slots, threads)].append(wall)
                 busy[(slots, threads)].append(cpu)
                 frames[(slots, threads)], layouts[(slots, threads)] = n, layout

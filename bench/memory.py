@@ -35,10 +35,8 @@ from pathlib import Path
 import psutil
 import yaml
 from goals import goal
+from spools import CMD, make_spool, remotion_config
 
-ROOT = Path(__file__).resolve().parent.parent
-REMOTION = ROOT / "remotion"
-CMD = [sys.executable, "-m", "spoolrender.cli"]
 MB = 1024 * 1024
 INTERVAL = 0.5
 WARMUP = 0.25  # children: the first quarter of the samples holds worker start, bundle load, browser launch
@@ -130,13 +128,6 @@ def import_floor() -> float:
     return rss
 
 
-def make_spool(base: Path, name: str, config: dict[str, object]) -> Path:
-    spool = base / name
-    subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-    (spool / "spoolrender.yaml").write_text(yaml.safe_dump({"settle_seconds": 0, **config}))
-    return spool
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=10000, help="no-op command jobs")
@@ -149,7 +140,7 @@ def main() -> None:
               f"samples every {INTERVAL} s; MB = MiB")  # fmt: skip
         print(f"floor: a Python that only imports spoolrender's runner modules: RSS {floor:.1f} MB")
 
-        noop = make_spool(base, "noop", {"commands": {"noop": ["sh", "-c", 'echo x > "$1"', "sh", "{output}"]}})
+        noop = make_spool(base / "noop", {"commands": {"noop": ["sh", "-c", 'echo x > "$1"', "sh", "{output}"]}})
         for i in range(args.jobs):
             (noop / "incoming" / f"n{i:05d}.yaml").write_text("renderer: command\ncommand: noop\n")
         sampler = Sampler(children=False)
@@ -162,11 +153,11 @@ def main() -> None:
         shutil.rmtree(noop)
 
         if args.remotion_jobs:
-            config: dict[str, object] = {"remotion_project": str(REMOTION), "cache_dir": str(base / "cache")}
-            warm = make_spool(base, "warm", config)
+            config = remotion_config(base / "cache")
+            warm = make_spool(base / "warm", config)
             (warm / "incoming" / "warm.yaml").write_text("composition: Tiny\n")
             subprocess.run([*CMD, "run", "--drain", "--spool", str(warm)], check=True, capture_output=True)
-            spool = make_spool(base, "remotion", config)
+            spool = make_spool(base / "remotion", config)
             for i in range(args.remotion_jobs):
                 job = {"composition": "Tiny", "props": {"frames": 30}}
                 (spool / "incoming" / f"tiny-{i:03d}.yaml").write_text(yaml.safe_dump(job))

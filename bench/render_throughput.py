@@ -25,6 +25,7 @@ Reproduce:  .venv/bin/python bench/render_throughput.py [--jobs 10] [--repeats 1
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import queue
@@ -32,7 +33,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 from goals import goal
+from spools import CMD, REMOTION, make_spool, remotion_config, sample_jobs
 
 from spoolrender.capacity import plan_capacity
 from spoolrender.config import SpoolConfig, load_config
@@ -48,30 +49,7 @@ from spoolrender.jobfile import parse_job
 from spoolrender.renderers.base import CancelToken, RenderRequest
 from spoolrender.renderers.remotion import RemotionRenderer
 
-ROOT = Path(__file__).resolve().parent.parent
-REMOTION = ROOT / "remotion"
-SAMPLES = sorted((REMOTION / "sample-jobs").glob("*.yaml"))
-CMD = [sys.executable, "-m", "spoolrender.cli"]
 TINY = {"composition": "Tiny"}
-
-
-def make_spool(base: Path, name: str, cache: Path) -> Path:
-    spool = base / name
-    subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-    config = {"remotion_project": str(REMOTION), "cache_dir": str(cache), "settle_seconds": 0}
-    (spool / "spoolrender.yaml").write_text(yaml.safe_dump(config))
-    return spool
-
-
-def jobs(n: int, tag: str) -> list[dict[str, Any]]:
-    out = []
-    for i in range(n):
-        job = yaml.safe_load(SAMPLES[i % len(SAMPLES)].read_text())
-        job["id"] = f"{job['id']}-{tag}{i:02d}"
-        job["output"] = f"bench/{job['id']}.mp4"
-        job.pop("rerun", None)
-        out.append(job)
-    return out
 
 
 def drop(spool: Path, batch: list[dict[str, Any]]) -> None:
@@ -130,7 +108,7 @@ def render_floor(
     """The batch on ``slots`` workers fed from a list: pure render time on this host (with
     the workers' start-up unless ``warm``)."""
     renderers = [RemotionRenderer(config) for _ in range(slots)]
-    counter = iter(range(10**6))
+    counter = itertools.count()
 
     def request(job: dict[str, Any]) -> RenderRequest:
         spec = parse_job(yaml.safe_dump(job).encode(), f"{job['id']}.yaml", config)
@@ -197,30 +175,32 @@ def main() -> None:
     parser.add_argument("--skip-cli", action="store_true", help="do not run the (slow) CLI loop")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-"))
-    cache = base / "cache"
+    remotion = remotion_config(base / "cache")  # one bundle cache for every spool
     try:
         # A cron-started drain's first job: empty bundle cache (built in the drain), then warm.
         t0 = time.monotonic()
-        cron_drain(make_spool(base, "cold", cache), [{**TINY, "id": "cold"}])
+        cron_drain(make_spool(base / "cold", remotion), [{**TINY, "id": "cold"}])
         cold_s = time.monotonic() - t0
         t0 = time.monotonic()
-        cron_drain(make_spool(base, "warm", cache), [{**TINY, "id": "warm"}])
+        cron_drain(make_spool(base / "warm", remotion), [{**TINY, "id": "warm"}])
         warm_s = time.monotonic() - t0
 
-        config = load_config(make_spool(base, "floor", cache), environ={})
+        config = load_config(make_spool(base / "floor", remotion), environ={})
         capacity = plan_capacity(config)
         slots, threads = capacity.slots, capacity.threads_per_job
         cold_floors, warm_floors, drains, warms = [], [], [], []
         frames = 0
         for rep in range(args.repeats):
-            cold_floors.append(render_floor(config, jobs(args.jobs, f"c{rep}"), slots, threads,
+            cold_floors.append(render_floor(config, sample_jobs(args.jobs, f"c{rep}"), slots, threads,
                                             base / f"cold-floor{rep}", warm=False))  # fmt: skip
-            warm_floors.append(render_floor(config, jobs(args.jobs, f"f{rep}"), slots, threads,
+            warm_floors.append(render_floor(config, sample_jobs(args.jobs, f"f{rep}"), slots, threads,
                                             base / f"warm-floor{rep}", warm=True))  # fmt: skip
-            wall, results = cron_drain(make_spool(base, f"drain{rep}", cache), jobs(args.jobs, f"d{rep}"))
+            wall, results = cron_drain(make_spool(base / f"drain{rep}", remotion), sample_jobs(args.jobs, f"d{rep}"))
             drains.append(wall)
             frames = sum(int(r["details"]["frames"]) for r in results)
-            warms.append(warm_runner(make_spool(base, f"warm{rep}", cache), jobs(args.jobs, f"w{rep}"), slots))
+            warms.append(
+                warm_runner(make_spool(base / f"warm{rep}", remotion), sample_jobs(args.jobs, f"w{rep}"), slots)
+            )
             print(f"  repeat {rep + 1}: cold floor {cold_floors[-1]:.1f} s, drain {drains[-1]:.1f} s, "
                   f"warm floor {warm_floors[-1]:.1f} s, long-running runner {warms[-1]:.1f} s", flush=True)  # fmt: skip
         cold_floor, warm_floor, drain, warm = (statistics.median(x) for x in (cold_floors, warm_floors, drains, warms))
@@ -242,7 +222,7 @@ def main() -> None:
         if not args.skip_cli:
             out = base / "cli"
             out.mkdir()
-            per_job = [cli_render(job, out / f"{job['id']}.mp4") for job in jobs(args.jobs, "c")]
+            per_job = [cli_render(job, out / f"{job['id']}.mp4") for job in sample_jobs(args.jobs, "c")]
             cli_wall = sum(per_job)
             med = statistics.median(per_job)
             print(f"CLI loop (remotion render per job): {cli_wall:.1f} s; median per job {med:.1f} s")

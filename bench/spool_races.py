@@ -19,28 +19,20 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
 from goals import goal
-
-CMD = [sys.executable, "-m", "spoolrender.cli"]
-
-
-def init(spool: Path, extra: dict[str, object]) -> None:
-    subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-    (spool / "spoolrender.yaml").write_text(yaml.safe_dump({"settle_seconds": 0, **extra}))
+from spools import CMD, make_spool
 
 
 def race(base: Path, jobs: int, runners: int) -> tuple[float, int, int, int]:
     spool = base / "race"
     marker = base / "renders.txt"
     quick = ["sh", "-c", 'echo "$2" >> "$3" && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(marker)]
-    init(spool, {"commands": {"quick": quick}, "slots": 2})
+    make_spool(spool, {"commands": {"quick": quick}, "slots": 2})
     for i in range(jobs):
         (spool / "incoming" / f"j{i:05d}.yaml").write_text("renderer: command\ncommand: quick\n")
     t0 = time.monotonic()
@@ -61,7 +53,7 @@ def race(base: Path, jobs: int, runners: int) -> tuple[float, int, int, int]:
 
 def recovery(base: Path) -> float:
     spool = base / "recovery"
-    init(spool, {"commands": {"sleep": ["sleep", "60"]}, "lease_seconds": 60, "rescan_seconds": 10})
+    make_spool(spool, {"commands": {"sleep": ["sleep", "60"]}, "lease_seconds": 60, "rescan_seconds": 10})
     (spool / "incoming" / "long.yaml").write_text("renderer: command\ncommand: sleep\n")
     a = subprocess.Popen([*CMD, "run", "--spool", str(spool)], stderr=subprocess.DEVNULL)
     while not any((d / "heartbeat").exists() and (d / "job.yaml").exists() for d in (spool / "running").iterdir()):

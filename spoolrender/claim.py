@@ -113,15 +113,14 @@ class SpoolScanner:
         now = self._clock.monotonic()
         with self._lock:
             arrived, self._arrived = self._arrived, False
-            cached = None if self._cached is None else list(self._cached.values())
-        fresh = (
-            not arrived
-            and cached
-            and now - self._listed_at < self._config.rescan_seconds
-            and (self._last.next_wake is None or now < self._last.next_wake)
-        )
-        if fresh and cached is not None:
-            return ScanResult(cached, self._last.waiting_uploads, self._last.next_wake)
+            fresh = (
+                not arrived
+                and self._cached
+                and now - self._listed_at < self._config.rescan_seconds
+                and (self._last.next_wake is None or now < self._last.next_wake)
+            )
+            if fresh and self._cached is not None:
+                return ScanResult(list(self._cached.values()), self._last.waiting_uploads, self._last.next_wake)
         incoming, waiting, wake = self._scan_incoming(spool_now())
         retry, retry_wake = self._scan_retry()
         wakes = [w for w in (wake, retry_wake) if w is not None]

@@ -38,9 +38,17 @@ _ESCAPE = b"\\"
 def incoming_id(config: SpoolConfig, path: Path) -> str:
     """The id a waiting file will get: its ``id:`` field, else its file name's stem."""
     try:
-        return parse_job(read_job_bytes(path, config.max_job_bytes), path.name, config).id
+        data = read_job_bytes(path, config.max_job_bytes)
     except (JobInvalid, OSError):
         return id_from_filename(path.name)
+    return _id_of(config, data, path.name)
+
+
+def _id_of(config: SpoolConfig, data: bytes, name: str) -> str:
+    try:
+        return parse_job(data, name, config).id
+    except JobInvalid:
+        return id_from_filename(name)
 
 
 def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:
@@ -50,14 +58,14 @@ def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:
     it can get that id: its name gives it, or its bytes hold the id's text or an escape
     that could spell it (ids are plain ASCII, see jobfile.ID_PATTERN).
     """
-    if id_from_filename(path.name) != job_id:
-        try:
-            data = read_job_bytes(path, config.max_job_bytes)
-        except (JobInvalid, OSError):
-            return False  # unreadable: its id is its file name's, which is not job_id
-        if job_id.encode() not in data and _ESCAPE not in data:
-            return False
-    return incoming_id(config, path) == job_id
+    named = id_from_filename(path.name) == job_id
+    try:
+        data = read_job_bytes(path, config.max_job_bytes)
+    except (JobInvalid, OSError):
+        return named  # unreadable: its id is its file name's
+    if not named and job_id.encode() not in data and _ESCAPE not in data:
+        return False
+    return _id_of(config, data, path.name) == job_id
 
 
 def find_job(config: SpoolConfig, job_id: str) -> list[Located]:

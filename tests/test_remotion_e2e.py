@@ -6,12 +6,14 @@ reason only when the stack is not installed; scripts/setup.sh installs it, and C
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,30 @@ def rspool(spool: SpoolLayout, bundle_cache: Path) -> SpoolLayout:
 
 def tiny(**props: Any) -> dict[str, Any]:
     return {"composition": "Tiny", "props": props}
+
+
+@contextlib.contextmanager
+def rendering(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path, job_id: str) -> Iterator[None]:
+    """A runner (log in tmp_path/runner.log) past 5% of a 4 s TitleCard job ``job_id``,
+    with retries after 0.1 s; SIGTERMed on the way out."""
+    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
+    drop(rspool, f"{job_id}.yaml", {"composition": "TitleCard", "props": {"title": job_id.title(), "seconds": 4}})
+    with open(tmp_path / "runner.log", "wb") as out:
+        runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def started() -> bool:
+            names = entries(rspool, "running")
+            hb = read_heartbeat(rspool.running / names[0]) if names else None
+            return hb is not None and hb.pgid is not None and (hb.progress or 0) > 0.05
+
+        wait_for(started, timeout=120)
+        yield
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=30)
 
 
 def drain(layout: SpoolLayout, timeout: float = 300, expect: int = 0) -> str:
@@ -162,21 +188,7 @@ def test_timeout_cancels_mid_render_and_retries_cleanly(rspool: SpoolLayout) -> 
 def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
     rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path
 ) -> None:
-    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
-                                "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
-    drop(rspool, "victim.yaml", {"composition": "TitleCard", "props": {"title": "Victim", "seconds": 4}})
-    log = tmp_path / "runner.log"
-    with open(log, "wb") as out:
-        runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-
-        def rendering() -> bool:
-            names = entries(rspool, "running")
-            hb = read_heartbeat(rspool.running / names[0]) if names else None
-            return hb is not None and hb.pgid is not None and (hb.progress or 0) > 0.05
-
-        wait_for(rendering, timeout=120)
+    with rendering(rspool, bundle_cache, tmp_path, "victim"):
         status = json.loads(subprocess.run(spoolrender_cmd("status", "--json", "--spool", str(rspool.root)),
                                            capture_output=True, check=True).stdout)  # fmt: skip
         (running,) = status["running"]
@@ -187,9 +199,6 @@ def test_sigkilled_worker_mid_render_is_retried_without_leftovers(
         assert hb is not None and hb.pgid is not None
         os.kill(hb.pgid, signal.SIGKILL)  # the Node worker itself (its group leader)
         wait_for(lambda: len(entries(rspool, "done")) == 1, timeout=180)
-    finally:
-        runner.send_signal(signal.SIGTERM)
-        runner.wait(timeout=30)
     result = record(rspool, "done", "victim", "result.json")
     assert [r["outcome"] for r in result["runs"]] == ["retry", "publishing"]
     assert result["runs"][0]["error"]["kind"] == "worker-died"
@@ -246,20 +255,7 @@ def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> 
 
 
 def test_chromium_killed_mid_render_is_retried_cleanly(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path) -> None:
-    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
-                                "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
-    drop(rspool, "crash.yaml", {"composition": "TitleCard", "props": {"title": "Crash", "seconds": 4}})
-    with open(tmp_path / "runner.log", "wb") as out:
-        runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-
-        def rendering() -> bool:
-            names = entries(rspool, "running")
-            hb = read_heartbeat(rspool.running / names[0]) if names else None
-            return hb is not None and (hb.progress or 0) > 0.05
-
-        wait_for(rendering, timeout=120)
+    with rendering(rspool, bundle_cache, tmp_path, "crash"):
         browsers = []
         for proc in psutil.process_iter(["cmdline"]):
             argv = proc.info["cmdline"] or []
@@ -269,9 +265,6 @@ def test_chromium_killed_mid_render_is_retried_cleanly(rspool: SpoolLayout, bund
         for browser in browsers:
             browser.kill()
         wait_for(lambda: len(entries(rspool, "done")) == 1, timeout=180)
-    finally:
-        runner.send_signal(signal.SIGTERM)
-        runner.wait(timeout=30)
     result = record(rspool, "done", "crash", "result.json")
     outcomes = [(r["outcome"], (r["error"] or {}).get("kind")) for r in result["runs"]]
     assert outcomes[0] == ("retry", "browser-crashed") and outcomes[-1] == ("publishing", None), outcomes
