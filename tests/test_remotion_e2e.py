@@ -59,15 +59,18 @@ def tiny(**props: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def rendering(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path, job_id: str) -> Iterator[None]:
+def rendering(
+    rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path, job_id: str
+) -> Iterator[subprocess.Popen[bytes]]:
     """A runner (log in tmp_path/runner.log) past 5% of a 4 s TitleCard job ``job_id``,
-    with retries after 0.1 s; SIGTERMed on the way out."""
+    with retries after 0.1 s; SIGTERMed on the way out. Yields the runner process."""
     write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
                                 "backoff_base_seconds": 0.1, "backoff_cap_seconds": 0.2})  # fmt: skip
     drop(rspool, f"{job_id}.yaml", {"composition": "TitleCard", "props": {"title": job_id.title(), "seconds": 4}})
     with open(tmp_path / "runner.log", "wb") as out:
         runner = subprocess.Popen(spoolrender_cmd("run", "-v", "--spool", str(rspool.root)), stdout=out,
                                   stderr=subprocess.STDOUT)  # fmt: skip
+    STARTED_RUNNERS.append(runner.pid)
     try:
 
         def started() -> bool:
@@ -76,7 +79,7 @@ def rendering(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path, job_id: s
             return hb is not None and hb.pgid is not None and (hb.progress or 0) > 0.05
 
         wait_for(started, timeout=120)
-        yield
+        yield runner
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=30)
@@ -84,12 +87,14 @@ def rendering(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path, job_id: s
 
 def drain(layout: SpoolLayout, timeout: float = 300, expect: int = 0) -> str:
     """Run a drain; ``expect`` its exit status (3: some job failed for good)."""
-    proc = subprocess.run(
+    with subprocess.Popen(
         spoolrender_cmd("run", "--drain", "-v", "--spool", str(layout.root)),
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
-    assert proc.returncode == expect, proc.stderr
-    return proc.stderr
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        STARTED_RUNNERS.append(proc.pid)
+        _, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == expect, stderr
+    return stderr
 
 
 def probe(path: Path) -> dict[str, Any]:
@@ -118,12 +123,17 @@ def leftovers(layout: SpoolLayout) -> list[str]:
     return found
 
 
+# Runners started by this module's tests: only their worker TMPDIRs are this module's
+# business (other runners on the machine, e.g. a concurrent test run, are left alone).
+STARTED_RUNNERS: list[int] = []
+
+
 def leaked_worker_tmpdirs() -> list[Path]:
-    """Worker TMPDIRs (named spoolrender-worker-<runner pid>-*) whose runner is gone."""
+    """Worker TMPDIRs (named spoolrender-worker-<runner pid>-*) of runners started here that are gone."""
     leaked = []
     for path in Path("/tmp").glob("spoolrender-worker-*"):
         pid = path.name.removeprefix("spoolrender-worker-").split("-", 1)[0]
-        if not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and int(pid) in STARTED_RUNNERS and not Path(f"/proc/{pid}").exists():
             leaked.append(path)
     return leaked
 
@@ -255,12 +265,14 @@ def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> 
 
 
 def test_chromium_killed_mid_render_is_retried_cleanly(rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path) -> None:
-    with rendering(rspool, bundle_cache, tmp_path, "crash"):
+    with rendering(rspool, bundle_cache, tmp_path, "crash") as runner:
+        # Only this runner's browsers: never another runner's on the same machine.
         browsers = []
-        for proc in psutil.process_iter(["cmdline"]):
-            argv = proc.info["cmdline"] or []
-            if argv and "chromium" in argv[0] and any("spoolrender-worker-" in a for a in argv):
-                browsers.append(proc)
+        for proc in psutil.Process(runner.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                argv = proc.cmdline()
+                if argv and "chromium" in argv[0] and any("spoolrender-worker-" in a for a in argv):
+                    browsers.append(proc)
         assert browsers, "no Chromium of a spoolrender worker found"
         for browser in browsers:
             browser.kill()
