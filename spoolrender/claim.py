@@ -58,6 +58,7 @@ class _Seen:
     first_seen: float  # monotonic time the signature was first seen
     spec: JobSpec | None = None
     invalid: bool = False
+    invalid_id: str | None = None  # the id an invalid file is filed under (its readable `id:`)
     parsed_for: tuple[int, int, int] | None = None
 
 
@@ -167,7 +168,7 @@ class SpoolScanner:
             age = None if spool_now is None else spool_now - st.st_mtime
             settled_by_time = stable_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
-                seen.spec, seen.invalid = self._parse(path, name)
+                seen.spec, seen.invalid, seen.invalid_id = self._parse(path, name)
                 seen.parsed_for = sig
             settled = settled_by_time or (name in complete and not seen.invalid)
             if not settled:
@@ -182,20 +183,22 @@ class SpoolScanner:
                 continue
             priority = spec.priority if spec is not None else 0
             order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
-            job_id = spec.id if spec is not None else id_from_filename(name)
+            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(name)
             out.append(Candidate((-priority, order, name), name, "incoming", job_id))
         return out, waiting, wake
 
-    def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool]:
+    def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool, str | None]:
         try:
-            return parse_job(read_job_bytes(path, self._config.max_job_bytes), name, self._config), False
-        except (JobInvalid, OSError):
-            return None, True
+            return parse_job(read_job_bytes(path, self._config.max_job_bytes), name, self._config), False, None
+        except JobInvalid as exc:
+            return None, True, exc.job_id
+        except OSError:
+            return None, True, None
         except Exception:
             # Whatever a file contains must not stop the scan: the run validates it again
             # and fails it with a reason.
             log.exception("unexpected error parsing %s", name)
-            return None, True
+            return None, True, None
 
     def _scan_retry(self) -> tuple[list[Candidate], float | None]:
         now = self._clock.wall()

@@ -54,7 +54,8 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _optional_slots(name: str, value: Any) -> int | None:
+def _optional_count(name: str, value: Any) -> int | None:
+    """A whole number >= 1, or None for "auto" (derived from other settings)."""
     if value is None or value == "auto":
         return None
     return _positive_int(name, value)
@@ -150,6 +151,11 @@ class SpoolConfig:
     cache_dir: Path = Path("~/.cache/spoolrender")
     serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
     fsync: bool = True  # false: faster, but a power cut may lose acknowledged changes
+    # Caps on what one job file may ask for (jobfile checks them; see defaults.py).
+    max_job_attempts: int = defaults.MAX_JOB_ATTEMPTS
+    max_job_timeout_seconds: float = defaults.MAX_JOB_TIMEOUT_S
+    max_job_frames: int = defaults.MAX_JOB_FRAMES
+    max_job_frame_pixels: int | None = None  # auto: from memory_per_job_mb
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -170,6 +176,24 @@ class SpoolConfig:
             )
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ConfigError("backoff_cap_seconds must be >= backoff_base_seconds")
+        # The spool's own defaults must be jobs it accepts.
+        if self.max_attempts > self.max_job_attempts:
+            raise ConfigError(
+                f"max_attempts ({self.max_attempts}) is over max_job_attempts ({self.max_job_attempts}); "
+                "raise max_job_attempts or lower max_attempts"
+            )
+        if self.timeout_seconds > self.max_job_timeout_seconds:
+            raise ConfigError(
+                f"timeout_seconds ({self.timeout_seconds:g}) is over max_job_timeout_seconds "
+                f"({self.max_job_timeout_seconds:g}); raise max_job_timeout_seconds or lower timeout_seconds"
+            )
+
+    @property
+    def frame_pixel_limit(self) -> int:
+        """Pixels one rendered frame may have: ``max_job_frame_pixels``, or derived from memory."""
+        if self.max_job_frame_pixels is not None:
+            return self.max_job_frame_pixels
+        return self.memory_per_job_mb * 1024 * 1024 // defaults.BYTES_PER_FRAME_PIXEL
 
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -185,7 +209,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_attempts": _positive_int,
     "timeout_seconds": _positive_number,
     "max_job_bytes": _positive_int,
-    "slots": _optional_slots,
+    "slots": _optional_count,
     "threads_per_job": _positive_int,
     "slots_per_core": _positive_number,
     "memory_per_job_mb": _positive_int,
@@ -196,6 +220,10 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "cache_dir": _path,
     "serve_token": _optional_token,
     "fsync": _bool,
+    "max_job_attempts": _positive_int,
+    "max_job_timeout_seconds": _positive_number,
+    "max_job_frames": _positive_int,
+    "max_job_frame_pixels": _optional_count,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

@@ -35,6 +35,17 @@ PRIORITY_MIN = -1000
 PRIORITY_MAX = 1000
 DEFAULT_PRIORITY = 0
 DEFAULT_OUTPUT_SUFFIX = ".mp4"
+# Spool-level caps on what one job may ask for (max_job_* settings): without them a few
+# files with priority 1000, a 7-day timeout and 100 attempts hold every slot for weeks.
+MAX_JOB_ATTEMPTS = 10
+MAX_JOB_TIMEOUT_S = 6 * 3600.0
+MAX_JOB_FRAMES = 30 * 3600  # one hour at 30 fps
+# The per-frame pixel cap (width x height x scale^2) is derived from memory_per_job_mb
+# unless set: Chromium's screenshot, the compositor's copy and ffmpeg's input buffers
+# all scale with the frame. A 1280x720 composition at scale 16 (236 Mpx) used ~11 GB,
+# about 47 bytes per pixel; 64 leaves room for the worker's fixed share, so the default
+# 1024 MB allows 16.7 Mpx (4K UHD is 8.3 Mpx, 8K's 33 Mpx needs 2048 MB).
+BYTES_PER_FRAME_PIXEL = 64
 
 # --- timing -------------------------------------------------------------------------
 SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete

@@ -21,10 +21,15 @@ class SpoolLayoutError(SpoolrenderError):
 
 
 class JobInvalid(SpoolrenderError):
-    """A job file cannot be run as written: a permanent error, one line per problem."""
+    """A job file cannot be run as written: a permanent error, one line per problem.
 
-    def __init__(self, problems: list[str]) -> None:
+    ``job_id``: the id the job is known by when the file could be read that far (its
+    declared ``id:`` even if other fields are wrong), so the failure is filed under it.
+    """
+
+    def __init__(self, problems: list[str], *, job_id: str | None = None) -> None:
         self.problems = list(problems)
+        self.job_id = job_id
         super().__init__("; ".join(self.problems))
 
 

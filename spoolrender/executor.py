@@ -143,7 +143,7 @@ class JobExecutor:
                 ),
             )
         try:
-            reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun)
+            reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun, origin=spec.id_origin)
             if not spec.rerun and output_exists(self._config.output_root, spec.output):
                 raise JobInvalid(
                     [

@@ -30,8 +30,12 @@ def _where_is(layout: SpoolLayout, uid: str) -> str | None:
     return None
 
 
-def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool) -> None:
-    """Make ``uid`` the holder of ``job_id`` or raise JobInvalid saying who holds it."""
+def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool, origin: str = "field 'id'") -> None:
+    """Make ``uid`` the holder of ``job_id`` or raise JobInvalid saying who holds it.
+
+    ``origin`` says where the id came from (``JobSpec.id_origin``): reasons name it, so
+    a job whose id was derived from its file name is not told to fix an `id:` field.
+    """
     link = layout.ids / job_id
     for _ in range(10):
         try:
@@ -53,18 +57,18 @@ def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool) -> No
             elif state == "done":
                 raise JobInvalid(
                     [
-                        f"field 'id': {job_id!r} was already rendered ({where}); "
+                        f"{origin}: {job_id!r} was already rendered ({where}); "
                         "use another id, or set rerun: true to render it again"
                     ]
                 )
             else:
-                raise JobInvalid([f"field 'id': {job_id!r} is already queued or running ({where})"])
+                raise JobInvalid([f"{origin}: {job_id!r} is already queued or running ({where})"])
         # The holder is gone (failed, purged) or being re-run: take the reservation over,
         # compare-and-swap style, since another job may be doing the same right now.
         if _take_over(layout, job_id, holder, uid):
             log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
             return
-    raise JobInvalid([f"field 'id': could not reserve {job_id!r} (contended)"])
+    raise JobInvalid([f"{origin}: could not reserve {job_id!r} (contended)"])
 
 
 def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:

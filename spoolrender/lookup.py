@@ -47,8 +47,9 @@ def incoming_id(config: SpoolConfig, path: Path) -> str:
 def _id_of(config: SpoolConfig, data: bytes, name: str) -> str:
     try:
         return parse_job(data, name, config).id
-    except JobInvalid:
-        return id_from_filename(name)
+    except JobInvalid as exc:
+        # An invalid job is filed under its readable `id:` (see claim.py): find it so.
+        return exc.job_id or id_from_filename(name)
 
 
 def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:

@@ -29,6 +29,7 @@ from spoolrender import defaults
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
 from spoolrender.renderers.command import verify_nonempty
 
@@ -288,6 +289,7 @@ class RemotionRenderer:
         )
         started: dict[str, Any] = {}
         cancel_sent_at: float | None = None
+        too_large: str | None = None  # over the spool's render-size caps: cancelled, failed for good
         while True:
             if cancel.is_set() and cancel_sent_at is None:
                 worker.send({"type": "cancel", "jobId": job_id})
@@ -295,6 +297,8 @@ class RemotionRenderer:
             if cancel_sent_at is not None and time.monotonic() - cancel_sent_at > CANCEL_TIMEOUT_S:
                 # The cancel signal was not honoured in time: kill the whole group.
                 self._discard_worker()
+                if too_large is not None:
+                    raise RenderError(too_large, transient=False, kind="too-large")
                 raise RenderCancelled(cancel.reason or "cancelled")
             event = worker.next_event(0.1)
             if event is None or event.get("jobId") not in (job_id, None):
@@ -302,9 +306,23 @@ class RemotionRenderer:
             kind = event["type"]
             if kind == "started":
                 started = event
+                # The composition's size is known only now (props can set it): check the
+                # spool's caps before the first frame, and stop the render if it is over.
+                too_large = render_size_problem(
+                    self._config,
+                    int(event.get("width") or 0),
+                    int(event.get("height") or 0),
+                    int(event.get("durationInFrames") or 0),
+                    float(settings.get("scale", 1)),
+                )
+                if too_large is not None and cancel_sent_at is None:
+                    worker.send({"type": "cancel", "jobId": job_id})
+                    cancel_sent_at = time.monotonic()
                 progress(0.0, "rendering")
             elif kind == "progress":
                 progress(float(event.get("progress", 0.0)), str(event.get("stage") or "rendering"))
+            elif too_large is not None and kind in ("done", "failed"):
+                raise RenderError(too_large, transient=False, kind="too-large")
             elif kind == "done":
                 return RenderResult(details=_details(started, event))
             elif kind == "failed":

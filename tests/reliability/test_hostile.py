@@ -22,6 +22,8 @@ from spoolrender.layout import init_spool
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 OK = "renderer: command\ncommand: props\n"
+# Planted in files whose content no reason, record or log line may repeat.
+SECRET = "SECRET-8c1d-do-not-echo"
 
 
 def job(**fields: object) -> bytes:
@@ -98,6 +100,51 @@ CASES: dict[str, tuple[bytes, str, str]] = {
     "exits-65.yaml": (job(props={"exit": 65, "message": "title missing"}), "failed", "status 65: title missing"),
     "dup-a.yaml": (job(id="same-id", output="dup-a.mp4"), "done", ""),
     "dup-b.yaml": (job(id="same-id", output="dup-b.mp4", priority=-1), "failed", "'same-id' was already rendered"),
+    # Duplicate keys: the later value would silently win (issue 12 item 11), at any depth.
+    "twice-id.yaml": (OK.encode() + b"id: first\nid: second\n", "failed", "duplicate key 'id' (first at line 3)"),
+    "twice-nested.yaml": (
+        OK.encode() + b"props:\n  scene:\n    title: a\n    title: b\n",
+        "failed",
+        "line 6, column 5: duplicate key 'title' (first at line 5)",
+    ),
+    "twice-flow.yaml": (OK.encode() + b"props: {a: 1, b: [{c: 1, c: 2}]}\n", "failed", "duplicate key 'c'"),
+    "twice-quoted.yaml": (b'renderer: command\ncommand: props\n"command": props\n', "failed", "duplicate key"),
+    "merge-key.yaml": (OK.encode() + b"props: {<<: {a: 1}, b: 2}\n", "failed", "merge keys (<<) are not allowed"),
+    # Reasons never quote the file's content (issue 12 item 14): see SECRET below.
+    "passwd-copy.yaml": (
+        f"{SECRET}:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n".encode(),
+        "failed",
+        "expected a YAML mapping at the top, got string at line 1, column 1",
+    ),
+    "secret-list.yaml": (f"- {SECRET}\n- two\n".encode(), "failed", "got list at line 1, column 1"),
+    "secret-flow.yaml": (f"[{SECRET}, 1]\n".encode(), "failed", "got list at line 1, column 1"),
+    "secret-number.yaml": (b"\n\n   12345\n", "failed", "got integer at line 3, column 4"),
+    "secret-syntax.yaml": (f"a: b\n{SECRET}: [unclosed\n".encode(), "failed", "not valid YAML: line 3"),
+    "secret-quote.yaml": (f"a: '{SECRET}\n".encode(), "failed", "not valid YAML: line 2"),
+    "secret-tag.yaml": (f"a: !{SECRET} x\n".encode(), "failed", "line 1, column 4: unsupported tag"),
+    "secret-int.yaml": (OK.encode() + f"timeout: !!int {SECRET}\n".encode(), "failed", "line 3, column 10"),
+    "secret-float.yaml": (OK.encode() + f"priority: !!float {SECRET}\n".encode(), "failed", "cannot build"),
+    "secret-date.yaml": (OK.encode() + b"not_before: !!timestamp 2026-02-30\n", "failed", "line 3, column 13"),
+    "secret-binary.yaml": (OK.encode() + f"props: {{x: !!binary {SECRET}}}\n".encode(), "failed", "not valid"),
+    "secret-escape.yaml": (f'a: "{SECRET} \\q"\n'.encode(), "failed", "unknown escape character"),
+    # Spool-level caps (issue 12 item 15).
+    "timeout-over-cap.yaml": (job(timeout=86400), "failed", "over this spool's limit of 21600 s"),
+    "attempts-over-cap.yaml": (job(max_attempts=100), "failed", "over this spool's limit of 10 (max_job_attempts)"),
+    # The output suffix becomes {output}'s: letters and digits only (issue 12 item 16).
+    "output-shell.yaml": (
+        job(output="x.mp4;id;touch pwned;:"),
+        "failed",
+        "suffix must be 1-16 letters or digits",
+    ),
+    "output-shell-dir.yaml": (job(output="a;b/x.mp4 $(touch pwned)"), "failed", "suffix"),
+    "output-suffix-space.yaml": (job(output="clip.mp 4"), "failed", "suffix"),
+    "output-trailing-dot.yaml": (job(output="clip."), "failed", "suffix"),
+    "output-odd-dir.yaml": (job(output="a b;c/$(x)/clip.mkv"), "done", ""),
+    # Default ids from file names are unique (issue 12 item 12).
+    "レポート.yaml": (OK.encode(), "done", ""),
+    "請求書.yaml": (OK.encode(), "done", ""),
+    "x" * 150 + "-first.yaml": (OK.encode(), "done", ""),
+    "x" * 150 + "-second.yaml": (OK.encode(), "done", ""),
     "name with spaces.yaml": (OK.encode(), "done", ""),
     "ünïcødé.yaml": (OK.encode(), "done", ""),
     "new\nline.yaml": (OK.encode(), "done", ""),
@@ -154,6 +201,7 @@ def test_hostile_corpus_ends_where_it_belongs(tmp_path: Path) -> None:
     for entry in os.listdir(layout.failed):
         failure = json.loads((layout.failed / entry / "failure.json").read_text())
         assert "\n" not in failure["reason"], failure["reason"]  # one line
+        assert SECRET not in json.dumps(failure), failure["reason"]
         reasons[entry.rsplit(".", 1)[0]] = failure["reason"]
     done = {entry.rsplit(".", 1)[0] for entry in os.listdir(layout.done)}
     handled = 0
@@ -167,6 +215,9 @@ def test_hostile_corpus_ends_where_it_belongs(tmp_path: Path) -> None:
         if not ok:
             misplaced.append(f"{name!r}: {reasons.get(job_id, 'not failed')}")
     assert not misplaced, misplaced
+    # Every file meant for done/ got a done/ entry of its own: no two share a derived id.
+    assert len(done) == sum(where == "done" for _, where, _ in CASES.values())
+    assert SECRET not in proc.stderr
     for name, phrase in (("symlink", "got a symlink"), ("dangling", "got a symlink"), ("fifo", "got a FIFO"),
                          ("dir", "got a directory")):  # fmt: skip
         assert phrase in reasons[name]
@@ -213,3 +264,56 @@ def test_growing_upload_waits_then_completes(tmp_path: Path) -> None:
     finally:
         runner.terminate()
         runner.wait(timeout=30)
+
+
+def test_invalid_job_is_filed_under_its_declared_id_without_touching_reservations(tmp_path: Path) -> None:
+    """Issue 13 item 8 and issue 12 item 12, end to end through a real drain.
+
+    A job that fails validation is filed (and found by `show`) under its readable `id:`;
+    it neither takes nor releases the reservation of the job that holds that id. A
+    reason about an id derived from a file name says so instead of blaming an `id:` field.
+    """
+    layout = init_spool(tmp_path / "spool")
+    config = {
+        "settle_seconds": 0, "slots": 1, "max_attempts": 1,
+        "commands": {"props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"]},
+    }  # fmt: skip
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    drain = [*CMD, "run", "--drain", "--spool", str(layout.root)]
+
+    (layout.incoming / "held.yaml").write_bytes(job(id="held", output="held.mp4"))
+    (layout.incoming / "clip.yaml").write_bytes(OK.encode())
+    proc = subprocess.run(drain, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held_uid = os.readlink(layout.ids / "held")
+
+    (layout.incoming / "upload-7.yaml").write_bytes(OK.encode() + b"id: tester-typo\ntimout: 5\n")
+    (layout.incoming / "upload-8.yaml").write_bytes(OK.encode() + b"id: held\npriority: high\n")
+    (layout.incoming / "upload-9.yaml").write_bytes(OK.encode() + b"id: 'not an id'\nrerun: maybe\n")
+    (layout.incoming / "clip.yml").write_bytes(OK.encode())  # same derived id as clip.yaml
+    proc = subprocess.run(drain, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+
+    failed = {entry.rsplit(".", 1)[0]: entry for entry in os.listdir(layout.failed)}
+    assert sorted(failed) == ["clip", "held", "tester-typo", "upload-9"], failed
+    typo = json.loads((layout.failed / failed["tester-typo"] / "failure.json").read_text())
+    assert typo["id"] == "tester-typo" and "field 'timout': unknown field" in typo["reason"]
+    # The invalid job under "held" neither took nor released the done job's reservation.
+    assert os.readlink(layout.ids / "held") == held_uid
+    assert not (layout.ids / "tester-typo").exists()
+    clip = json.loads((layout.failed / failed["clip"] / "failure.json").read_text())
+    assert clip["reason"].startswith("id from the file name 'clip.yml': 'clip' was already rendered"), clip
+
+    show = subprocess.run([*CMD, "show", "tester-typo", "--spool", str(layout.root)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert show.returncode == 0, show.stderr
+    assert "failed" in show.stdout and "timout" in show.stdout
+
+    # A valid job asking for "held" again is still refused: the reservation stands.
+    (layout.incoming / "again.yaml").write_bytes(job(id="held", output="again.mp4"))
+    proc = subprocess.run(drain, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    again = [e for e in os.listdir(layout.failed) if e.startswith("held.") and e != failed["held"]]
+    reason = json.loads((layout.failed / again[0] / "failure.json").read_text())["reason"]
+    assert reason.startswith("field 'id': 'held' was already rendered"), reason
+    assert os.readlink(layout.ids / "held") == held_uid

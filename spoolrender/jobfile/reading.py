@@ -1,0 +1,52 @@
+"""Reading a claimed job file's bytes without following links, blocking or reading too much."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from spoolrender.errors import JobInvalid
+
+
+def read_job_bytes(path: Path, max_bytes: int) -> bytes:
+    """Read a claimed job file without following links or blocking on FIFOs."""
+    try:
+        # O_NOFOLLOW: a symlink dropped into incoming/ must not make us read (and echo
+        # into records) some other file. O_NONBLOCK: opening a FIFO must not hang.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        try:
+            kind = _file_kind(os.lstat(path).st_mode)
+        except OSError:
+            kind = None
+        if kind is not None and kind != "regular file":
+            raise JobInvalid([f"job file: expected a regular file, got a {kind}"]) from exc
+        raise JobInvalid([f"job file: cannot open: {exc.strerror}"]) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise JobInvalid([f"job file: expected a regular file, got a {_file_kind(st.st_mode)}"])
+        if st.st_size > max_bytes:
+            raise JobInvalid([f"job file: {st.st_size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:  # grew after fstat
+            raise JobInvalid([f"job file: over the limit of {max_bytes} bytes (max_job_bytes)"])
+        return data
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISREG(mode):
+        return "regular file"
+    return "special file"
