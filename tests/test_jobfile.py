@@ -17,7 +17,7 @@ import yaml
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig, load_config
-from spoolrender.errors import JobInvalid
+from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import (
     ID_PATTERN,
     KNOWN_FIELDS,
@@ -28,6 +28,7 @@ from spoolrender.jobfile import (
     output_path_problem,
     parse_job,
     read_job_bytes,
+    render_size_problem,
 )
 
 
@@ -908,3 +909,145 @@ def test_parse_job_default_id_from_hostile_names_is_valid(name: str, config: Spo
     assert ID_PATTERN.fullmatch(spec.id)
     assert spec.output == PurePosixPath(spec.id + ".mp4")
     assert output_path_problem(str(spec.output)) is None
+
+
+# --- duplicate keys, and reasons that never quote the file (issue 12 items 11, 14) -----
+
+
+@pytest.mark.parametrize(
+    ("data", "want"),
+    [
+        (b"id: a\ncomposition: Main\nid: b\n", "line 3, column 1: duplicate key 'id' (first at line 1)"),
+        (b"props:\n  a: 1\n  b:\n    - {x: 1, y: 2, x: 3}\n", "line 4, column 20: duplicate key 'x' (first at line 4)"),
+        (
+            b"settings: {crf: 1}\nfallback:\n  settings:\n    crf: 2\n    crf: 3\n",
+            "line 5, column 5: duplicate key 'crf' (first at line 4)",
+        ),
+        (b'"id": a\nid: b\n', "line 2, column 1: duplicate key 'id' (first at line 1)"),
+        (b"1: a\n0x1: b\n", "line 2, column 1: duplicate key (a integer key) (first at line 1)"),
+        (b"props: {<<: {a: 1}}\n", "line 1, column 9: merge keys (<<) are not allowed"),
+    ],
+)
+def test_duplicate_and_merge_keys_are_refused_with_lines(data: bytes, want: str) -> None:
+    assert load_problem(data) == f"job file: not valid YAML: {want}"
+
+
+def test_distinct_keys_at_different_depths_are_fine() -> None:
+    doc = load_yaml_mapping(b"id: a\nprops: {id: b, scene: {id: c}}\nsettings: {}\n")
+    assert doc == {"id": "a", "props": {"id": "b", "scene": {"id": "c"}}, "settings": {}}
+
+
+SECRET = "hunter2-do-not-echo-9f3"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        f"{SECRET}:x:0:0:root:/root:/bin/bash\n".encode(),
+        f"- {SECRET}\n".encode(),
+        f"{{a: 1}} {SECRET}\n".encode(),
+        f"a: b\n{SECRET}: [x\n".encode(),
+        f"a: '{SECRET}\n".encode(),
+        f'a: "{SECRET}\\q"\n'.encode(),
+        f"a: !{SECRET} x\n".encode(),
+        f"a: !!int {SECRET}\n".encode(),
+        f"a: !!float {SECRET}\n".encode(),
+        f"a: !!bool {SECRET}\n".encode(),
+        f"a: !!timestamp {SECRET}\n".encode(),
+        f"a: !!binary {SECRET}\n".encode(),
+        f"a: !<tag:{SECRET}> x\n".encode(),
+        f"%YAML 9.9 {SECRET}\n---\na: 1\n".encode(),
+        f"%TAG !x! tag:x,2000:\n---\na: !x!{SECRET} 1\n".encode(),
+        f"a: 1\n--- {SECRET}\n".encode(),
+        f"a:\n  - b\n  {SECRET}\n".encode(),
+        f"&{SECRET} a: 1\nb: *{SECRET}\n".encode(),
+        f"a: *{SECRET}\n".encode(),
+    ],
+)
+def test_load_reasons_never_quote_the_file(data: bytes) -> None:
+    line = load_problem(data)
+    assert SECRET not in line and SECRET.lower() not in line.lower(), line
+    assert "line " in line or "aliases" in line, line  # a position instead
+
+
+def test_single_characters_the_parser_quotes_are_kept() -> None:
+    line = load_problem(b"a: b\n\tc: d\n")
+    assert line.startswith("job file: not valid YAML: line 2, column 1: "), line
+
+
+# --- spool caps (issue 12 item 15) -------------------------------------------------------
+
+
+def test_timeout_and_attempts_over_the_spools_caps_are_refused(config: SpoolConfig) -> None:
+    line = single_problem(dump({**BASE, "timeout": 21601}), config)
+    assert line == "field 'timeout': 21601 s is over this spool's limit of 21600 s (max_job_timeout_seconds)"
+    line = single_problem(dump({**BASE, "max_attempts": 11}), config)
+    assert line == "field 'max_attempts': 11 is over this spool's limit of 10 (max_job_attempts)"
+
+
+def test_caps_follow_the_spool_config(spool: Any) -> None:
+    config = load_config(spool.root, overrides={"max_job_timeout_seconds": "60", "max_job_attempts": "2",
+                                                "max_attempts": "1", "timeout_seconds": "30"}, environ={})  # fmt: skip
+    assert parse_job(dump({**BASE, "timeout": 60, "max_attempts": 2}), "j.yaml", config).timeout == 60
+    problems = problems_of(dump({**BASE, "timeout": 61, "max_attempts": 3}), config)
+    assert problems == [
+        "field 'max_attempts': 3 is over this spool's limit of 2 (max_job_attempts)",
+        "field 'timeout': 61 s is over this spool's limit of 60 s (max_job_timeout_seconds)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "want"),
+    [
+        ({"max_attempts": "11"}, "max_attempts (11) is over max_job_attempts (10)"),
+        ({"timeout_seconds": "90000"}, "timeout_seconds (90000) is over max_job_timeout_seconds (21600)"),
+        ({"max_job_frame_pixels": "0"}, "max_job_frame_pixels: expected a whole number >= 1"),
+        ({"max_job_frames": "many"}, "max_job_frames: expected a whole number >= 1"),
+    ],
+)
+def test_spool_defaults_must_fit_the_caps(spool: Any, overrides: dict[str, str], want: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(spool.root, overrides=overrides, environ={})
+    assert want in str(info.value)
+
+
+def test_frame_pixel_budget_derives_from_memory_per_job(spool: Any) -> None:
+    config = load_config(spool.root, environ={})
+    assert config.max_job_frame_pixels is None
+    assert config.frame_pixel_limit == 1024 * 1024 * 1024 // defaults.BYTES_PER_FRAME_PIXEL
+    assert render_size_problem(config, 3840, 2160, 300, 1) is None  # 4K UHD fits 1 GiB
+    bigger = load_config(spool.root, overrides={"memory_per_job_mb": "2048"}, environ={})
+    assert bigger.frame_pixel_limit == 2 * config.frame_pixel_limit
+    assert render_size_problem(bigger, 7680, 4320, 300, 1) is None  # 8K needs 2 GiB
+    why = render_size_problem(config, 1280, 720, 30, 16)
+    assert why == (
+        "a frame of 20480x11520 pixels (the composition's 1280x720 at scale 16) is 235,929,600 pixels, over this "
+        "spool's limit of 16,777,216 (max_job_frame_pixels, derived from memory_per_job_mb 1024); lower "
+        "settings.scale or the composition's size"
+    )
+    assert render_size_problem(config, 160, 90, 10**9, 1) == (
+        "the render has 1,000,000,000 frames, over this spool's limit of 108,000 (max_job_frames)"
+    )
+    assert render_size_problem(config, 160, 90, 108_000, 1) is None
+
+
+# --- output suffix (issue 12 item 16) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["x.mp4;id;touch y;:", "x.mp4 $(id)", "a/b.mp4`id`", "clip.", "clip.mp 4", "clip.m\u200bp4", "clip.mp4\n",
+     "c.mp4'", "c.mp4|sh", "c.-x", "c." + "a" * 17, "c.mp4&", "c.\uff4d\uff504"],
+)  # fmt: skip
+def test_output_suffix_must_be_letters_and_digits(output: str, config: SpoolConfig) -> None:
+    line = single_problem(dump({**BASE, "output": output}), config)
+    assert line.startswith("field 'output': ")
+    assert "suffix must be 1-16 letters or digits" in line or "hidden" in line, line
+
+
+@pytest.mark.parametrize("output", ["clip", "a b;c/$(x)/clip.mkv", "x/y.tar.gz", "c.M4V", "c." + "a" * 16])
+def test_output_suffix_rule_leaves_directories_and_plain_names(output: str, config: SpoolConfig) -> None:
+    spec = parse_job(dump({**BASE, "output": output}), "j.yaml", config)
+    assert str(spec.output) == output
+    suffix = spec.output.suffix
+    assert suffix == "" or (suffix[1:].isascii() and suffix[1:].isalnum())

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from invariants import audit
 
@@ -317,3 +318,44 @@ def test_invalid_job_is_filed_under_its_declared_id_without_touching_reservation
     reason = json.loads((layout.failed / again[0] / "failure.json").read_text())["reason"]
     assert reason.startswith("field 'id': 'held' was already rendered"), reason
     assert os.readlink(layout.ids / "held") == held_uid
+
+
+REMOTION = Path(__file__).resolve().parents[2] / "remotion"
+
+
+@pytest.mark.remotion
+@pytest.mark.skipif(
+    not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir() or not Path("/usr/bin/chromium").exists(),
+    reason="remotion/node_modules or Debian chromium missing: run scripts/setup.sh",
+)
+def test_render_size_caps_stop_a_render_before_its_first_frame(tmp_path: Path) -> None:
+    """Issue 12 item 15: props and scale that make a composition huge (Tiny with a
+    billion frames, scale past the pixel budget) fail for good, named, without retries."""
+    layout = init_spool(tmp_path / "spool")
+    config = {
+        "settle_seconds": 0, "slots": 1, "max_attempts": 3, "remotion_project": str(REMOTION),
+        "cache_dir": str(tmp_path / "cache"), "max_job_frame_pixels": 100_000,
+    }  # fmt: skip
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    tiny = {"composition": "Tiny"}
+    (layout.incoming / "endless.yaml").write_bytes(yaml.safe_dump({**tiny, "props": {"frames": 10**9}}).encode())
+    (layout.incoming / "wide.yaml").write_bytes(yaml.safe_dump({**tiny, "settings": {"scale": 4}}).encode())
+    (layout.incoming / "fits.yaml").write_bytes(yaml.safe_dump({**tiny, "settings": {"scale": 2}}).encode())
+    proc = subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert [e.split(".")[0] for e in os.listdir(layout.done)] == ["fits"]
+    reasons = {}
+    for entry in os.listdir(layout.failed):
+        failure = json.loads((layout.failed / entry / "failure.json").read_text())
+        assert failure["kind"] == "too-large" and failure["attempts"] == 1, failure
+        reasons[entry.split(".")[0]] = failure["reason"]
+    assert (
+        reasons["endless"] == "the render has 1,000,000,000 frames, over this spool's limit of 108,000 (max_job_frames)"
+    )
+    assert reasons["wide"] == (
+        "a frame of 640x360 pixels (the composition's 160x90 at scale 4) is 230,400 pixels, over this spool's "
+        "limit of 100,000 (max_job_frame_pixels); lower settings.scale or the composition's size"
+    )
+    out = layout.root / "output"
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["fits.mp4"]
