@@ -56,6 +56,12 @@ DEFAULT_CONFIG_TEXT = """\
 # fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
 # commands:                    # argv templates for `renderer: command` jobs (never a shell)
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
+#
+# Caps on what one job file may ask for (a job over a cap fails with the reason):
+# max_job_attempts: 10         # a job's max_attempts; max_attempts must not exceed it
+# max_job_timeout_seconds: 21600  # a job's timeout; timeout_seconds must not exceed it
+# max_job_frames: 108000       # frames one Remotion render may have (1 h at 30 fps)
+# max_job_frame_pixels: auto   # width x height x scale^2 of a frame; auto = memory_per_job_mb MiB / 64 bytes
 """
 
 
