@@ -61,6 +61,12 @@ def _optional_count(name: str, value: Any) -> int | None:
     return _positive_int(name, value)
 
 
+def _optional_seconds(name: str, value: Any) -> float | None:
+    if value is None or value == "auto":
+        return None
+    return _positive_number(name, value)
+
+
 def _path(name: str, value: Any) -> Path:
     if not isinstance(value, str | Path) or not str(value):
         raise ConfigError(f"{name}: expected a path, got {value!r}")
@@ -152,8 +158,9 @@ class SpoolConfig:
     serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
     fsync: bool = True  # false: faster, but a power cut may lose acknowledged changes
     # Caps on what one job file may ask for (jobfile checks them; see defaults.py).
-    max_job_attempts: int = defaults.MAX_JOB_ATTEMPTS
-    max_job_timeout_seconds: float = defaults.MAX_JOB_TIMEOUT_S
+    # "auto" (None): the default cap, raised to the spool's own default if that is higher.
+    max_job_attempts: int | None = None
+    max_job_timeout_seconds: float | None = None
     max_job_frames: int = defaults.MAX_JOB_FRAMES
     max_job_frame_pixels: int | None = None  # auto: from memory_per_job_mb
 
@@ -177,16 +184,30 @@ class SpoolConfig:
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ConfigError("backoff_cap_seconds must be >= backoff_base_seconds")
         # The spool's own defaults must be jobs it accepts.
-        if self.max_attempts > self.max_job_attempts:
+        if self.max_job_attempts is not None and self.max_attempts > self.max_job_attempts:
             raise ConfigError(
                 f"max_attempts ({self.max_attempts}) is over max_job_attempts ({self.max_job_attempts}); "
                 "raise max_job_attempts or lower max_attempts"
             )
-        if self.timeout_seconds > self.max_job_timeout_seconds:
+        if self.max_job_timeout_seconds is not None and self.timeout_seconds > self.max_job_timeout_seconds:
             raise ConfigError(
                 f"timeout_seconds ({self.timeout_seconds:g}) is over max_job_timeout_seconds "
                 f"({self.max_job_timeout_seconds:g}); raise max_job_timeout_seconds or lower timeout_seconds"
             )
+
+    @property
+    def job_attempts_limit(self) -> int:
+        """The most attempts a job may ask for: ``max_job_attempts``, or auto."""
+        if self.max_job_attempts is not None:
+            return self.max_job_attempts
+        return max(defaults.MAX_JOB_ATTEMPTS, self.max_attempts)
+
+    @property
+    def job_timeout_limit(self) -> float:
+        """The longest timeout a job may ask for: ``max_job_timeout_seconds``, or auto."""
+        if self.max_job_timeout_seconds is not None:
+            return self.max_job_timeout_seconds
+        return max(defaults.MAX_JOB_TIMEOUT_S, self.timeout_seconds)
 
     @property
     def frame_pixel_limit(self) -> int:
@@ -220,8 +241,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "cache_dir": _path,
     "serve_token": _optional_token,
     "fsync": _bool,
-    "max_job_attempts": _positive_int,
-    "max_job_timeout_seconds": _positive_number,
+    "max_job_attempts": _optional_count,
+    "max_job_timeout_seconds": _optional_seconds,
     "max_job_frames": _positive_int,
     "max_job_frame_pixels": _optional_count,
 }

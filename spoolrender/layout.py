@@ -58,8 +58,8 @@ DEFAULT_CONFIG_TEXT = """\
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
 #
 # Caps on what one job file may ask for (a job over a cap fails with the reason):
-# max_job_attempts: 10         # a job's max_attempts; max_attempts must not exceed it
-# max_job_timeout_seconds: 21600  # a job's timeout; timeout_seconds must not exceed it
+# max_job_attempts: auto       # a job's max_attempts; auto = 10, or max_attempts if higher
+# max_job_timeout_seconds: auto  # a job's timeout; auto = 21600, or timeout_seconds if higher
 # max_job_frames: 108000       # frames one Remotion render may have (1 h at 30 fps)
 # max_job_frame_pixels: auto   # width x height x scale^2 of a frame; auto = memory_per_job_mb MiB / 64 bytes
 """

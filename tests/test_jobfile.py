@@ -999,8 +999,11 @@ def test_caps_follow_the_spool_config(spool: Any) -> None:
 @pytest.mark.parametrize(
     ("overrides", "want"),
     [
-        ({"max_attempts": "11"}, "max_attempts (11) is over max_job_attempts (10)"),
-        ({"timeout_seconds": "90000"}, "timeout_seconds (90000) is over max_job_timeout_seconds (21600)"),
+        ({"max_attempts": "11", "max_job_attempts": "10"}, "max_attempts (11) is over max_job_attempts (10)"),
+        (
+            {"timeout_seconds": "90000", "max_job_timeout_seconds": "21600"},
+            "timeout_seconds (90000) is over max_job_timeout_seconds (21600)",
+        ),
         ({"max_job_frame_pixels": "0"}, "max_job_frame_pixels: expected a whole number >= 1"),
         ({"max_job_frames": "many"}, "max_job_frames: expected a whole number >= 1"),
     ],
@@ -1009,6 +1012,13 @@ def test_spool_defaults_must_fit_the_caps(spool: Any, overrides: dict[str, str],
     with pytest.raises(ConfigError) as info:
         load_config(spool.root, overrides=overrides, environ={})
     assert want in str(info.value)
+
+
+def test_auto_caps_never_refuse_the_spools_own_defaults(spool: Any) -> None:
+    config = load_config(spool.root, overrides={"max_attempts": "50", "timeout_seconds": "86400"}, environ={})
+    assert (config.job_attempts_limit, config.job_timeout_limit) == (50, 86400)
+    assert parse_job(dump({**BASE, "max_attempts": 50, "timeout": 86400}), "j.yaml", config).max_attempts == 50
+    assert single_problem(dump({**BASE, "max_attempts": 51}), config).endswith("limit of 50 (max_job_attempts)")
 
 
 def test_frame_pixel_budget_derives_from_memory_per_job(spool: Any) -> None:

@@ -6,7 +6,7 @@ A check gets the raw value (``MISSING`` when the field is absent) and the parse'
 :meth:`Fields.problem`, falling back to the default so that later checks still run and
 every problem is reported at once. Checks run in table order, so a check may read the
 fields above it (``output`` defaults from ``id``; ``command`` depends on ``renderer``).
-A new field is one function and one row.
+A new field is one check function, one row and one JobSpec attribute.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _whole_number(value: Any) -> bool:
 
 
 def _max_attempts(value: Any, f: Fields) -> int:
-    cap = f.config.max_job_attempts
+    cap = f.config.job_attempts_limit
     if value is MISSING:
         return f.config.max_attempts
     if not _whole_number(value) or value < 1:
@@ -167,7 +167,7 @@ def _max_attempts(value: Any, f: Fields) -> int:
 
 
 def _timeout(value: Any, f: Fields) -> float:
-    cap = f.config.max_job_timeout_seconds
+    cap = f.config.job_timeout_limit
     if value is MISSING:
         return f.config.timeout_seconds
     finite = _whole_number(value) or (isinstance(value, float) and math.isfinite(value))
