@@ -1061,3 +1061,9 @@ def test_output_suffix_rule_leaves_directories_and_plain_names(output: str, conf
     assert str(spec.output) == output
     suffix = spec.output.suffix
     assert suffix == "" or (suffix[1:].isascii() and suffix[1:].isalnum())
+
+
+@pytest.mark.parametrize("output", ["/" + "a" * 5000, "a/../" + "b" * 5000, ".h" + "c" * 5000, "x." + "d" * 5000])
+def test_long_outputs_are_quoted_cut_short(output: str, config: SpoolConfig) -> None:
+    line = single_problem(dump({**BASE, "output": output}), config)
+    assert line.startswith("field 'output': ") and len(line) < 200, line

@@ -51,25 +51,30 @@ def filename_origin(name: str) -> str:
     return f"id from the file name {name[:80]!r}"
 
 
+def _quoted(text: str) -> str:
+    """``text`` as a reason quotes it: escaped, and cut short (it could be 1 MiB long)."""
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+
+
 def output_path_problem(text: str) -> str | None:
     """Why ``text`` cannot be an output path under the output root, or None if it can."""
     if not text or "\x00" in text:
         return "expected a relative file path, got an empty or NUL-containing string"
     if text.startswith("/") or "\\" in text:
-        return f"expected a path relative to the output root, got {text!r}"
+        return f"expected a path relative to the output root, got {_quoted(text)}"
     parts = text.split("/")
     for part in parts:
         if part in ("", ".", ".."):
-            return f"'.', '..' and empty components are not allowed, got {text!r}"
+            return f"'.', '..' and empty components are not allowed, got {_quoted(text)}"
         if part.startswith("."):
-            return f"hidden names (starting with '.') are reserved, got {text!r}"
+            return f"hidden names (starting with '.') are reserved, got {_quoted(text)}"
         if len(part.encode("utf-8", "surrogateescape")) > 255:
-            return f"a path component is longer than 255 bytes in {text[:60]!r}..."
+            return f"a path component is longer than 255 bytes in {_quoted(text)}"
     if len(text) > 1024:
         return "expected a path of at most 1024 characters"
     last = parts[-1]
     if "." in last:
         suffix = last.rsplit(".", 1)[1]
         if not OUTPUT_SUFFIX_PATTERN.fullmatch(suffix):
-            return f"the file name's suffix must be 1-16 letters or digits (such as mp4), got {text[:80]!r}"
+            return f"the file name's suffix must be 1-16 letters or digits (such as mp4), got {_quoted(text)}"
     return None
