@@ -74,7 +74,7 @@ def test_retry_gives_failed_jobs_fresh_attempts(spool: SpoolLayout) -> None:
     assert result.returncode == 0 and "a" in result.stdout
     assert len(entries(spool, "retry")) == 1
     missing = cli("retry", "nope", "--spool", str(spool.root))
-    assert missing.returncode == 1 and "no failed job with id 'nope'" in missing.stderr
+    assert missing.returncode == 1 and "no job with id 'nope'" in missing.stderr
     result = cli("retry", "--all-failed", "--spool", str(spool.root))
     assert result.returncode == 0
     assert len(entries(spool, "retry")) == 2 and entries(spool, "failed") == []

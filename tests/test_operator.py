@@ -133,8 +133,10 @@ def test_show_describes_a_job(busy_spool: SpoolLayout) -> None:
     assert result.stdout.splitlines()[0].startswith("bad: failed  (")
     assert "run 1: failed on" in result.stdout and "props.title is missing" in result.stdout
     assert re.search(r"log: .*/failed/bad\.[0-9a-f]{12}/run-0001\.log", result.stdout)
-    (info,) = json.loads(cli("show", "long", "--json", "--spool", str(busy_spool.root)).stdout)
+    info = json.loads(cli("show", "long", "--json", "--spool", str(busy_spool.root)).stdout)
     assert info["state"] == "running" and info["heartbeat"]["progress"] > 0
+    assert info["entries"] == [{"state": "running", "entry": f"running/{Path(info['path']).name}"}]
+    assert info["others"] == []
     missing = cli("show", "nope", "--spool", str(busy_spool.root))
     assert missing.returncode == 1 and "no job with id 'nope'" in missing.stderr
 
