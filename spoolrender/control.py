@@ -130,8 +130,9 @@ def retry(config: SpoolConfig, job_id: str) -> list[str]:
     A failed job goes back to retry/ with fresh attempts; a job waiting in retry/ is
     made due now (its attempts are kept). Returns one line per entry changed.
     """
-    lines = [f"failed/{name}: back to retry/, due now, with fresh attempts" for name in _reset_failed(config, job_id)]
-    lines += make_due_now(config, job_id)
+    # retry/ first: a failed entry moved there below is due now already.
+    lines = make_due_now(config, job_id)
+    lines += [f"failed/{name}: back to retry/, due now, with fresh attempts" for name in _reset_failed(config, job_id)]
     if not lines:
         found = find_job(config, job_id)
         if not found:
