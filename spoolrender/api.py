@@ -153,7 +153,7 @@ class Spool:
         # its file name's). Entries of that id that exist now belong to earlier jobs (a
         # re-run's done/ entry, a failed predecessor): the handle must not report them.
         job_id = job_id_of(self.config, data, name)
-        earlier = frozenset(w.uid for w in find_job(self.config, job_id) if w.uid is not None)
+        earlier = frozenset(w.uid for w in find_job(self.config, job_id, incoming=False) if w.uid is not None)
         path = control.submit(self.config, data, name, check=check)
         return Job(self, job_id, incoming=path, earlier=earlier)
 
@@ -233,11 +233,16 @@ class Job:
         return f"Job({self.id!r}, spool={str(self.spool.path)!r})"
 
     def _entries(self) -> list[Located]:
-        found = [w for w in find_job(self.spool.config, self.id) if w.uid is None or w.uid not in self._earlier]
-        if self._incoming is not None:
-            # Only our own file counts while it waits: another file may declare the same id.
-            found = [w for w in found if w.state != "incoming" or w.path == self._incoming]
-        return by_relevance(found)
+        config = self.spool.config
+        if self._incoming is None:
+            return by_relevance(find_job(config, self.id))
+        # Our own file only, while it waits (another file may declare the same id, and
+        # reading every waiting file would make each look cost seconds on a backlog).
+        # It is looked at before the other states: a job only moves on from incoming/,
+        # so a claim between the two looks is seen in running/.
+        waiting = [Located(self.id, "incoming", self._incoming)] if os.path.lexists(self._incoming) else []
+        found = [w for w in find_job(config, self.id, incoming=False) if w.uid not in self._earlier]
+        return by_relevance(waiting + found)
 
     def _current(self) -> Located | None:
         for _ in range(_LOOKUPS_BEFORE_GONE):

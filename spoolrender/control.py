@@ -65,8 +65,13 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
 
 
 def check_id_is_free(config: SpoolConfig, spec: JobSpec) -> None:
-    """Refuse a job whose id is waiting, running, or done (without ``rerun: true``)."""
-    for where in find_job(config, spec.id):
+    """Refuse a job whose id is in retry/, running, or done (without ``rerun: true``).
+
+    From listings only (the cost of a submit must not grow with the backlog): a waiting
+    file in incoming/ that declares the same id under another name is refused by the
+    runner's id reservation when it is claimed, with the reason in its failure record.
+    """
+    for where in find_job(config, spec.id, incoming=False):
         if where.state in LIVE_STATES:
             raise JobInvalid([f"field 'id': {spec.id!r} is already queued or running ({where.entry})"])
         if where.state == "done" and not spec.rerun:

@@ -80,12 +80,16 @@ def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:
     return job_id_of(config, data, path.name) == job_id
 
 
-def find_job(config: SpoolConfig, job_id: str) -> list[Located]:
-    """Every place a job with ``job_id`` is (several for re-runs and duplicates), oldest state first."""
+def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list[Located]:
+    """Every place a job with ``job_id`` is (several for re-runs and duplicates), oldest state first.
+
+    ``incoming=False`` leaves incoming/ out: finding an id there may read every waiting
+    file (seconds for a backlog of 10k), the other states are listings only.
+    """
     layout = SpoolLayout(config.spool)
     layout.check()
     found = []
-    for name in sorted(list_names(layout.incoming)):
+    for name in sorted(list_names(layout.incoming)) if incoming else ():
         path = layout.incoming / name
         # Not by name alone: an explicit `id:` may differ from the file name.
         if is_candidate_name(name) and incoming_has_id(config, path, job_id):
