@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +134,38 @@ def test_the_package_exports_the_api() -> None:
     assert spoolrender.Spool is Spool and spoolrender.JobFailed is JobFailed
     with pytest.raises(AttributeError):
         _ = spoolrender.nothing_here
+
+
+def readme_blocks(section: str) -> dict[str, str]:
+    """The ```sh and ```python code blocks of one README section."""
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"```(sh|python)\n(.*?)```", body, re.DOTALL))
+
+
+def test_the_readme_example_runs(tmp_path: Path) -> None:
+    blocks = readme_blocks("Python API")
+    demo = str(tmp_path / "demo")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    runners: list[subprocess.Popen[bytes]] = []
+    try:
+        for line in blocks["sh"].replace("/tmp/demo", demo).splitlines():
+            command = line.split("#", 1)[0].strip() if "&" in line else line
+            if command.endswith("&"):  # the runner: started here, so the test can stop it
+                runners.append(subprocess.Popen(shlex.split(command[:-1]), env=env, stderr=subprocess.DEVNULL))
+            else:
+                subprocess.run(["bash", "-c", command], env=env, check=True, capture_output=True)
+        example = subprocess.run(
+            [sys.executable, "-c", blocks["python"].replace("/tmp/demo", demo)], env=env, capture_output=True,
+            text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        for runner in runners:
+            runner.terminate()
+            runner.wait(timeout=60)
+    assert example.returncode == 0, example.stderr
+    lines = example.stdout.splitlines()
+    assert lines[0] == "hello incoming"
+    assert re.fullmatch(r"rendered .*/demo/spool/output/hello\.json \d+ bytes in 1 attempt\(s\)", lines[1])
+    assert lines[2] == "{'incoming': 0, 'running': 0, 'retry': 0, 'done': 1, 'failed': 0}"
