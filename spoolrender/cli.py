@@ -32,6 +32,7 @@ EXIT_ERROR = 1  # bad config, missing spool, invalid job on submit, unknown id
 EXIT_USAGE = 2  # argparse
 EXIT_JOBS_FAILED = 3  # run --drain: at least one job failed for good during this run
 EXIT_PAUSED = 4  # run --drain: the spool is paused, nothing was claimed
+EXIT_INTERRUPTED = 130  # SIGINT ended a short command (128 + SIGINT, as shells report it)
 
 DESCRIPTION = """\
 Render Remotion videos from YAML job files dropped into a spool directory.
@@ -354,11 +355,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:
         # The reader went away (`status --watch | head`): nothing left to say to anyone.
-        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:
+        # Ctrl-C in a short command (a slow `show`, `submit -` waiting for its input):
+        # a person asked to stop; a traceback would only hide that.
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null, so the interpreter's final flush does not raise again.
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _say(text: str) -> None:
@@ -434,13 +443,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         summary = runner.run()
         if not args.drain:
             return EXIT_OK
-        print(
-            f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
-            f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(config.output_root)})"
-        )
+        code = EXIT_OK
         if summary.failed:
-            return EXIT_JOBS_FAILED
-        return EXIT_PAUSED if summary.paused and not summary.claimed else EXIT_OK
+            code = EXIT_JOBS_FAILED
+        elif summary.paused and not summary.claimed:
+            code = EXIT_PAUSED
+        try:
+            print(
+                f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
+                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(config.output_root)})",
+                flush=True,
+            )
+        except BrokenPipeError:
+            _silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
+        return code
     if args.command == "status":
         return _status(args)
     if args.command == "show":

@@ -375,3 +375,16 @@ def test_show_names_the_final_outcome_of_a_run(spool: SpoolLayout) -> None:
     # The records keep the protocol's word: a program reading them sees what happened.
     shown = json.loads(cli("show", "fine", "--json", "--spool", str(spool.root)).stdout)
     assert shown["state"] == "done" and shown["runs"][0]["outcome"] == "publishing"
+
+
+def test_printable_escapes_every_kind_of_control_character() -> None:
+    from spoolrender.display import printable, shorten
+
+    assert printable("plain: ok — ünïcode 映像") == "plain: ok — ünïcode 映像"
+    assert printable("a\nb\rc\td") == "a\\nb\\rc\\td"
+    assert printable("\x1b[31m\x9b31m\x7f") == "\\x1b[31m\\x9b31m\\x7f"  # ESC, C1 CSI, DEL
+    assert printable("\u202eevil\u2028") == "\\u202eevil\\u2028"  # bidi override, line separator
+    assert printable("bad\udcffbyte") == "bad\\xffbyte"  # an undecodable byte of a file name
+    assert printable("back\\slash") == "back\\\\slash"  # so "\\n" in output always was a newline
+    assert shorten("word " * 10, 12) == "word word…"
+    assert shorten("x" * 30, 10) == "x" * 9 + "…"
