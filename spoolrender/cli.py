@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
               generate-job | spoolrender submit - --name recap-42.yaml
         """),
     )  # fmt: skip
-    p.add_argument("file", help="job file, or - for standard input")
+    p.add_argument("file", help="job file (a regular file), or - for standard input; at most max_job_bytes")
     p.add_argument("--name", help="file name in incoming/ (default: the file's name; for stdin a unique one)")
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
     _add_common(p)
@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "show", help="one job: state, attempts, errors, logs", formatter_class=raw,
         description="Find a job by id in every state and show its state, attempts, each run's outcome and "
-        "error, its result or failure, and the paths of its render logs.",
+        "error, its result or failure, and the paths of its render logs. --json prints one object: the "
+        "current entry, with `entries` (every entry of the id) and `others` (the other entries described).",
         epilog="examples:\n  spoolrender show intro-42\n  spoolrender show intro-42 --json\n",
     )  # fmt: skip
     p.add_argument("id", help="job id")
@@ -224,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "retry", help="give failed jobs fresh attempts", formatter_class=raw,
-        description="Move failed jobs back to retry/, due now, with their attempt count reset.",
+        description="Move failed jobs back to retry/, due now, with their attempt count reset. A job "
+        "waiting in retry/ for its next attempt is made due now (its attempts are kept).",
         epilog="examples:\n  spoolrender retry intro-42\n  spoolrender retry --all-failed\n",
     )  # fmt: skip
     group = p.add_mutually_exclusive_group(required=True)
