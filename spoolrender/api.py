@@ -23,6 +23,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,15 +31,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers.inotify import InotifyObserver
 
 from spoolrender import control
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
-from spoolrender.layout import RETRY_NAME, new_token
+from spoolrender.layout import RETRY_NAME, SpoolLayout, new_token
 from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, show_document
 from spoolrender.status import collect_status
+from spoolrender.watch import choose_watch_mode
 
 FINISHED_STATES = ("done", "failed")
 # wait(): a job that moves retry/ -> running/ between two directory listings is briefly
@@ -273,23 +277,26 @@ class Job:
         (also a ``TimeoutError``) after ``timeout`` seconds (the job goes on), and
         :class:`~spoolrender.errors.JobNotFound` if it disappears (purged). The spool is
         looked at every ``poll`` seconds, backing off to one second; directory listings are
-        the truth, so this works on any host that mounts the spool.
+        the truth, so this works on any host that mounts the spool; on a local spool
+        inotify on done/ and failed/ wakes it as soon as the job gets there.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = poll
-        while True:
-            st = self.status()
-            if st.state == "done":
-                return self._result()
-            if st.state == "failed":
-                raise self._failure(st)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WaitTimeout(self.id, float(timeout or 0), st.state)
-                interval = min(interval, left)
-            time.sleep(interval)
-            interval = min(interval * 1.5, _WAIT_POLL_MAX_S)
+        with _OutcomeEvents(self.spool.config) as arrived:
+            while True:
+                arrived.clear()  # before looking: a move during the look wakes the next wait
+                st = self.status()
+                if st.state == "done":
+                    return self._result()
+                if st.state == "failed":
+                    raise self._failure(st)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WaitTimeout(self.id, float(timeout or 0), st.state)
+                    interval = min(interval, left)
+                arrived.wait(interval)
+                interval = min(interval * 1.5, _WAIT_POLL_MAX_S)
 
     def result(self) -> JobResult:
         """The result of a done job (JobFailed if it failed; SpoolrenderError if not finished)."""
@@ -326,6 +333,41 @@ class Job:
     def retry(self) -> list[str]:
         """As :meth:`Spool.retry` for this job."""
         return self.spool.retry(self.id)
+
+
+class _OutcomeEvents(FileSystemEventHandler):
+    """An event set when anything changes in done/ or failed/: wait() looks at once.
+
+    Only a hint, as for the runner (:mod:`spoolrender.watch`): the listing decides, and
+    the poll in wait() stays the safety net. inotify only where the spool is local; on a
+    network filesystem it would miss other hosts' moves, so there wait() just polls.
+    """
+
+    def __init__(self, config: SpoolConfig) -> None:
+        self._event = threading.Event()
+        self._observer: InotifyObserver | None = None
+        if choose_watch_mode(config.watch, config.spool) == "inotify":
+            layout = SpoolLayout(config.spool)
+            self._observer = InotifyObserver()
+            for directory in (layout.done, layout.failed):
+                self._observer.schedule(self, os.fspath(directory), recursive=False)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self._event.set()
+
+    def __enter__(self) -> threading.Event:
+        if self._observer is not None:
+            self._observer.daemon = True
+            try:
+                self._observer.start()
+            except OSError:  # out of inotify watches or instances: polling is enough
+                self._observer = None
+        return self._event
+
+    def __exit__(self, *exc: object) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
 
 
 def _declared_id(data: bytes) -> str | None:
