@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import time
 from pathlib import Path
 
-from conftest import command_job, drop, entries, spoolrender_cmd, write_spool_config
+from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
@@ -204,3 +205,28 @@ def test_retry_makes_a_waiting_job_due_now(spool: SpoolLayout) -> None:
     assert len(entries(spool, "done")) == 1
     running = cli("retry", "flaky", "--spool", str(spool.root))
     assert running.returncode == 1 and "'flaky' is done: nothing to retry" in running.stderr
+
+
+def test_ctrl_c_in_a_waiting_submit_exits_130_without_a_traceback(spool: SpoolLayout) -> None:
+    proc = subprocess.Popen(
+        spoolrender_cmd("submit", "--spool", str(spool.root), "-", "--name", "never"), stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"renderer: command\n")  # and then nothing: the producer hangs
+    proc.stdin.flush()
+    wait_for(lambda: _reads_stdin(proc.pid), timeout=60)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    proc.stdin.close()
+    with proc.stderr:
+        assert b"Traceback" not in proc.stderr.read()
+    assert entries(spool, "incoming") == []
+
+
+def _reads_stdin(pid: int) -> bool:
+    """True once the process is blocked reading (its Python start-up is over)."""
+    try:
+        return "pipe" in Path(f"/proc/{pid}/wchan").read_text()  # pipe_read, anon_pipe_read...
+    except OSError:
+        return False
