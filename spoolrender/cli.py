@@ -298,7 +298,7 @@ class _TextFormatter(logging.Formatter):
     """
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = printable(record.message)
+        record.message = printable(record.message, double_backslashes=False)
         return super().formatMessage(record)
 
 

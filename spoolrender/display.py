@@ -24,7 +24,7 @@ ELLIPSIS = "…"
 
 
 def _escape(char: str) -> str:
-    if char in _NAMED:
+    if char in _NAMED:  # (a backslash reaches here only when it is to be doubled)
         return _NAMED[char]
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's surrogateescape: show the original byte
@@ -32,20 +32,22 @@ def _escape(char: str) -> str:
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def _unsafe(char: str) -> bool:
-    return char == "\\" or unicodedata.category(char) in _UNSAFE_CATEGORIES
-
-
-def printable(text: object) -> str:
+def printable(text: object, *, double_backslashes: bool = True) -> str:
     """``text`` (``str()`` of it) with every control character shown as an escape.
 
     A backslash is doubled, so an escape in the output always means the character was
-    there, never that the text spelt one out.
+    there, never that the text spelt one out. Logs keep single backslashes
+    (``double_backslashes=False``): their fields are often JSON-quoted already, and an
+    escape spelt out in a log line can no longer do harm.
     """
     s = str(text)
-    if s.isprintable() and "\\" not in s:  # the common case, in C
+    doubled = double_backslashes and "\\" in s
+    if s.isprintable() and not doubled:  # the common case, in C
         return s
-    return "".join(_escape(c) if _unsafe(c) else c for c in s)
+    return "".join(
+        _escape(c) if (c == "\\" and double_backslashes) or unicodedata.category(c) in _UNSAFE_CATEGORIES else c
+        for c in s
+    )
 
 
 _SPACE = re.compile(r"\s+")

@@ -395,5 +395,6 @@ def test_printable_escapes_every_kind_of_control_character() -> None:
     assert printable("\u202eevil\u2028") == "\\u202eevil\\u2028"  # bidi override, line separator
     assert printable("bad\udcffbyte") == "bad\\xffbyte"  # an undecodable byte of a file name
     assert printable("back\\slash") == "back\\\\slash"  # so "\\n" in output always was a newline
+    assert printable("C:\\x \x1b", double_backslashes=False) == "C:\\x \\x1b"  # logs
     assert shorten("word " * 10, 12) == "word word…"
     assert shorten("x" * 30, 10) == "x" * 9 + "…"
