@@ -23,7 +23,6 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,18 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers.inotify import InotifyObserver
 
 from spoolrender import control
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
-from spoolrender.layout import RETRY_NAME, SpoolLayout, new_token
+from spoolrender.layout import RETRY_NAME, new_token
 from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, show_document
-from spoolrender.status import collect_status
-from spoolrender.watch import choose_watch_mode
 
 FINISHED_STATES = ("done", "failed")
 # wait(): a job that moves retry/ -> running/ between two directory listings is briefly
@@ -200,6 +195,8 @@ class Spool:
 
     def status(self) -> SpoolStatus:
         """Counts per state, running jobs, the retry queue, recent failures, runners."""
+        from spoolrender.status import collect_status
+
         return SpoolStatus(collect_status(self.config))
 
     def pause(self, reason: str = "paused by operator") -> Path:
@@ -280,9 +277,11 @@ class Job:
         the truth, so this works on any host that mounts the spool; on a local spool
         inotify on done/ and failed/ wakes it as soon as the job gets there.
         """
+        from spoolrender.outcome_events import OutcomeEvents  # watchdog: only for wait()
+
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = poll
-        with _OutcomeEvents(self.spool.config) as arrived:
+        with OutcomeEvents(self.spool.config) as arrived:
             while True:
                 arrived.clear()  # before looking: a move during the look wakes the next wait
                 st = self.status()
@@ -333,41 +332,6 @@ class Job:
     def retry(self) -> list[str]:
         """As :meth:`Spool.retry` for this job."""
         return self.spool.retry(self.id)
-
-
-class _OutcomeEvents(FileSystemEventHandler):
-    """An event set when anything changes in done/ or failed/: wait() looks at once.
-
-    Only a hint, as for the runner (:mod:`spoolrender.watch`): the listing decides, and
-    the poll in wait() stays the safety net. inotify only where the spool is local; on a
-    network filesystem it would miss other hosts' moves, so there wait() just polls.
-    """
-
-    def __init__(self, config: SpoolConfig) -> None:
-        self._event = threading.Event()
-        self._observer: InotifyObserver | None = None
-        if choose_watch_mode(config.watch, config.spool) == "inotify":
-            layout = SpoolLayout(config.spool)
-            self._observer = InotifyObserver()
-            for directory in (layout.done, layout.failed):
-                self._observer.schedule(self, os.fspath(directory), recursive=False)
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._event.set()
-
-    def __enter__(self) -> threading.Event:
-        if self._observer is not None:
-            self._observer.daemon = True
-            try:
-                self._observer.start()
-            except OSError:  # out of inotify watches or instances: polling is enough
-                self._observer = None
-        return self._event
-
-    def __exit__(self, *exc: object) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
 
 
 def _declared_id(data: bytes) -> str | None:

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spoolrender import defaults
-from spoolrender.claim import Candidate, claim
 from spoolrender.clock import SystemClock, spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import rename_durable, write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
-from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
+from spoolrender.heartbeat import HOSTNAME
 from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job
 from spoolrender.layout import (
     FINAL_NAME,
@@ -31,7 +30,6 @@ from spoolrender.layout import (
 )
 from spoolrender.lookup import LIVE_STATES, find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
-from spoolrender.transitions import carry_out
 
 
 def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -> Path:
@@ -294,6 +292,12 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     directory; the owning runner, on any host, sees it at its next heartbeat, stops the
     render and fails the job. Returns what was done, one line per job found.
     """
+    # Imported here: the claim and transition machinery (and renderers, filelock) would
+    # add a tenth of a second to every `spoolrender submit` and `status` start.
+    from spoolrender.claim import Candidate, claim
+    from spoolrender.heartbeat import HeartbeatWriter
+    from spoolrender.transitions import carry_out
+
     layout = SpoolLayout(config.spool)
     clock = SystemClock()
     message = f"cancelled by {who}"
