@@ -15,6 +15,7 @@ from typing import BinaryIO
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_now
 from spoolrender.config import SpoolConfig
+from spoolrender.display import has_control_characters
 from spoolrender.durable import rename_durable, write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
@@ -42,8 +43,12 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
     """
     layout = SpoolLayout(config.spool)
     layout.check()
-    if not name or "/" in name or not is_candidate_name(name):
-        raise SpoolrenderError(f"invalid job file name {name!r} (no '/', no leading '.', no .part/.tmp/~)")
+    if not name or "/" in name or not is_candidate_name(name) or has_control_characters(name):
+        raise SpoolrenderError(
+            f"invalid job file name {name!r} (no '/', no control characters, no leading '.', no .part/.tmp/~)"
+        )
+    if len(os.fsencode(name)) > 250:  # NAME_MAX is 255, and ".yaml" may be appended
+        raise SpoolrenderError(f"invalid job file name {name[:40]!r}...: longer than 250 bytes")
     if not name.endswith(defaults.JOB_SUFFIXES):
         name += ".yaml"
     if len(data) > config.max_job_bytes:

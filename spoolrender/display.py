@@ -50,6 +50,11 @@ def printable(text: object, *, double_backslashes: bool = True) -> str:
     )
 
 
+def has_control_characters(text: str) -> bool:
+    """True if :func:`printable` would escape something other than a backslash."""
+    return not text.isprintable() and any(unicodedata.category(c) in _UNSAFE_CATEGORIES for c in text)
+
+
 _SPACE = re.compile(r"\s+")
 
 

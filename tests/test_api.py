@@ -43,8 +43,9 @@ def test_submit_then_wait_returns_the_result(spool: SpoolLayout, start_runner: A
     assert api.job("greeting").result() == result
 
 
-def test_failure_reason_is_raised(spool: SpoolLayout, start_runner: Any) -> None:
-    api = Spool(spool.root)
+@pytest.mark.parametrize("watch", ["auto", "polling"])  # woken by inotify, or by its poll alone
+def test_failure_reason_is_raised(spool: SpoolLayout, start_runner: Any, watch: str) -> None:
+    api = Spool(spool.root, overrides={"watch": watch})
     job = api.submit(command_job(exit=65, message="props.title is missing"), name="bad")
     start_runner()
     with pytest.raises(JobFailed) as caught:

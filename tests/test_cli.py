@@ -65,6 +65,9 @@ def test_submit_validates_and_writes_atomically(spool: SpoolLayout, tmp_path: Pa
     )
     assert result.returncode == 0, result.stderr
     assert entries(spool, "incoming") == ["ok.yaml", "piped.yaml"]
+    for hostile in ("two\nlines", "\x1b[2Jclear", "bidi\u202e", "x" * 251):
+        refused = cli("submit", "--spool", str(spool.root), "-", "--name", hostile, stdin=b"renderer: command\n")
+        assert refused.returncode == 1 and "invalid job file name" in refused.stderr, hostile
     assert not [n for n in (spool.incoming).iterdir() if n.name.startswith(".") and n.name != ".gitkeep"]
 
 
