@@ -245,26 +245,21 @@ class Job:
         found = [w for w in find_job(config, self.id, incoming=False) if w.uid not in self._earlier]
         return by_relevance(waiting + found)
 
-    def _current(self) -> Located | None:
+    def _look(self) -> tuple[Located, dict[str, Any]]:
+        """The job's current entry and its description, read once (JobNotFound if none)."""
         for _ in range(_LOOKUPS_BEFORE_GONE):
             found = self._entries()
             if found:
-                return found[0]
-        return None
+                return found[0], describe(self.spool.config, found[0])
+        raise JobNotFound(self.id, f"job {self.id!r} is not in {self.spool.path} (purged?)")
 
     def status(self) -> JobStatus:
         """The job's state now; JobNotFound if it is nowhere (purged, or never there)."""
-        where = self._current()
-        if where is None:
-            raise JobNotFound(self.id, f"job {self.id!r} is not in {self.spool.path} (purged?)")
-        return _job_status(self.spool.config, where)
+        return _job_status(*self._look())
 
     def show(self) -> dict[str, Any]:
         """Everything ``show --json`` says about the job's current entry."""
-        where = self._current()
-        if where is None:
-            raise JobNotFound(self.id)
-        return describe(self.spool.config, where)
+        return self._look()[1]
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.2) -> JobResult:
         """Block until the job is done and return its result.
@@ -284,36 +279,33 @@ class Job:
         with OutcomeEvents(self.spool.config) as arrived:
             while True:
                 arrived.clear()  # before looking: a move during the look wakes the next wait
-                st = self.status()
-                if st.state == "done":
-                    return self._result()
-                if st.state == "failed":
-                    raise self._failure(st)
+                where, info = self._look()
+                if where.state in FINISHED_STATES:
+                    return self._outcome(where, info)
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise WaitTimeout(self.id, float(timeout or 0), st.state)
+                        raise WaitTimeout(self.id, float(timeout or 0), where.state)
                     interval = min(interval, left)
                 arrived.wait(interval)
                 interval = min(interval * 1.5, _WAIT_POLL_MAX_S)
 
     def result(self) -> JobResult:
         """The result of a done job (JobFailed if it failed; SpoolrenderError if not finished)."""
-        st = self.status()
-        if st.state == "failed":
-            raise self._failure(st)
-        if st.state != "done":
-            raise SpoolrenderError(f"job {self.id!r} is {st.state}, not done yet")
-        return self._result()
+        where, info = self._look()
+        if where.state not in FINISHED_STATES:
+            raise SpoolrenderError(f"job {self.id!r} is {where.state}, not done yet")
+        return self._outcome(where, info)
 
-    def _failure(self, st: JobStatus) -> JobFailed:
-        failure = self.show().get("failure")
-        return JobFailed(
-            self.id, st.kind or "error", st.reason or "failed", failure if isinstance(failure, dict) else {}
-        )
-
-    def _result(self) -> JobResult:
-        record = self.show().get("result")
+    def _outcome(self, where: Located, info: dict[str, Any]) -> JobResult:
+        """A finished entry's result, or its failure raised."""
+        if where.state == "failed":
+            st = _job_status(where, info)
+            failure = info.get("failure")
+            raise JobFailed(
+                self.id, st.kind or "error", st.reason or "failed", failure if isinstance(failure, dict) else {}
+            )
+        record = info.get("result")
         if not isinstance(record, dict):
             raise SpoolrenderError(f"job {self.id!r} is done but its result.json is unreadable")
         return JobResult(
@@ -343,8 +335,8 @@ def _declared_id(data: bytes) -> str | None:
     return declared if isinstance(declared, str) and ID_PATTERN.fullmatch(declared) else None
 
 
-def _job_status(config: SpoolConfig, where: Located) -> JobStatus:
-    info = describe(config, where)
+def _job_status(where: Located, info: dict[str, Any]) -> JobStatus:
+    """The status of entry ``where``, from its description (lookup.describe)."""
     runs = info.get("runs") or []
     last_error = next((r["error"] for r in reversed(runs) if r.get("error")), None) or {}
     kind, reason = last_error.get("kind"), last_error.get("message")
