@@ -86,7 +86,7 @@ def check_id_is_free(config: SpoolConfig, spec: JobSpec) -> None:
             )
 
 
-def read_submission(source: str, name: str | None, max_bytes: int, stdin: BinaryIO | None = None) -> tuple[bytes, str]:
+def read_submission(source: str, name: str | None, max_bytes: int) -> tuple[bytes, str]:
     """Bytes and incoming/ name for ``spoolrender submit FILE|-``, reading at most ``max_bytes + 1``.
 
     A named file must be a regular file: it is opened non-blocking, so a FIFO (or a
@@ -95,7 +95,7 @@ def read_submission(source: str, name: str | None, max_bytes: int, stdin: Binary
     past the limit, whichever comes first, so an endless producer is cut off there.
     """
     if source == "-":
-        data = read_limited(stdin if stdin is not None else sys.stdin.buffer, max_bytes, "standard input")
+        data = read_limited(sys.stdin.buffer, max_bytes, "standard input")
         return data, name or f"stdin-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}.yaml"
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
