@@ -78,7 +78,10 @@ def record_project(spool: Path, project: Path) -> None:
         text = ""
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{config_path}: cannot read: {exc}") from exc
-    line = f"remotion_project: {json.dumps(str(project))}"  # JSON strings are YAML strings
+    # A project beside the spool is recorded relative to it (config paths are relative to
+    # the spool), so the pair still works when the whole tree moves or is mounted elsewhere.
+    value = os.path.relpath(project, spool) if project.parent == spool.parent else str(project)
+    line = f"remotion_project: {json.dumps(value)}"  # JSON strings are YAML strings
     if _SETTING.search(text):
         text = _SETTING.sub(lambda _: line, text, count=1)
     else:

@@ -180,7 +180,8 @@ def test_init_records_the_remotion_project_or_says_there_is_none(tmp_path: Path)
     found = remotion_project(tmp_path / "site" / "remotion")
     detected = cli("init", str(tmp_path / "site" / "spool"))
     assert detected.returncode == 0 and f"Remotion project: {found}" in detected.stdout
-    assert load_config(tmp_path / "site" / "spool", environ={}).remotion_project == found
+    assert load_config(tmp_path / "site" / "spool", environ={}).remotion_project.resolve() == found
+    assert 'remotion_project: "../remotion"' in (tmp_path / "site" / "spool" / "spoolrender.yaml").read_text()
 
 
 def test_retry_makes_a_waiting_job_due_now(spool: SpoolLayout) -> None:
