@@ -57,3 +57,12 @@ class PublishError(SpoolrenderError):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class ClaimLost(SpoolrenderError):
+    """A job this runner claimed is not its own any more: another runner took it over.
+
+    Raised where the claim's ``running/`` directory is found gone (ENOENT), which means
+    the job was recovered elsewhere while this runner stalled; the caller drops the job
+    without touching it, and never recreates the directory.
+    """
