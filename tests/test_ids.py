@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolrender import ids
+from spoolrender import ids, layout
 from spoolrender.errors import JobInvalid
 from spoolrender.ids import release_id, reserve_id
 from spoolrender.layout import SpoolLayout, final_name, new_token, retry_name, running_name
@@ -207,7 +207,7 @@ def test_holder_moving_during_the_lookup_is_never_missed(
     src, dst = move
     reserve_id(spool, "clip", UID_A, rerun=False)
     _entry(spool, src, "clip", UID_A).mkdir()  # in failed/: died before releasing its id
-    real = ids.list_names
+    real = layout.list_names
     calls: list[Path] = []
 
     def list_names(directory: Path) -> list[str]:
@@ -267,7 +267,7 @@ def test_release_never_deletes_a_reservation_taken_over_meanwhile(
             reserve_id(spool, "clip", UID_B, rerun=False)  # B takes the failed holder's id over
         return target
 
-    monkeypatch.setattr(ids.os, "readlink", readlink)
+    monkeypatch.setattr(os, "readlink", readlink)
     release_id(spool, "clip", UID_A)
     monkeypatch.undo()
     assert seen == [UID_A]
