@@ -198,8 +198,12 @@ def test_short_cron_drains_add_up_to_a_lease(spool: SpoolLayout) -> None:
         time.sleep(0.3)
     assert entries(spool, "running") == [], "never recovered"
     assert drains >= 2  # no single drain saw the whole lease
-    (entry,) = entries(spool, "retry")
-    assert entry.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])
+    # Recovered to retry/ (due within the tiny test backoff, so the same drain may already
+    # have run it on to done/ or failed/): exactly once, and its first run is the dead one.
+    (where,) = [spool.state_dir(s) / e for s in ("retry", "done", "failed") for e in entries(spool, s)]
+    assert where.name.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])
+    first = json.loads((where / "run-0001.json").read_text())
+    assert first["error"]["kind"] == "runner-died"
 
 
 def test_wall_clock_jumps_never_make_a_live_owner_look_dead(spool: SpoolLayout, config: SpoolConfig) -> None:

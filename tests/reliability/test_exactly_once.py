@@ -24,7 +24,7 @@ from invariants import audit
 from spoolrender.clock import ManualClock
 from spoolrender.config import load_config
 from spoolrender.heartbeat import HOSTNAME, Heartbeat, boot_id, lock_path, process_start
-from spoolrender.layout import SpoolLayout, init_spool, new_token, running_name
+from spoolrender.layout import SpoolLayout, init_spool, new_token, retry_name, running_name
 from spoolrender.recovery import Recoverer
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
@@ -109,11 +109,17 @@ def test_late_retry_claimer_never_makes_a_phantom(
     was recovered and finished elsewhere: it must not recreate running/<job>/, fail a
     phantom copy as invalid, or release the real job's id reservation."""
     layout = make_spool(tmp_path / "spool")
+    (layout.root / "spoolrender.yaml").write_text(
+        yaml.safe_dump({**CONFIG, "backoff_base_seconds": 600, "backoff_cap_seconds": 600})
+    )
     drop(layout, "clip.yaml", {"content": "the one video", "fail_until_attempt": 2})
     first = subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
     assert first.returncode == 0 and len(names(layout, "retry")) == 1
-    (uid,) = {n.rsplit(".", 1)[1] for n in names(layout, "retry")}
+    (entry,) = names(layout, "retry")
+    uid = entry.rsplit(".", 1)[1]
     assert os.readlink(layout.ids / "clip") == uid
+    os.rename(layout.retry / entry, layout.retry / retry_name("clip", uid, time.time(), 0))  # due now
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(CONFIG))
 
     late_log = tmp_path / "late.log"
     late = procs(layout, late_log, "--drain", pause_at="retry-claim-after-rename")
