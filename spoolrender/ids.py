@@ -14,6 +14,7 @@ import logging
 import os
 
 from spoolrender.errors import JobInvalid
+from spoolrender.failpoints import crash_point
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names, new_token
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,9 @@ _MAX_LOOKUPS = 20
 
 def _look_once(layout: SpoolLayout, uid: str) -> str | None:
     for state in _LOOKUP_ORDER:
-        for name in list_names(layout.state_dir(state)):
+        listed = list_names(layout.state_dir(state))
+        crash_point("id-holder-lookup")  # tests freeze here to move the holder mid-lookup
+        for name in listed:
             m = _PATTERNS[state].fullmatch(name)
             if m and m.group("uid") == uid:
                 return f"{state}/{name}"

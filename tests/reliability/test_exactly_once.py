@@ -241,3 +241,41 @@ def test_recovery_kills_only_the_render_it_recorded(tmp_path: Path, case: str) -
         if sleeper.poll() is None:
             sleeper.kill()
         sleeper.wait()
+
+
+def test_duplicate_id_never_taken_over_from_a_holder_claimed_during_the_lookup(
+    tmp_path: Path, procs: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """Item 1, with runner processes: a duplicate's runner is frozen between two listings of
+    its lookup of the holder; meanwhile another runner claims the holder from retry/ and
+    renders it. The duplicate must not take the id over (both would publish it)."""
+    layout = make_spool(tmp_path / "spool")
+    # Long lease: the frozen duplicate must not be recovered while the test holds it.
+    slow = {**CONFIG, "backoff_base_seconds": 600, "backoff_cap_seconds": 600, "lease_seconds": 30}
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(slow))
+    drop(layout, "clip.yaml", {"content": "the holder", "fail_until_attempt": 2, "sleep": 4})
+    first = subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
+    assert first.returncode == 0 and len(names(layout, "retry")) == 1  # the holder waits, not due
+    tmp = layout.incoming / ".dup.part"
+    tmp.write_text(yaml.safe_dump({"id": "clip", "output": "dup.mp4", "renderer": "command", "command": "props",
+                                   "props": {"content": "the duplicate"}}))  # fmt: skip
+    os.rename(tmp, layout.incoming / "dup.yaml")
+    dup_log = tmp_path / "dup.log"
+    dup = procs(layout, dup_log, "--drain", pause_at="id-holder-lookup")
+    wait_for(lambda: stopped(dup), what="duplicate frozen inside its lookup of the holder")
+
+    (entry,) = names(layout, "retry")
+    uid = entry.rsplit(".", 1)[1]
+    os.rename(layout.retry / entry, layout.retry / retry_name("clip", uid, time.time(), 0))  # due now
+    holder = procs(layout, tmp_path / "holder.log", "--drain")
+    wait_for(lambda: bool(names(layout, "running")) and not names(layout, "retry"), what="holder claimed")
+    dup.send_signal(signal.SIGCONT)  # its lookup goes on while the holder renders
+    assert dup.wait(timeout=60) == 3  # the duplicate failed: "already queued or running"
+    assert holder.wait(timeout=60) == 0
+
+    (done,) = names(layout, "done")
+    assert done.endswith(uid) and os.readlink(layout.ids / "clip") == uid
+    (failed,) = names(layout, "failed")
+    reason = json.loads((layout.failed / failed / "failure.json").read_text())["reason"]
+    assert "'clip' is already queued or running" in reason
+    assert not (layout.root / "output" / "dup.mp4").exists()
