@@ -28,9 +28,10 @@ CRASH_POINTS = (
     "after-publish",  # output linked into place, job not yet in done/
     "after-move",  # job directory renamed, directories not yet fsynced
 )
-# Points only paused at (a kill there is the same as a kill at a neighbouring point).
-PAUSE_POINTS = (
+# Points only reached in a race that a dedicated test sets up (paused or killed there).
+RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned
+    "abandoned-claim-parked",  # that entry renamed into .spoolrender/abandoned/, not yet cleared
     "id-holder-lookup",  # reserve_id: between listing two state directories for the holder
 )
 

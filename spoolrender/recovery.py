@@ -141,6 +141,7 @@ class Recoverer:
             # Out of running/ in one rename before anything is deleted: from here on the
             # stalled claimer's rename into running/<job>/job.yaml fails with ENOENT.
             os.rename(job_dir, parked)
+            crash_point("abandoned-claim-parked")
             log.info("cleared abandoned claim %s (%s)", job_dir.name, why)
             self._clear_parked(parked)
             return True

@@ -81,8 +81,12 @@ def procs() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start `spoolrender run` processes; at teardown each is woken and stopped."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(layout: SpoolLayout, log: Path, *extra: str, pause_at: str = "") -> subprocess.Popen[bytes]:
+    def start(
+        layout: SpoolLayout, log: Path, *extra: str, pause_at: str = "", crash_at: str = ""
+    ) -> subprocess.Popen[bytes]:
         env = {**os.environ, "SPOOLRENDER_PAUSE_AT": pause_at}
+        if crash_at:
+            env["SPOOLRENDER_CRASH_AT"] = crash_at
         with open(log, "ab") as out:
             proc = subprocess.Popen([*CMD, "run", "-v", "--spool", str(layout.root), *extra], stdout=out,
                                     stderr=subprocess.STDOUT, env=env)  # fmt: skip
@@ -142,11 +146,13 @@ def test_late_retry_claimer_never_makes_a_phantom(
     assert alarming_lines(late_log) == [] and alarming_lines(other_log) == []
 
 
+@pytest.mark.parametrize("recoverer_dies", [False, True], ids=["recoverer-lives", "recoverer-killed-after-parking"])
 def test_abandoned_claim_cleanup_never_deletes_a_job(
-    tmp_path: Path, procs: Callable[..., subprocess.Popen[bytes]]
+    tmp_path: Path, procs: Callable[..., subprocess.Popen[bytes]], recoverer_dies: bool
 ) -> None:
     """Item 3: recovery judged running/<job>/ abandoned (no job.yaml yet), then the stalled
-    claimer completed its rename before recovery removed the directory."""
+    claimer completed its rename before recovery removed the directory. Variant: the
+    recoverer is SIGKILLed right after parking the claim; the next runner re-queues it."""
     layout = make_spool(tmp_path / "spool")
     drop(layout, "clip.yaml", {"content": "the one video"})
     claimer = procs(layout, tmp_path / "claimer.log", "--drain", pause_at="claim-before-rename,claim-after-rename")
@@ -156,7 +162,8 @@ def test_abandoned_claim_cleanup_never_deletes_a_job(
     root = str(layout.root)
     assert subprocess.run([*CMD, "pause", "--spool", root], capture_output=True).returncode == 0
     rec_log = tmp_path / "recoverer.log"
-    recoverer = procs(layout, rec_log, pause_at="abandoned-claim-before-remove")
+    crash_at = "abandoned-claim-parked" if recoverer_dies else ""
+    recoverer = procs(layout, rec_log, pause_at="abandoned-claim-before-remove", crash_at=crash_at)
     wait_for(lambda: stopped(recoverer), what="recoverer frozen after judging the claim abandoned")
 
     claimer.send_signal(signal.SIGCONT)  # the rename completes, then it freezes again
@@ -164,6 +171,10 @@ def test_abandoned_claim_cleanup_never_deletes_a_job(
     wait_for(lambda: (layout.running / entry / "job.yaml").exists() and stopped(claimer), what="rename done")
     recoverer.send_signal(signal.SIGCONT)  # clears the "abandoned" claim
     wait_for(lambda: not names(layout, "running"), what="claim cleared")
+    if recoverer_dies:
+        assert recoverer.wait(timeout=60) == -signal.SIGKILL
+        assert len(os.listdir(layout.private / "abandoned")) == 1  # parked, with the job file
+        recoverer = procs(layout, rec_log)
     claimer.send_signal(signal.SIGCONT)
     assert claimer.wait(timeout=60) == 0
 
