@@ -77,8 +77,14 @@ def _start(spool: Path, log: Path, env: dict[str, str] | None = None) -> subproc
                                 env={**os.environ, **(env or {})})  # fmt: skip
 
 
-def _is_up(layout: SpoolLayout, proc: subprocess.Popen[bytes]) -> bool:
-    return any(name.split("-")[-2:-1] == [str(proc.pid)] for name in os.listdir(layout.runners))
+def _is_busy(layout: SpoolLayout, proc: subprocess.Popen[bytes]) -> bool:
+    for name in os.listdir(layout.runners):
+        if name.split("-")[-2:-1] == [str(proc.pid)]:
+            try:
+                return int(json.loads((layout.runners / name).read_bytes())["busy"]) > 0
+            except (OSError, ValueError, KeyError):
+                return False
+    return False
 
 
 def run_chaos(
@@ -113,12 +119,14 @@ def run_chaos(
                 if time.monotonic() >= wake_at:
                     procs[i].send_signal(signal.SIGCONT)
                     del frozen[i]
-            # Only runners past start-up (their beacon written): a kill during the import of
-            # Python would test nothing.
-            up = [i for i in range(runners) if i not in frozen and _is_up(layout, procs[i])]
-            if not up:
+            # Only runners that are rendering (their beacon says busy): a kill during the
+            # import of Python or the first scan would test little.
+            rendering = [i for i in range(runners) if i not in frozen and _is_busy(layout, procs[i])]
+            if not rendering:
+                if not any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry")):
+                    break  # nothing left to disturb
                 continue
-            victim = rng.choice(up)
+            victim = rng.choice(rendering)
             if done_freezes < freezes and (done_kills >= kills or rng.random() < freezes / (kills + freezes)):
                 procs[victim].send_signal(signal.SIGSTOP)
                 frozen[victim] = time.monotonic() + 1.5 * lease
