@@ -6,15 +6,25 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from conftest import entries
 
 from spoolrender.clock import ManualClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import create_exclusive
-from spoolrender.heartbeat import HOSTNAME, Heartbeat, acquire_job_lock, lock_path
+from spoolrender.errors import ClaimLost
+from spoolrender.heartbeat import (
+    HOSTNAME,
+    ActiveJob,
+    Heartbeat,
+    HeartbeatWriter,
+    acquire_job_lock,
+    lock_is_free,
+    lock_path,
+)
 from spoolrender.layout import SpoolLayout, new_token, running_name
 from spoolrender.publish import scratch_dir
-from spoolrender.records import PUBLISHING, RETRY, RunRecord, run_path
+from spoolrender.records import PUBLISHING, RETRY, RunRecord, decide, run_path
 from spoolrender.recovery import Recoverer
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
@@ -219,3 +229,22 @@ def test_wall_clock_jumps_never_make_a_live_owner_look_dead(spool: SpoolLayout, 
     clock.jump_wall(86400)  # a day ahead: still only the monotonic lease counts
     clock.advance(config.lease_seconds)
     assert rec.sweep(set()) == [job_dir.name]
+
+
+def test_nothing_recreates_a_running_entry_that_moved_away(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """Issue 12 item 2, the whole class: every write a claim's owner (or an observer) makes
+    into running/<job>/ fails with ENOENT once the entry moved; none creates it again."""
+    job_dir = foreign_job(spool, host=HOSTNAME)
+    token = job_dir.name.rsplit(".", 1)[1]
+    job_dir.rename(spool.retry / "moved-away")  # recovered by another runner meanwhile
+    with pytest.raises(ClaimLost):
+        acquire_job_lock(job_dir, token)
+    assert not lock_is_free(job_dir, token)
+    lost: list[str] = []
+    writer = HeartbeatWriter(ManualClock(), 1.0, "r")
+    writer.add(ActiveJob(job_dir, token, 1, 0.0, on_lost=lambda: lost.append("lost")))
+    assert lost == ["lost"]
+    record = RunRecord(run=1, outcome=RETRY, host=HOSTNAME, pid=1, token=token, ended=0.0)
+    with pytest.raises(FileNotFoundError):
+        decide(job_dir, record)
+    assert not job_dir.exists() and entries(spool, "running") == []
