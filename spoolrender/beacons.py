@@ -12,7 +12,9 @@ cannot, so every runner expires the leftovers of runners that are provably dead:
 
 Clock probes are throwaway by nature (recreated by the next scan that needs one), so any
 probe untouched for a lease is removed, as are the probes of `status` and `purge` runs
-that were killed before they could remove their own.
+that were killed before they could remove their own, and the temporary files of atomic
+writes (``.<name>.<hex>.tmp``) that a kill mid-write left beside beacons, probes and
+liveness notes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from spoolrender.layout import SpoolLayout, list_names
 log = logging.getLogger(__name__)
 
 PROBE_PREFIX = "clock-"
+LIVENESS_DIR = "liveness"  # in .spoolrender/: each host's shared liveness observations
 _BOOT = boot_id()
 
 
@@ -113,13 +116,13 @@ def expire_runners(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> 
             runner_id = name.removesuffix(".json")
             remove_beacon(layout, runner_id)
             expired.append(runner_id)
-    for name in list_names(layout.private):
-        if not name.startswith(PROBE_PREFIX):
-            continue
-        quiet = _quiet_for(layout.private / name, fs_now)
-        if quiet is not None and quiet > lease_seconds:
-            with contextlib.suppress(OSError):
-                (layout.private / name).unlink()
+    for directory in (layout.private, layout.runners, layout.private / LIVENESS_DIR):
+        for name in list_names(directory):
+            throwaway = name.startswith(PROBE_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
+            quiet = _quiet_for(directory / name, fs_now) if throwaway else None
+            if quiet is not None and quiet > lease_seconds:
+                with contextlib.suppress(OSError):
+                    (directory / name).unlink()
     if expired:
         log.info("expired the beacons of %d dead runner(s): %s", len(expired), ", ".join(sorted(expired)))
     return expired

@@ -201,12 +201,17 @@ class LivenessTracker:
     runs (cron-started ``run --drain`` taking a few seconds each) add up to a lease and
     still recover a dead host's jobs. Several runners on one host share the file; each
     merges what it finds, keeping the earliest sighting of an unchanged heartbeat.
+
+    Each observation is ``(signature, first seen, last seen)``. Another process's earlier
+    sighting is adopted only if it reaches up to our own first one: a signature can come
+    back (a heartbeat file missing now and again is the same "no file" each time), and an
+    old sighting from before it changed in between must not count as one long silence.
     """
 
     def __init__(self, clock: Clock, state_file: Path | None = None) -> None:
         self._clock = clock
         self._state_file = state_file
-        self._seen: dict[str, tuple[str, float]] = {}
+        self._seen: dict[str, tuple[str, float, float]] = {}
 
     def silent_for(self, name: str, signature: object) -> float:
         """Seconds this observer has seen ``signature`` unchanged for entry ``name``."""
@@ -214,31 +219,36 @@ class LivenessTracker:
         sig = json.dumps(signature)
         previous = self._seen.get(name)
         if previous is None or previous[0] != sig:
-            self._seen[name] = (sig, now)
+            self._seen[name] = (sig, now, now)
             return 0.0
+        self._seen[name] = (sig, previous[1], now)
         return now - previous[1]
 
     def forget_except(self, names: Iterable[str]) -> None:
+        """Keep observations of ``names`` only: entries gone, or our own jobs (which we do not
+        observe, and whose stale sightings we must not write back for others to adopt)."""
         keep = set(names)
         for name in list(self._seen):
             if name not in keep:
                 del self._seen[name]
 
     def load(self) -> None:
-        """Merge the host's shared observations into ours (earliest sighting wins)."""
+        """Merge the host's shared observations into ours (earliest continuous sighting wins)."""
         if self._state_file is None:
             return
         try:
             data = json.loads(self._state_file.read_bytes())
             if data.get("boot") != boot_id():
                 return  # another boot: its monotonic times mean nothing now
-            theirs = {str(k): (str(v[0]), float(v[1])) for k, v in data["seen"].items()}
+            theirs = {str(k): (str(v[0]), float(v[1]), float(v[-1])) for k, v in data["seen"].items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return
-        for name, (sig, first) in theirs.items():
+        for name, (sig, first, last) in theirs.items():
             mine = self._seen.get(name)
-            if mine is None or (mine[0] == sig and first < mine[1]):
-                self._seen[name] = (sig, first)
+            if mine is None:
+                self._seen[name] = (sig, first, last)
+            elif mine[0] == sig and first < mine[1] <= last:
+                self._seen[name] = (sig, first, max(last, mine[2]))
 
     def save(self) -> None:
         if self._state_file is None:
@@ -282,6 +292,8 @@ class HeartbeatWriter:
         self._runner_id = runner_id
         self._jobs: dict[str, ActiveJob] = {}
         self._lock = threading.Lock()
+        # Held while a heartbeat file is written: remove() waits for it (see there).
+        self._writing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -300,8 +312,16 @@ class HeartbeatWriter:
         self.beat(job)
 
     def remove(self, token: str) -> None:
+        """Stop beating ``token``; on return nothing writes into its directory any more.
+
+        The wait matters: the caller may delete the directory next (a lost claim race), and
+        a beat already under way would otherwise create a file in it during the deletion,
+        leaving an empty claim in running/.
+        """
         with self._lock:
             self._jobs.pop(token, None)
+        with self._writing:
+            pass
 
     def set_progress(self, token: str, progress: float | None, stage: str | None) -> None:
         with self._lock:
@@ -320,7 +340,30 @@ class HeartbeatWriter:
 
     def beat(self, job: ActiveJob) -> bool:
         """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
+        with self._writing:
+            gone = self._write(job)
+        if gone:
+            with self._lock:
+                still_ours = self._jobs.pop(job.token, None) is not None
+            if not still_ours:
+                return True  # the owner itself moved the job out of running/ meanwhile
+            # Our running/ directory is gone: another runner judged us dead and took the
+            # job. Stop working on it; fencing makes sure we never publish it.
+            log.warning("job %s was taken away from this runner (heartbeat dir gone)", job.job_dir.name)
+            job.on_lost()
+            return False
+        # Polled here, with the heartbeat, because the request may come from any host
+        # sharing the spool: a file in the job's directory is what all of them can see.
+        if job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():
+            log.info("job %s: cancel requested", job.job_dir.name)
+            job.on_cancel()
+        return True
+
+    def _write(self, job: ActiveJob) -> bool:
+        """Write the heartbeat file of ``job`` if it is still ours; True if its directory is gone."""
         with self._lock:
+            if self._jobs.get(job.token) is not job:
+                return False  # removed meanwhile: its directory is not ours to write into
             job.counter += 1
             hb = Heartbeat(
                 host=HOSTNAME,
@@ -343,23 +386,10 @@ class HeartbeatWriter:
             # lost in a power cut only makes the job look dead sooner, which is the truth.
             write_atomic(job_dir / defaults.HEARTBEAT_FILENAME, hb.to_json(), durable=False)
         except FileNotFoundError:
-            with self._lock:
-                still_ours = self._jobs.pop(job.token, None) is not None
-            if not still_ours:
-                return True  # the owner itself moved the job out of running/ meanwhile
-            # Our running/ directory is gone: another runner judged us dead and took the
-            # job. Stop working on it; fencing makes sure we never publish it.
-            log.warning("job %s was taken away from this runner (heartbeat dir gone)", job_dir.name)
-            job.on_lost()
-            return False
+            return True
         except OSError as exc:
             log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
-        # Polled here, with the heartbeat, because the request may come from any host
-        # sharing the spool: a file in the job's directory is what all of them can see.
-        if job.on_cancel is not None and (job_dir / defaults.CANCEL_FILENAME).exists():
-            log.info("job %s: cancel requested", job_dir.name)
-            job.on_cancel()
-        return True
+        return False
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

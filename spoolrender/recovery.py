@@ -86,7 +86,7 @@ class Recoverer:
         scratch = list_names(scratch_root)
         names = list_names(self._layout.running)
         self._tracker.load()
-        self._tracker.forget_except(names)
+        self._tracker.forget_except(set(names) - own_keys)
         recovered = []
         for name in names:
             if name in own_keys:

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from spoolrender import __version__
-from spoolrender.beacons import expire_runners, probe_path, remove_beacon, write_beacon
+from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
@@ -95,7 +95,7 @@ class Runner:
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
-        tracker = LivenessTracker(self.clock, self.layout.private / "liveness" / f"{HOSTNAME}.json")
+        tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self._executors = [

@@ -18,6 +18,7 @@ from spoolrender.heartbeat import (
     ActiveJob,
     Heartbeat,
     HeartbeatWriter,
+    LivenessTracker,
     acquire_job_lock,
     lock_is_free,
     lock_path,
@@ -248,3 +249,25 @@ def test_nothing_recreates_a_running_entry_that_moved_away(spool: SpoolLayout, c
     with pytest.raises(FileNotFoundError):
         decide(job_dir, record)
     assert not job_dir.exists() and entries(spool, "running") == []
+
+
+def test_a_signature_seen_again_after_a_change_is_not_one_long_silence(tmp_path: Path) -> None:
+    """A heartbeat file missing now and again is the same "no file" each time. A stale sighting
+    of it written back by another process on the host (the owner itself, which never
+    observes its own job) must not make the observer count the time in between as silence:
+    test_faults' deleted-and-corrupted heartbeat got a live job taken away that way."""
+    clock = ManualClock()
+    state = tmp_path / "liveness.json"
+    observer, owner = LivenessTracker(clock, state), LivenessTracker(clock, state)
+    assert observer.silent_for("x", None) == 0.0  # heartbeat missing for a moment
+    observer.save()
+    owner.load()  # the owner merges it and writes it back on each of its sweeps
+    clock.advance(0.5)
+    assert observer.silent_for("x", ["token", 7]) == 0.0  # rewritten: alive
+    clock.advance(0.5)
+    assert observer.silent_for("x", None) == 0.0  # missing again, a new streak
+    observer.save()
+    owner.save()  # the stale sighting from a second ago
+    observer.load()
+    clock.advance(1.5)
+    assert observer.silent_for("x", None) == 1.5  # not 2.5
