@@ -25,14 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
-from spoolrender.errors import JobInvalid
+from spoolrender.errors import ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
+from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
 from spoolrender.records import next_run_number
@@ -230,7 +228,7 @@ class Claim:
     source_name: str  # the file name the job's default id derives from
     started: float
     cancel: CancelToken
-    lock: FileLock | None
+    lock: JobLock | None
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
 
     @property
@@ -240,7 +238,7 @@ class Claim:
     def release(self) -> None:
         if self.lock is not None:
             with contextlib.suppress(OSError):
-                self.lock.release(force=True)
+                self.lock.release()
             self.lock = None
 
 
@@ -276,12 +274,15 @@ def _claim_incoming(
         # power cut only means the job is found in incoming/ again, or recovered.
         os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
         crash_point("claim-after-rename")
-    except (FileNotFoundError, Timeout, OSError) as exc:
+    except (FileNotFoundError, ClaimLost, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
-            lock.release(force=True)
+            lock.release()
         shutil.rmtree(job_dir, ignore_errors=True)
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError | ClaimLost):
+            # ENOENT for the job file: another runner was faster. ENOENT for our own
+            # directory: we stalled past the lease and recovery cleared the claim; the
+            # job file is still in incoming/ (or was re-queued), never lost.
             log.debug("lost the race for %s to another runner", candidate.name)
         else:
             log.warning("could not claim %s: %s", candidate.name, exc)
@@ -307,11 +308,15 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         return None
     crash_point("retry-claim-after-rename")
     try:
+        # Lock, records and heartbeat only ever *inside* the directory we renamed: if we
+        # stalled here past the lease, another runner has moved the job on, and ENOENT
+        # says so; nothing may recreate the directory as an empty phantom.
         lock = acquire_job_lock(job_dir, token)
-    except Timeout:
-        lock = None  # cannot happen for a fresh token's lock file; the lease would cover it
-    started = clock.wall()
-    run = next_run_number(job_dir)
+        started = clock.wall()
+        run = next_run_number(job_dir)
+    except (ClaimLost, FileNotFoundError):
+        log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
+        return None
     heartbeat.add(_active_job(job_dir, token, run, started, cancel))
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.

@@ -51,6 +51,9 @@ BYTES_PER_FRAME_PIXEL = 64
 SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete
 HEARTBEAT_INTERVAL_S = 5.0
 LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
+# A runner beacon from another host unchanged this long is removed from `status`
+# (same-host runners are expired as soon as their process is provably gone).
+RUNNER_EXPIRY_S = 24 * 3600.0
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 BACKOFF_BASE_S = 30.0

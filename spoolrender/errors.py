@@ -93,3 +93,12 @@ class WaitTimeout(SpoolrenderError, TimeoutError):
         self.job_id = job_id
         self.timeout = timeout
         self.state = state
+
+
+class ClaimLost(SpoolrenderError):
+    """A job this runner claimed is not its own any more: another runner took it over.
+
+    Raised where the claim's ``running/`` directory is found gone (ENOENT), which means
+    the job was recovered elsewhere while this runner stalled; the caller drops the job
+    without touching it, and never recreates the directory.
+    """

@@ -101,6 +101,12 @@ class JobExecutor:
         """Run ``claim`` to its next state."""
         try:
             return self._execute(claim)
+        except FileNotFoundError:
+            if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
+                raise
+            # Our running/ directory moved away under us (we stalled past the lease and
+            # another runner recovered the job): a lost claim, not a spool failure.
+            return self._lost(claim)
         finally:
             self._heartbeat.remove(claim.token)
             claim.release()
@@ -119,6 +125,10 @@ class JobExecutor:
             "started": claim.started,
             "attempt": attempt,
         }
+        if not os.path.lexists(job_dir / defaults.JOB_FILENAME):
+            # A claim without its job file was moved away (and maybe recreated by an old
+            # runner): lost, never "invalid", which would fail a job that lives elsewhere.
+            return self._lost(claim)
         cancel_request = _cancel_request(job_dir)
         if cancel_request is not None:  # asked while the job waited, or before a recovery
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
@@ -206,7 +216,9 @@ class JobExecutor:
         st = request.output.stat()
         base["details"].update(result.details)
         publish = {
-            "temp": str(request.output),
+            # Relative to the output root: whoever carries this decision out (another host
+            # mounting the output root elsewhere) resolves it against its own root.
+            "temp": str(request.output.relative_to(self._config.output_root)),
             "output": str(spec.output),
             "replace": spec.rerun,
             "bytes": st.st_size,

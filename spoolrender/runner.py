@@ -23,12 +23,13 @@ from pathlib import Path
 from types import FrameType
 
 from spoolrender import __version__
+from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
-from spoolrender.durable import set_fsync, write_json_atomic
+from spoolrender.durable import set_fsync
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
@@ -94,7 +95,7 @@ class Runner:
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
-        tracker = LivenessTracker(self.clock, self.layout.private / "liveness" / f"{HOSTNAME}.json")
+        tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self._executors = [
@@ -113,8 +114,7 @@ class Runner:
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
-        self._probe = self.layout.private / f"clock-{self.runner_id}"
-        self._beacon = self.layout.runners / f"{self.runner_id}.json"
+        self._probe = probe_path(self.layout, self.runner_id)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._metrics_textfile = metrics_textfile
 
@@ -149,6 +149,8 @@ class Runner:
         )  # fmt: skip
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
+        # `resume` (from any host) wakes us at once instead of at the next rescan.
+        watcher.watch_pause_marker(self.layout.private, self._wake)
         self._heartbeat.start()
         try:
             self._loop()
@@ -156,6 +158,8 @@ class Runner:
             self._shutdown_jobs()
             watcher.stop()
             self._heartbeat.stop()
+            # Beacon gone before the last metrics: they must count this runner offline.
+            remove_beacon(self.layout, self.runner_id)
             self._write_metrics()
             if self._metrics_textfile is not None and not self.drain:
                 # A runner that stopped on purpose must not look alive (and stale) in
@@ -164,9 +168,6 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
-            for path in (self._beacon, self._probe):
-                with contextlib.suppress(OSError):
-                    path.unlink()
         log.info("runner %s stopped: %s", self.runner_id, self.summary)
         return self.summary
 
@@ -196,6 +197,9 @@ class Runner:
             self._next_beacon = now + self.config.heartbeat_seconds
         if now >= self._next_sweep:
             self._recoverer.sweep(set(self._active))
+            fs_now = spool_now(self._probe)
+            if fs_now is not None:
+                expire_runners(self.layout, fs_now, self.config.lease_seconds)
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -304,12 +308,10 @@ class Runner:
     def _write_beacon(self) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless.
         with contextlib.suppress(OSError):
-            write_json_atomic(
-                self._beacon,
+            write_beacon(
+                self.layout,
+                self.runner_id,
                 {
-                    "runner": self.runner_id,
-                    "host": HOSTNAME,
-                    "pid": os.getpid(),
                     "slots": self.capacity.slots,
                     "threads_per_job": self.capacity.threads_per_job,
                     "busy": len(self._active),
@@ -318,5 +320,4 @@ class Runner:
                     "version": __version__,
                     "updated": self.clock.wall(),
                 },
-                durable=False,
             )

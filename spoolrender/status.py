@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.beacons import runner_is_dead
 from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -92,6 +93,10 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
             continue
         seen = _mtime(layout.runners / name)
         age = None if seen is None else max(0.0, fs_now - seen)
+        if runner_is_dead(beacon, age):
+            continue  # SIGKILLed or long gone: left for a runner to expire, never listed
+        for identity in ("boot", "started"):  # only for telling dead runners (schema v1 has none)
+            beacon.pop(identity, None)
         beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
         beacon["online"] = age is not None and age <= lease_seconds
         runners.append(beacon)

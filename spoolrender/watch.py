@@ -27,6 +27,8 @@ from watchdog.events import (
 from watchdog.observers.inotify import InotifyObserver
 from watchdog.observers.polling import PollingObserver
 
+from spoolrender import defaults
+
 log = logging.getLogger(__name__)
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -125,6 +127,24 @@ class SpoolWatcher:
         self._observer.start()
         log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)
 
+    def watch_pause_marker(self, private: Path, wake: threading.Event) -> None:
+        """Also wake on `pause`/`resume`: the marker appearing in or leaving ``private``.
+
+        The same observer (so the polling mode notices at its next poll); only events
+        naming the marker wake, not the clock probes every runner rewrites there.
+        """
+        self._observer.schedule(_PauseMarkerWake(wake), os.fspath(private), recursive=False)
+
     def stop(self) -> None:
         self._observer.stop()
         self._observer.join(timeout=5)
+
+
+class _PauseMarkerWake(FileSystemEventHandler):
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path, getattr(event, "dest_path", "")]
+        if any(os.path.basename(os.fsdecode(p)) == defaults.PAUSE_FILENAME for p in paths if p):
+            self._wake.set()
