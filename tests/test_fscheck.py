@@ -15,13 +15,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
-from spoolrender.errors import UnsupportedFilesystem
+from spoolrender.errors import PublishError, UnsupportedFilesystem
 from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
 from spoolrender.layout import init_spool
+from spoolrender.publish import publish_output
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -149,3 +150,26 @@ def test_link_that_replaces_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(os, "link", link_replacing)
     with pytest.raises(UnsupportedFilesystem, match=re.escape("link() replaced an existing name")):
         check_filesystem(tmp_path, "spool")
+
+
+@needs_sshfs
+def test_interrupted_publish_is_recognised_without_inode_numbers(mounts: Mounts) -> None:
+    # SFTP has no inode numbers: sshfs gives the two names of one hard-linked file two
+    # different st_ino (and st_nlink 1). A publish interrupted between link() and
+    # unlink() must still be recognised as ours when it is tried again, and a file that
+    # merely looks alike must not.
+    root = mounts.sshfs(options="dir_cache=no,attr_timeout=0,entry_timeout=0")
+    (root / ".scratch").mkdir()
+    temp = root / ".scratch" / "x.mp4"
+    temp.write_bytes(b"video bytes")
+    st = temp.stat()
+    os.link(temp, root / "x.mp4")  # the interrupted publish: linked, temp still there
+    assert os.stat(root / "x.mp4").st_ino != st.st_ino  # the fact that broke the old check
+    published = publish_output(root, PurePosixPath("x.mp4"), temp, replace=False, expect_inode=st.st_ino)
+    assert published.bytes == len(b"video bytes") and not temp.exists()
+
+    temp.write_bytes(b"video bytez")  # same size and mtime, other bytes
+    os.utime(temp, ns=(st.st_atime_ns, os.stat(root / "x.mp4").st_mtime_ns))
+    with pytest.raises(PublishError, match="already exists"):
+        publish_output(root, PurePosixPath("x.mp4"), temp, replace=False)
+    assert (root / "x.mp4").read_bytes() == b"video bytes"
