@@ -229,6 +229,8 @@ class HeartbeatWriter:
         self._runner_id = runner_id
         self._jobs: dict[str, ActiveJob] = {}
         self._lock = threading.Lock()
+        # Held while a heartbeat is written, so that remove() can wait for a beat in flight.
+        self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,8 +249,16 @@ class HeartbeatWriter:
         self.beat(job)
 
     def remove(self, token: str) -> None:
+        """Stop beating for ``token``; on return nothing writes into its directory any more.
+
+        The heartbeat thread may be writing this job's heartbeat right now: wait for that
+        write, or it could recreate files in a directory the caller is about to move or
+        delete (a lost claim's rmtree then left the directory behind, seen over sshfs).
+        """
         with self._lock:
             self._jobs.pop(token, None)
+        with self._write_lock:
+            pass
 
     def set_progress(self, token: str, progress: float | None, stage: str | None) -> None:
         with self._lock:
@@ -266,7 +276,13 @@ class HeartbeatWriter:
 
     def beat(self, job: ActiveJob) -> bool:
         """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
+        with self._write_lock:
+            return self._write(job)
+
+    def _write(self, job: ActiveJob) -> bool:
         with self._lock:
+            if self._jobs.get(job.token) is not job:
+                return True  # removed meanwhile: its directory is no longer ours to write
             job.counter += 1
             hb = Heartbeat(
                 host=HOSTNAME,
