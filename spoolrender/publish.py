@@ -47,7 +47,11 @@ def remove_scratch(output_root: Path, job_key: str) -> None:
     except FileNotFoundError:
         pass
     except OSError:  # ENOTEMPTY: a failed or cancelled render left files
-        shutil.rmtree(path, ignore_errors=True)
+        # Another runner's sweep may delete the same orphaned dir at the same time. On
+        # sshfs (path-based FUSE) rmtree's fstat() of a directory deleted meanwhile then
+        # fails (ENOENT, ESTALE), which ignore_errors does not cover in Python 3.11.
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int | None:

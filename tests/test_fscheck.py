@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -22,7 +23,7 @@ import pytest
 from spoolrender.errors import PublishError, UnsupportedFilesystem
 from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
 from spoolrender.layout import init_spool
-from spoolrender.publish import publish_output
+from spoolrender.publish import SCRATCH_DIR, publish_output, remove_scratch
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -173,3 +174,39 @@ def test_interrupted_publish_is_recognised_without_inode_numbers(mounts: Mounts)
     with pytest.raises(PublishError, match="already exists"):
         publish_output(root, PurePosixPath("x.mp4"), temp, replace=False)
     assert (root / "x.mp4").read_bytes() == b"video bytes"
+
+
+@needs_sshfs
+def test_scratch_removed_by_two_runners_at_once(mounts: Mounts) -> None:
+    # A runner removes its scratch dir while another runner's sweep removes it as an
+    # orphan. sshfs is path-based: fstat() of a directory deleted through another path
+    # fails (a local disk never does), and Python 3.11's rmtree(ignore_errors=True) lets
+    # that through; it reached the runner as "spool I/O failed" for a job already done.
+    root = mounts.sshfs(options="dir_cache=no,attr_timeout=0,entry_timeout=0")
+    (root / "d").mkdir()
+    fd = os.open(root / "d", os.O_RDONLY)
+    try:
+        os.rmdir(mounts.tmp_path / "served0" / "d")  # deleted on the server's side
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        os.close(fd)
+    errors: list[BaseException] = []
+
+    def remove(key: str) -> None:
+        try:
+            remove_scratch(root, key)
+        except BaseException as exc:
+            errors.append(exc)
+
+    for trial in range(20):  # the race is timing-bound: without the fix ~1 in 3 runs of 10 failed
+        for i in range(15):
+            (root / SCRATCH_DIR / f"job{trial}" / f"sub{i}").mkdir(parents=True)
+            (root / SCRATCH_DIR / f"job{trial}" / f"sub{i}" / "part").write_bytes(b"x")
+        racers = [threading.Thread(target=remove, args=(f"job{trial}",)) for _ in range(2)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join(60)
+    assert errors == []
+    assert os.listdir(root / SCRATCH_DIR) == []
