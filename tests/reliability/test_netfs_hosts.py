@@ -141,6 +141,12 @@ def test_sshfs_hosts_exactly_once_kill_freeze_and_cron_drain(tmp_path: Path) -> 
     assert set(by_host) == set(hosts), by_host  # every host rendered, the cron host too
     for name in ("host-a", "host-b", "host-c"):
         assert "watch=polling" in logs[name].read_text()  # chose polling on fuse.sshfs
+    for name, path in logs.items():
+        text = path.read_text()
+        # Nothing a person must act on, and no claim left behind by a lost race (a
+        # heartbeat written while the claim dir was removed, once seen over sshfs).
+        assert "ERROR" not in text and "Traceback" not in text, (name, text[-3000:])
+        assert "removed abandoned claim" not in text, name
 
     ids = {f"j{i:04d}" for i in range(JOBS)} | {"killed", "frozen"}
     result = audit(layout, ids, check_processes=False)
