@@ -29,10 +29,11 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
 # A skewed wall clock for a Python process, set up by a sitecustomize module. Not
-# libfaketime: its 0.9.10 (Debian 12) fakes CLOCK_MONOTONIC too, and Python 3.11's timed
-# waits (sem_clockwait on CLOCK_MONOTONIC) then never return, so every thread that waits
-# with a timeout hangs; with FAKETIME_DONT_FAKE_MONOTONIC=1 time.sleep() fails with EINVAL.
-# A real host with a wrong clock has a wrong wall clock and a sound monotonic one: this.
+# libfaketime: under its 0.9.10 (Debian 12) the skewed runner in this lab never claimed a
+# job or died of a signal; here it fakes CLOCK_MONOTONIC too, and a plain
+# threading.Event().wait(0.2) never returns (with FAKETIME_DONT_FAKE_MONOTONIC=1,
+# time.sleep() fails with EINVAL). A real host with a wrong clock has a wrong wall clock
+# and a sound monotonic one: this.
 SKEW_MODULE = """\
 import time
 _time, _time_ns = time.time, time.time_ns
@@ -151,10 +152,12 @@ class Host:
                  "sh", "-c", script, "sh", name, *env, *argv],
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
+        self.init_pid = 0
+        lab.hosts.append(self)  # from now on close() stops it, whatever happens next
         self.init_pid = _child_of(self.proc.pid)  # unshare's child: pid 1 of the namespace
 
     def pids(self) -> list[int]:
-        return namespace_pids(self.init_pid)
+        return namespace_pids(self.init_pid) if self.init_pid else []
 
     def kill(self) -> list[int]:
         """Power cut: SIGKILL every process of the host at once; returns how many."""
@@ -162,6 +165,7 @@ class Host:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        self.proc.kill()  # unshare itself (outside the namespace); --kill-child does the rest
         self.proc.wait()
         return pids
 
@@ -247,10 +251,9 @@ class NetfsLab:
         (path / "sitecustomize.py").write_text(SKEW_MODULE.format(offset=offset, offset_ns=int(offset * 1e9)))
         return path
 
-    def host(self, name: str, argv: Sequence[str], log: Path, **kwargs: object) -> Host:
-        host = Host(self, name, len(self.hosts) + 1, argv, log, **kwargs)  # type: ignore[arg-type]
-        self.hosts.append(host)
-        return host
+    def host(self, name: str, argv: Sequence[str], log: Path, *, skew: float | None = None,
+             sshfs_options: Sequence[str] = SSHFS_OPTIONS) -> Host:  # fmt: skip
+        return Host(self, name, len(self.hosts) + 1, argv, log, skew=skew, sshfs_options=sshfs_options)
 
     def close(self) -> None:
         for host in self.hosts:
