@@ -43,13 +43,17 @@ def check_filesystem(directory: Path, role: str) -> None:
         raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
     try:
         for check in _CHECKS:
-            problem = check(probe)
+            try:
+                problem = check(probe)
+            except OSError as exc:  # a step around the operation under test failed
+                problem = f"a probe ({check.__name__.lstrip('_')}) failed with {_describe(exc)}"
             if problem is not None:
                 raise UnsupportedFilesystem(
                     f"{role} {directory} ({filesystem_type(directory)}) cannot hold a spoolrender "
                     f'{role}: {problem}. See docs/reliability.md, "Which filesystems work".'
                 )
-        _warn_about_hidden_files(probe, role, directory)
+        with contextlib.suppress(OSError):  # only informative
+            _warn_about_hidden_files(probe, role, directory)
     finally:
         # The probe is ours alone (a unique name); whatever a failed check left goes too.
         shutil.rmtree(probe, ignore_errors=True)
@@ -169,10 +173,9 @@ def _warn_about_hidden_files(probe: Path, role: str, directory: Path) -> None:
     _write(path, b"x")
     with open(path, "rb"):
         os.unlink(path)
-        with contextlib.suppress(OSError):
-            hidden = [n for n in os.listdir(probe) if n.startswith(".fuse_hidden")]
-            if hidden:
-                log.info(
-                    "%s %s: a file unlinked while still open stays behind as %s until it is "
-                    "closed (FUSE without hard_remove)", role, directory, hidden[0],
-                )  # fmt: skip
+        hidden = [n for n in os.listdir(probe) if n.startswith(".fuse_hidden")]
+        if hidden:
+            log.info(
+                "%s %s: a file unlinked while still open stays behind as %s until it is "
+                "closed (FUSE without hard_remove)", role, directory, hidden[0],
+            )  # fmt: skip
