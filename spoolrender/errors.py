@@ -22,6 +22,11 @@ class SpoolLayoutError(SpoolrenderError):
     """The spool directory is missing, incomplete or not writable."""
 
 
+class UnsupportedFilesystem(SpoolLayoutError):
+    """The spool or output filesystem lacks an operation the protocol relies on
+    (exclusive create, rename that replaces, link or symlink that refuse an existing name)."""
+
+
 class JobInvalid(SpoolrenderError):
     """A job file cannot be run as written: a permanent error, one line per problem.
 

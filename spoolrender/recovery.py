@@ -113,7 +113,7 @@ class Recoverer:
         for key in set(scratch) - set(names) - own_keys:
             # Left by a runner killed after its job left running/ (done, failed, retry):
             # nothing in it is needed any more.
-            shutil.rmtree(scratch_root / key, ignore_errors=True)
+            remove_scratch(self._config.output_root, key)
             log.debug("removed orphaned scratch dir %s", key)
         return recovered
 

@@ -32,6 +32,7 @@ from spoolrender.control import is_paused
 from spoolrender.durable import set_fsync
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
+from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
@@ -82,6 +83,10 @@ class Runner:
             config.output_root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
+        # Refuse at once a filesystem that lacks an operation the protocol needs (some
+        # network and FUSE filesystems), instead of failing jobs obscurely later.
+        check_filesystem(self.layout.private, "spool")
+        check_filesystem(config.output_root, "output root")
         self.drain = drain
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
