@@ -16,6 +16,7 @@ HEARTBEAT_FILENAME = "heartbeat"
 LOCK_FILENAME = "lock"
 RESULT_FILENAME = "result.json"  # written into done/<job>/
 FAILURE_FILENAME = "failure.json"  # written into failed/<job>/
+ACCEPTED_FILENAME = "accepted.json"  # the job file's SHA-256, sealed at its first decided run
 CANCEL_FILENAME = "cancel"  # `spoolrender cancel` asks a running job's owner to stop
 PAUSE_FILENAME = "paused"  # in .spoolrender/: no runner claims while it exists
 # Names in incoming/ that are never claimed: in-progress uploads by convention.
@@ -38,6 +39,14 @@ DEFAULT_OUTPUT_SUFFIX = ".mp4"
 
 # --- timing -------------------------------------------------------------------------
 SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete
+# A name that inotify says is being written (modified, never closed) while the local
+# writer check cannot tell (an unprivileged runner, another user's upload) waits for its
+# close; this long quiet means the close event was lost.
+UNCLOSED_WRITE_S = 600.0
+# An entry in incoming/ whose claim fails (a mode-555 directory cannot be moved: EACCES)
+# is tried again after this delay, doubling per failure up to the maximum.
+BLOCKED_RETRY_MIN_S = 1.0
+BLOCKED_RETRY_MAX_S = 300.0
 HEARTBEAT_INTERVAL_S = 5.0
 LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived

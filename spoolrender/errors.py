@@ -57,3 +57,8 @@ class PublishError(SpoolrenderError):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class ClaimBlocked(SpoolrenderError):
+    """An entry in incoming/ cannot be claimed for a reason other than a lost race (a
+    directory without write permission cannot be moved: EACCES); the scanner backs off."""

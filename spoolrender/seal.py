@@ -1,0 +1,100 @@
+"""The job file a run renders from is the file that was accepted, byte for byte.
+
+Every run notes the job file's identity and SHA-256 right after its claim, from the very
+bytes it validates. Before the run's decision it looks again:
+
+- If a local process still holds the file open for writing, or its bytes or identity
+  changed, and no earlier run was decided, the upload was not finished when the job was
+  claimed (a remote writer's long pause, a writer the local checks could not see). The
+  run is discarded: nothing published, no attempt used, a ``requeue`` run record with
+  kind ``upload-in-progress``, and the job waits in retry/ (the runner does not claim it
+  while a local writer holds it) to run again from the complete file.
+- Once a run of the job has been decided, its hash is *sealed* (``accepted.json`` in the
+  job directory, which travels with it). A job file that differs from the seal later (a
+  group member editing a job queued in retry/) is refused: the job fails with kind
+  ``job-changed`` and both hashes, and is never rendered from the edited file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from spoolrender import defaults
+from spoolrender.durable import write_json_atomic
+from spoolrender.errors import JobInvalid
+from spoolrender.jobfile import read_job_bytes
+from spoolrender.writers import Writer, local_writer
+
+UPLOAD_IN_PROGRESS = "upload-in-progress"
+JOB_CHANGED = "job-changed"
+
+
+@dataclass(frozen=True)
+class JobFileState:
+    """What a run saw of its job file: enough to tell any later change."""
+
+    sha256: str
+    size: int
+    inode: int
+    mtime_ns: int
+
+    def short(self) -> str:
+        return f"{self.size} bytes, sha256 {self.sha256[:12]}"
+
+
+def observe(path: Path, data: bytes) -> JobFileState:
+    """The state of ``path`` whose content ``data`` was just read."""
+    st = os.stat(path, follow_symlinks=False)
+    return JobFileState(hashlib.sha256(data).hexdigest(), len(data), st.st_ino, st.st_mtime_ns)
+
+
+def still_writing(path: Path) -> bool:
+    return local_writer(path) is Writer.HELD
+
+
+def change_since(path: Path, seen: JobFileState, max_bytes: int) -> str | None:
+    """Why the job file is no longer what ``seen`` says, or None if it is unchanged."""
+    if still_writing(path):
+        return "is still open for writing by a local process"
+    try:
+        data = read_job_bytes(path, max_bytes)
+        now = observe(path, data)
+    except (JobInvalid, OSError) as exc:
+        return f"changed during the run and cannot be read back ({exc})"
+    if now.sha256 != seen.sha256:
+        return f"changed during the run (was {seen.short()}, now {now.short()})"
+    if (now.inode, now.mtime_ns) != (seen.inode, seen.mtime_ns):
+        return "was rewritten during the run (same bytes, new inode or mtime)"
+    return None
+
+
+def read_seal(job_dir: Path) -> str | None:
+    """The SHA-256 sealed by the job's first decided run, if there was one."""
+    try:
+        raw = json.loads((job_dir / defaults.ACCEPTED_FILENAME).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        # A seal we cannot read must not let an edited job through.
+        return f"unreadable seal: {exc}"
+    value = raw.get("sha256") if isinstance(raw, dict) else None
+    return value if isinstance(value, str) else "unreadable seal"
+
+
+def write_seal(job_dir: Path, state: JobFileState, run: int, when: float) -> None:
+    # Durable: the seal must not be lost while the decision it precedes survives a crash.
+    write_json_atomic(
+        job_dir / defaults.ACCEPTED_FILENAME,
+        {"sha256": state.sha256, "bytes": state.size, "run": run, "accepted": when},
+    )
+
+
+def refused_change(sealed: str, what: str) -> str:
+    return (
+        f"the job file {what} after it was accepted (sealed sha256 {sealed[:12]}); "
+        "a queued job cannot be edited: submit a new job instead"
+    )
