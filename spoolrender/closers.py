@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _FAN_CLASS_NOTIF = 0x0
 _FAN_CLOEXEC = 0x1
+_FAN_NONBLOCK = 0x2
 _FAN_MARK_ADD = 0x1
 _FAN_CLOSE_WRITE = 0x8
 _FAN_EVENT_ON_CHILD = 0x0800_0000
@@ -52,7 +53,9 @@ class CloserTracker:
         self._pidfd_of: dict[int, int] = {}  # pid -> its pidfd while it runs
         self._by_key: dict[Key, set[int]] = {}
         self._fan = -1
-        self._stop_r, self._stop_w = -1, -1
+        self._read_lock = threading.Lock()  # one reader of the fanotify queue at a time
+        self._stop = threading.Event()
+        self._poke_r, self._poke_w = -1, -1  # wakes the thread: stop, or new pidfds to poll
         self._thread: threading.Thread | None = None
 
     def start(self, directory: Path) -> bool:
@@ -64,7 +67,7 @@ class CloserTracker:
             return False
         mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_LARGEFILE", 0)
-        fan = init(_FAN_CLASS_NOTIF | _FAN_CLOEXEC, flags)
+        fan = init(_FAN_CLASS_NOTIF | _FAN_CLOEXEC | _FAN_NONBLOCK, flags)
         if fan < 0:
             err = ctypes.get_errno()
             log.debug("fanotify unavailable (%s): closes decide alone", os.strerror(err))
@@ -74,7 +77,7 @@ class CloserTracker:
             os.close(fan)
             return False
         self._fan = fan
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        self._poke_r, self._poke_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._thread = threading.Thread(target=self._run, name="closers", daemon=True)
         self._thread.start()
         return True
@@ -82,11 +85,12 @@ class CloserTracker:
     def stop(self) -> None:
         if self._thread is None:
             return
-        os.write(self._stop_w, b"x")
+        self._stop.set()
+        self._poke()
         self._thread.join(timeout=5)
         self._thread = None
         with self._lock:
-            fds = [self._fan, self._stop_r, self._stop_w, *self._by_pidfd]
+            fds = [self._fan, self._poke_r, self._poke_w, *self._by_pidfd]
             self._by_pidfd.clear()
             self._by_key.clear()
             self._pidfd_of.clear()
@@ -96,31 +100,51 @@ class CloserTracker:
 
     def alive(self, dev: int, ino: int) -> bool:
         """Does a process that closed this inode after writing (in incoming/) still run?"""
+        if self._thread is None:
+            return False
+        # The kernel queues the fanotify event in the same close() that queues inotify's
+        # IN_CLOSE_WRITE; the scanner asks after handling the latter, so reading the queue
+        # now makes sure the closer of a just-closed file is known (no race with our thread).
+        if self._drain():
+            self._poke()
         with self._lock:
             return bool(self._by_key.get((dev, ino)))
 
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self._fan, select.POLLIN)
-        poller.register(self._stop_r, select.POLLIN)
-        while True:
-            for fd, _ in poller.poll():
-                if fd == self._stop_r:
-                    return
-                if fd == self._fan:
-                    for pidfd in self._read_events():
-                        poller.register(pidfd, select.POLLIN)
-                else:
-                    # A pidfd polls readable once its process has exited.
-                    poller.unregister(fd)
-                    self._exited(fd)
+    def _poke(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe already says "look again"
+            os.write(self._poke_w, b"x")
 
-    def _read_events(self) -> list[int]:
-        try:
-            data = os.read(self._fan, 64 * 1024)
-        except BlockingIOError:
-            return []
-        new: list[int] = []
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            poller = select.poll()
+            poller.register(self._fan, select.POLLIN)
+            poller.register(self._poke_r, select.POLLIN)
+            with self._lock:
+                pidfds = list(self._by_pidfd)
+            for pidfd in pidfds:
+                poller.register(pidfd, select.POLLIN)
+            for fd, _ in poller.poll():
+                if fd == self._poke_r:
+                    with contextlib.suppress(OSError):
+                        os.read(self._poke_r, 4096)
+                elif fd == self._fan:
+                    self._drain()
+                else:
+                    self._exited(fd)  # a pidfd polls readable once its process has exited
+
+    def _drain(self) -> bool:
+        """Read every queued event; True if a new process is now followed."""
+        with self._read_lock:
+            new = False
+            while True:
+                try:
+                    data = os.read(self._fan, 64 * 1024)
+                except (BlockingIOError, OSError):
+                    return new
+                new = self._handle(data) or new
+
+    def _handle(self, data: bytes) -> bool:
+        new = False
         offset = 0
         while offset + _METADATA.size <= len(data):
             length, _vers, _res, _mlen, _mask, fd, pid = _METADATA.unpack_from(data, offset)
@@ -133,26 +157,24 @@ class CloserTracker:
                 os.close(fd)  # fanotify opened the file for us; never keep it open
             if pid <= 0 or pid == os.getpid():
                 continue  # not visible from our pid namespace; or ourselves
-            pidfd = self._track(pid, (st.st_dev, st.st_ino))
-            if pidfd is not None:
-                new.append(pidfd)
+            new = self._track(pid, (st.st_dev, st.st_ino)) or new
         return new
 
-    def _track(self, pid: int, key: Key) -> int | None:
-        """Remember that ``pid`` closed ``key``; a new pidfd to poll, or None."""
+    def _track(self, pid: int, key: Key) -> bool:
+        """Remember that ``pid`` closed ``key``; True if it is a new process to follow."""
         with self._lock:
             known = self._pidfd_of.get(pid)
             if known is not None:
                 # Still the same process: its pidfd has not polled readable (exited) yet.
                 self._by_pidfd[known].add(key)
                 self._by_key.setdefault(key, set()).add(known)
-                return None
+                return False
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
             if exc.errno != errno.ESRCH:
                 log.debug("pidfd_open(%d): %s", pid, exc)
-            return None  # already gone: its close was its last word
+            return False  # already gone: its close was its last word
         with self._lock:
             self._pidfd_of[pid] = pidfd
             self._by_pidfd[pidfd] = {key}
@@ -161,7 +183,7 @@ class CloserTracker:
                 oldest = next(iter(self._by_key))
                 for fd in self._by_key.pop(oldest):
                     self._by_pidfd.get(fd, set()).discard(oldest)
-        return pidfd
+        return True
 
     def _exited(self, pidfd: int) -> None:
         with self._lock:
