@@ -16,7 +16,6 @@ HEARTBEAT_FILENAME = "heartbeat"
 LOCK_FILENAME = "lock"
 RESULT_FILENAME = "result.json"  # written into done/<job>/
 FAILURE_FILENAME = "failure.json"  # written into failed/<job>/
-ACCEPTED_FILENAME = "accepted.json"  # the job file's SHA-256, sealed at its first decided run
 CANCEL_FILENAME = "cancel"  # `spoolrender cancel` asks a running job's owner to stop
 PAUSE_FILENAME = "paused"  # in .spoolrender/: no runner claims while it exists
 # Names in incoming/ that are never claimed: in-progress uploads by convention.

@@ -128,7 +128,7 @@ class JobExecutor:
             claim.job_file = seal.observe(job_file, data)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
-        sealed = seal.read_seal(job_dir)
+        sealed = seal.sealed_hash(runs)
         claim.sealed = sealed is not None
         if sealed is not None and sealed != claim.job_file.sha256:
             return self._finish(
@@ -147,7 +147,7 @@ class JobExecutor:
             "priority": spec.priority,
             "output": str(spec.output),
             "renderer": spec.renderer,
-            "job_sha256": claim.job_file.sha256,
+            seal.SEAL_KEY: claim.job_file.sha256,  # the seal, once this run is decided
         }
         if attempt > spec.max_attempts:
             return self._finish(
@@ -270,12 +270,10 @@ class JobExecutor:
                 return self._discard(claim, base, problem)
             if problem is not None:
                 # Sealed by an earlier run: an edit of a queued job, refused for good.
-                sealed = seal.read_seal(claim.job_dir) or claim.job_file.sha256
+                sealed = seal.sealed_hash(read_runs(claim.job_dir)) or claim.job_file.sha256
                 error = _error(seal.JOB_CHANGED, seal.refused_change(sealed, problem), False)
                 outcome = FAILED
                 fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
-            elif not claim.sealed:
-                seal.write_seal(claim.job_dir, claim.job_file, claim.run, self._clock.wall())
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         try:
             won = decide(claim.job_dir, record)

@@ -9,8 +9,9 @@ bytes it validates. Before the run's decision it looks again:
   run is discarded: nothing published, no attempt used, a ``requeue`` run record with
   kind ``upload-in-progress``, and the job waits in retry/ (the runner does not claim it
   while a local writer holds it) to run again from the complete file.
-- Once a run of the job has been decided, its hash is *sealed* (``accepted.json`` in the
-  job directory, which travels with it). A job file that differs from the seal later (a
+- Once a run of the job has been decided, its hash is *sealed*: the run record, written
+  exclusively and durably by the decision anyway, carries it (``details.job_sha256``), so
+  the seal costs no extra file or fsync. A job file that differs from the seal later (a
   group member editing a job queued in retry/) is refused: the job fails with kind
   ``job-changed`` and both hashes, and is never rendered from the edited file.
 """
@@ -18,17 +19,16 @@ bytes it validates. Before the run's decision it looks again:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from spoolrender import defaults
-from spoolrender.durable import write_json_atomic
 from spoolrender.errors import JobInvalid
 from spoolrender.jobfile import read_job_bytes
+from spoolrender.records import REQUEUE, RunRecord
 from spoolrender.writers import Writer, local_writer
 
+SEAL_KEY = "job_sha256"  # in a run record's details: the job file it validated
 UPLOAD_IN_PROGRESS = "upload-in-progress"
 JOB_CHANGED = "job-changed"
 
@@ -72,25 +72,16 @@ def change_since(path: Path, seen: JobFileState, max_bytes: int) -> str | None:
     return None
 
 
-def read_seal(job_dir: Path) -> str | None:
-    """The SHA-256 sealed by the job's first decided run, if there was one."""
-    try:
-        raw = json.loads((job_dir / defaults.ACCEPTED_FILENAME).read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        # A seal we cannot read must not let an edited job through.
-        return f"unreadable seal: {exc}"
-    value = raw.get("sha256") if isinstance(raw, dict) else None
-    return value if isinstance(value, str) else "unreadable seal"
+def sealed_hash(runs: list[RunRecord]) -> str | None:
+    """The SHA-256 recorded by the job's first decided run, if there was one.
 
-
-def write_seal(job_dir: Path, state: JobFileState, run: int, when: float) -> None:
-    # Durable: the seal must not be lost while the decision it precedes survives a crash.
-    write_json_atomic(
-        job_dir / defaults.ACCEPTED_FILENAME,
-        {"sha256": state.sha256, "bytes": state.size, "run": run, "accepted": when},
-    )
+    A ``requeue`` (a discarded run, or a shutdown before the decision) seals nothing.
+    """
+    for record in runs:
+        value = record.details.get(SEAL_KEY) if isinstance(record.details, dict) else None
+        if record.outcome != REQUEUE and isinstance(value, str):
+            return value
+    return None
 
 
 def refused_change(sealed: str, what: str) -> str:
