@@ -56,6 +56,10 @@ def lease_probe(path: Path) -> Writer:
     filesystem without leases: EINVAL) or the path is not a regular file.
     """
     try:
+        # Only regular files are opened at all: opening a dropped device node could have
+        # side effects. (A swap between lstat and open still meets O_NOFOLLOW/O_NONBLOCK.)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return Writer.UNKNOWN
         # O_NOFOLLOW | O_NONBLOCK: never follow a dropped symlink, never hang on a FIFO.
         # Read-only: a read lease can only be set on a read-only descriptor.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
