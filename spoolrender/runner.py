@@ -92,7 +92,7 @@ class Runner:
         self._stop = threading.Event()
         self._force = threading.Event()
         # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
-        self._closers = CloserTracker(on_change=lambda: self._scanner.note_event("", ""))
+        self._closers = CloserTracker(on_change=self._writer_exited)
         self._scanner = SpoolScanner(
             self.layout,
             config,
@@ -147,6 +147,11 @@ class Runner:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+
+    def _writer_exited(self) -> None:
+        # A process that closed an upload has exited: that upload may be complete now.
+        self._scanner.note_event("", "")
+        self._wake.set()
 
     # --- main loop -------------------------------------------------------------------
 
