@@ -37,7 +37,14 @@ DEFAULT_PRIORITY = 0
 DEFAULT_OUTPUT_SUFFIX = ".mp4"
 
 # --- timing -------------------------------------------------------------------------
-SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete
+# A file unchanged this long (no close/rename event) is complete. On a local spool the
+# writer check decides (spoolrender.intake); this protects against other hosts' writers.
+# bench/upload_intake.py --gaps: job files under ~200 KiB arrive in one burst from every
+# client; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp -l 400, rsync --inplace
+# --bwlimit=50), 20.4 s (scp/sftp -l 100). Job files are small (samples < 1 KiB) and a
+# longer default delays every job on a polled network filesystem: 5 s, documented per
+# client in the README ("Uploads").
+SETTLE_S = 5.0
 # A name that inotify says is being written (modified, never closed) while the local
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
 # close; this long quiet means the close event was lost.
