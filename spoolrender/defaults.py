@@ -39,9 +39,10 @@ DEFAULT_OUTPUT_SUFFIX = ".mp4"
 # --- timing -------------------------------------------------------------------------
 # A file unchanged this long (no close/rename event) is complete. On a local spool the
 # writer check decides (spoolrender.intake); this protects against other hosts' writers.
-# bench/upload_intake.py --gaps: job files under ~200 KiB arrive in one burst from every
-# client; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp -l 400, rsync --inplace
-# --bwlimit=50), 20.4 s (scp/sftp -l 100). Job files are small (samples < 1 KiB) and a
+# Measured (bench/upload_intake.py --gaps, README "Uploads"): scp/sftp send files under
+# ~200 KiB in one burst at any -l; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp
+# -l 400), 20.4 s (scp/sftp -l 100); rsync --inplace --bwlimit=50 leaves a 2 KB file no
+# gap, 60 KB 1.1 s, 250 KB 4.8 s, 900 KiB 5.1 s. Job files are small (samples < 1 KiB) and a
 # longer default delays every job on a polled network filesystem: 5 s, documented per
 # client in the README ("Uploads").
 SETTLE_S = 5.0
