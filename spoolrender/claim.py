@@ -69,6 +69,7 @@ class _Seen:
     # the (costlier) check again only for changed files, and the runner's lease probe just
     # before each claim catches a writer that opened the file since.
     writer: Writer | None = None
+    why: str = ""  # the last verdict's reason (logged when it changes)
 
 
 @dataclass
@@ -272,6 +273,9 @@ class SpoolScanner:
                 settle=settle,
                 recheck=self._config.poll_seconds,
             )
+            if verdict.why != seen.why:
+                seen.why = verdict.why
+                log.debug("incoming/%s: %s", name, verdict.why)
             # A fast signal makes a parsable file complete; one that does not parse may
             # be an upload that has not finished, so only time declares it invalid.
             if not verdict.complete or (seen.invalid and not settled):

@@ -7,8 +7,9 @@ A file is claimed only when it is complete. The signals, and which one decides w
    complete, however long it has been quiet (``scp -l 100`` pauses for more than 20 s).
    It is asked here for every file that the other signals call complete, and once more by
    the runner just before the claim's rename.
-2. inotify bookkeeping per name (watchdog's full events): created or modified means a
-   writer is at work; a close-after-write or a rename into incoming/ means it finished.
+2. inotify bookkeeping per name (watchdog's full events): modified (or created empty)
+   means a writer is at work; a close-after-write or a rename into incoming/ means it
+   finished; a non-empty creation with no write is a ``link()``, judged by time.
    Any modification after a close revokes it. A close is final only once every process
    seen closing the file after writing has exited (:mod:`spoolrender.closers`, fanotify,
    root only): ``printf ... > f; sleep 2; printf ... >> f`` closes ``f`` twice and its
@@ -42,7 +43,8 @@ class Activity(enum.Enum):
     """What inotify said about a name since it appeared in incoming/."""
 
     NONE = "none"  # no event (found by a listing: start-up, polling mode, lost events)
-    WRITING = "writing"  # created or modified, not closed since
+    CREATED = "created"  # created and nothing since: an empty file being opened, or a link()
+    WRITING = "writing"  # modified, not closed since
     CLOSED = "closed"  # closed after writing, not modified since
     RENAMED = "renamed"  # renamed (or hard-linked and closed) into incoming/, whole
 
@@ -61,7 +63,9 @@ class UploadTracker:
                 self._activity[name] = Activity.RENAMED
             elif event == "closed":
                 self._activity[name] = Activity.CLOSED
-            elif event in ("created", "modified"):
+            elif event == "created":
+                self._activity[name] = Activity.CREATED
+            elif event == "modified":
                 # A modification after a close revokes completeness (``>`` then ``>>``).
                 self._activity[name] = Activity.WRITING
 
@@ -82,7 +86,7 @@ class UploadTracker:
 @dataclass(frozen=True)
 class Verdict:
     complete: bool
-    why: str  # for debug logs and the runner's waiting list
+    why: str  # for the runner's debug log
     recheck_after: float | None = None  # seconds until this may change without an event
 
 
@@ -108,7 +112,10 @@ def judge(
         return Verdict(False, "open for writing by a local process", recheck)
     # On a network filesystem "no local writer" says nothing about other hosts' writers.
     proven_free = writer is Writer.FREE and local
-    if activity is Activity.WRITING and not proven_free:
+    # Written and not closed yet; or created empty (rsync --inplace creates the file and
+    # writes nothing for seconds). A non-empty creation without writes is a link().
+    in_progress = activity is Activity.WRITING or (activity is Activity.CREATED and empty)
+    if in_progress and not proven_free:
         if quiet_for < defaults.UNCLOSED_WRITE_S:
             return Verdict(False, "being written (no close seen yet)", defaults.UNCLOSED_WRITE_S - quiet_for)
         return Verdict(settled, "written, never closed, quiet a long time")
@@ -123,7 +130,7 @@ def judge(
         if settled:
             return Verdict(True, "closed, its writer still runs, settled")
         return Verdict(False, "closed, but the process that wrote it still runs", recheck)
-    if activity is Activity.NONE and at_startup and proven_free:
+    if activity in (Activity.NONE, Activity.CREATED) and at_startup and proven_free:
         return Verdict(True, "found at start-up, no local writer")
     if settled:
         return Verdict(True, "settled")

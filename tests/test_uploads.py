@@ -28,6 +28,7 @@ import pytest
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 from uploads_harness import ClientRun, SshServer, digest, job_file, job_hash_command, run_client, sshd_missing
 
+from spoolrender.intake import Activity, judge
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.writers import Writer, lease_probe, local_writer
 
@@ -365,3 +366,39 @@ def test_unmovable_directory_backs_off_and_is_reported(tmp_path: Path) -> None:
             runner.wait(timeout=30)
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+A = Activity
+W = Writer
+
+
+@pytest.mark.parametrize(
+    ("activity", "writer", "local", "empty", "settled", "closers", "startup", "complete"),
+    [
+        (A.RENAMED, W.HELD, True, False, True, False, False, False),  # a writer holds it: never
+        (A.RENAMED, W.FREE, True, False, False, False, False, True),  # renamed in: at once
+        (A.CLOSED, W.FREE, True, False, False, False, False, True),  # closed, its writer gone
+        (A.CLOSED, W.FREE, True, False, False, True, False, False),  # its writer still runs...
+        (A.CLOSED, W.FREE, True, False, True, True, False, True),  # ...until the settle time
+        (A.WRITING, W.UNKNOWN, True, False, True, False, False, False),  # unprivileged: wait for the close
+        (A.WRITING, W.FREE, True, False, True, False, False, True),  # proven free and quiet
+        (A.CREATED, W.UNKNOWN, True, True, True, False, False, False),  # rsync --inplace, empty
+        (A.CREATED, W.FREE, True, False, False, False, False, False),  # a link(): by time
+        (A.CREATED, W.FREE, True, False, True, False, False, True),
+        (A.CLOSED, W.FREE, True, True, False, False, False, False),  # empty: closed and settled
+        (A.CLOSED, W.FREE, True, True, True, False, False, True),
+        (A.NONE, W.FREE, True, False, False, False, True, True),  # start-up, proven free
+        (A.NONE, W.FREE, False, False, False, False, True, False),  # ...not on NFS
+        (A.NONE, W.UNKNOWN, True, False, False, False, True, False),  # ...not without proof
+        (A.NONE, W.UNKNOWN, False, False, True, False, False, True),  # NFS: settle time only
+    ],
+)
+def test_completeness_rules(
+    activity: Activity, writer: Writer, local: bool, empty: bool, settled: bool, closers: bool, startup: bool,
+    complete: bool,
+) -> None:  # fmt: skip
+    verdict = judge(
+        activity=activity, writer=writer, local=local, empty=empty, settled=settled,
+        quiet_for=10.0 if settled else 0.1, at_startup=startup, closers_alive=closers, settle=5.0, recheck=2.0,
+    )  # fmt: skip
+    assert verdict.complete is complete, verdict.why
