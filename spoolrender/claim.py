@@ -65,9 +65,9 @@ class _Seen:
     invalid: bool = False
     parsed_for: tuple[int, int, int] | None = None
     at_startup: bool = False  # present at the scanner's first listing
-    # The writer check's FREE verdict holds while the signature does: the listing asks
-    # the (costlier) check again only for changed files, and the runner's lease probe just
-    # before each claim catches a writer that opened the file since.
+    # The writer check's verdict holds while the signature does, unless it found a writer:
+    # a deep queue costs one check per file, not one per listing. The runner's lease probe
+    # just before each claim catches a writer that opened the file since.
     writer: Writer | None = None
     why: str = ""  # the last verdict's reason (logged when it changes)
 
@@ -259,7 +259,7 @@ class SpoolScanner:
             if seen.parsed_for != sig:
                 seen.spec, seen.invalid = self._parse(path, name)
                 seen.parsed_for = sig
-            if seen.writer is not Writer.FREE:
+            if seen.writer in (None, Writer.HELD):
                 seen.writer = writers.check(path, st)
             verdict = judge(
                 activity=self.uploads.activity(name),
