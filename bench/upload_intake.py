@@ -148,9 +148,11 @@ class Result:
     returncode: int = 0
 
 
-def run_runner(spool: Path, settle: float) -> subprocess.Popen[bytes]:
+def run_runner(spool: Path, settle: float, slots: int) -> subprocess.Popen[bytes]:
     subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-    config = {"settle_seconds": settle, "slots": 4, "watch": "inotify", "commands": {"jobhash": job_hash_command()}}
+    # As many slots as uploads at once: a claim never waits for a free slot (that would
+    # measure the render queue, not the intake).
+    config = {"settle_seconds": settle, "slots": slots, "watch": "inotify", "commands": {"jobhash": job_hash_command()}}
     (spool / "spoolrender.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.Popen([*CMD, "run", "--spool", str(spool)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -198,7 +200,7 @@ def judge(spool: Path, watch: Watch, results: list[Result]) -> tuple[list[str], 
 
 def uploads(sshd: SshServer, base: Path, n: int, parallel: int, settle: float) -> bool:
     spool = base / "uploads-spool"
-    runner = run_runner(spool, settle)
+    runner = run_runner(spool, settle, parallel)
     watch = Watch(spool / "incoming")
     other = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     if other is not None and os.stat(other).st_dev == os.stat(spool).st_dev:
@@ -235,7 +237,7 @@ def uploads(sshd: SshServer, base: Path, n: int, parallel: int, settle: float) -
         runner.wait(timeout=60)
         watch.stop()
     problems, latencies, gaps = judge(spool, watch, results)
-    print(f"uploads: {n} over real clients, {parallel} at a time, runner settle_seconds {settle:g}, inotify")
+    print(f"uploads: {n} over real clients, {parallel} at once; runner: inotify, {parallel} slots, settle {settle:g} s")
     print(f"{'client':<32}{'n':>4}{'max quiet gap':>15}{'gaps > settle':>15}{'claim p50':>11}{'p99':>9}")
     for kind, _size, _make in kinds:
         mine = [r.name for r in results if r.kind == kind]
@@ -256,7 +258,7 @@ def uploads(sshd: SshServer, base: Path, n: int, parallel: int, settle: float) -
 
 def drops(sshd: SshServer, base: Path, n: int, settle: float) -> None:
     spool = base / "drop-spool"
-    runner = run_runner(spool, settle)
+    runner = run_runner(spool, settle, 2)
     watch = Watch(spool / "incoming")
     env = {**os.environ, "SPOOLRENDER_DROP_SSH": " ".join(["ssh", *sshd.options(), "-p", str(sshd.port)])}
     results = []
