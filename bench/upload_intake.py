@@ -121,7 +121,7 @@ def clients(sshd: SshServer, settle: float, other_fs: Path | None) -> list[tuple
 
     def mv_across(s: Path, d: Path) -> list[str]:
         assert other_fs is not None
-        moved = Path(tempfile.mkdtemp(dir=other_fs)) / s.name
+        moved = other_fs / s.name
         shutil.copyfile(s, moved)
         return ["mv", str(moved), str(d)]
 
@@ -202,7 +202,10 @@ def uploads(sshd: SshServer, base: Path, n: int, parallel: int, settle: float) -
     spool = base / "uploads-spool"
     runner = run_runner(spool, settle, parallel)
     watch = Watch(spool / "incoming")
-    other = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    shm = Path("/dev/shm")
+    # mv across filesystems: the sources live on tmpfs, in a temp dir removed at the end.
+    other_dir = tempfile.TemporaryDirectory(dir=shm, prefix="spoolrender-bench-") if shm.is_dir() else None
+    other = Path(other_dir.name) if other_dir is not None else None
     if other is not None and os.stat(other).st_dev == os.stat(spool).st_dev:
         other = None
     kinds = clients(sshd, settle, other)
@@ -236,6 +239,8 @@ def uploads(sshd: SshServer, base: Path, n: int, parallel: int, settle: float) -
         runner.terminate()
         runner.wait(timeout=60)
         watch.stop()
+        if other_dir is not None:
+            other_dir.cleanup()
     problems, latencies, gaps = judge(spool, watch, results)
     print(f"uploads: {n} over real clients, {parallel} at once; runner: inotify, {parallel} slots, settle {settle:g} s")
     print(f"{'client':<32}{'n':>4}{'max quiet gap':>15}{'gaps > settle':>15}{'claim p50':>11}{'p99':>9}")

@@ -71,13 +71,26 @@ def _writer_script(src: Path, path: Path, pause: float) -> list[str]:
     return [sys.executable, "-c", code, str(path), str(src), str(pause)]
 
 
-def _uploads(sshd: SshServer, spool: SpoolLayout, src: Path, which: set[str] | None = None) -> list[Upload]:
+@pytest.fixture
+def other_fs() -> Iterator[Path | None]:
+    """A temp dir on another filesystem than the spool's (tmpfs), removed afterwards."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tempfile.gettempdir()).st_dev:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(dir=shm, prefix="spoolrender-test-") as tmp:
+        yield Path(tmp)
+
+
+def _uploads(
+    sshd: SshServer, spool: SpoolLayout, src: Path, which: set[str], other_fs: Path | None = None
+) -> list[Upload]:
     incoming = spool.incoming
     src.mkdir(exist_ok=True)
     made: list[Upload] = []
 
     def add(name: str, size: int, argv: Callable[[Path, Path], list[str]]) -> None:
-        if which is not None and name not in which:
+        if name not in which:
             return
         data = job_file(name, size)
         local = src / f"{name}.yaml"
@@ -101,11 +114,10 @@ def _uploads(sshd: SshServer, spool: SpoolLayout, src: Path, which: set[str] | N
 
     add("append", 20_000, append)
     add("cp", 100_000, lambda s, d: ["cp", str(s), str(d)])
-    other_fs = Path("/dev/shm")
-    if other_fs.is_dir() and os.stat(other_fs).st_dev != os.stat(incoming).st_dev:
+    if other_fs is not None:
         # mv across filesystems copies (and keeps the old mtime: "settled" by age at once).
         def mv_across(s: Path, d: Path) -> list[str]:
-            moved = Path(tempfile.mkdtemp(dir=other_fs)) / s.name
+            moved = other_fs / s.name
             shutil.copyfile(s, moved)
             return ["mv", str(moved), str(d)]
 
@@ -178,11 +190,11 @@ def _config(**extra: Any) -> dict[str, Any]:
 
 
 def test_real_clients_are_claimed_only_once_complete_inotify(
-    sshd: SshServer, spool: SpoolLayout, start_runner: Start, tmp_path: Path
+    sshd: SshServer, spool: SpoolLayout, start_runner: Start, tmp_path: Path, other_fs: Path | None
 ) -> None:
     write_spool_config(spool, _config(watch="inotify"))
     _start(start_runner, spool, tmp_path / "runner.log")
-    uploads = _uploads(sshd, spool, tmp_path / "src", ALL - {"append"})
+    uploads = _uploads(sshd, spool, tmp_path / "src", ALL - {"append"}, other_fs)
     results = _upload_all(uploads)
     # inotify: the close (and, as root, the writer's exit) is seen at once.
     _check(spool, uploads, results, bound=1.0)

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,12 +160,9 @@ class ClientRun:
     stderr: str
 
 
-def run_client(argv: list[str] | Callable[[], None], timeout: float = 300.0) -> ClientRun:
-    """Run one upload to its end; a callable is a writer in this process (a thread's work)."""
+def run_client(argv: list[str], timeout: float = 300.0) -> ClientRun:
+    """Run one upload client to its end."""
     started = time.monotonic()
-    if callable(argv):
-        argv()
-        return ClientRun(["<python writer>"], started, time.monotonic(), 0, "")
     proc = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return ClientRun(argv, started, time.monotonic(), proc.returncode, proc.stderr.decode(errors="replace"))
 
