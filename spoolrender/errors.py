@@ -107,3 +107,8 @@ class ClaimLost(SpoolrenderError):
     the job was recovered elsewhere while this runner stalled; the caller drops the job
     without touching it, and never recreates the directory.
     """
+
+
+class ClaimBlocked(SpoolrenderError):
+    """An entry in incoming/ cannot be claimed for a reason other than a lost race (a
+    directory without write permission cannot be moved: EACCES); the scanner backs off."""

@@ -27,10 +27,11 @@ from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
+from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
 from spoolrender.durable import set_fsync
-from spoolrender.errors import SpoolLayoutError, SpoolrenderError
+from spoolrender.errors import ClaimBlocked, SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
@@ -39,7 +40,7 @@ from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.transitions import log_transition
-from spoolrender.watch import SpoolWatcher, choose_watch_mode
+from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,15 @@ class Runner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._force = threading.Event()
-        self._scanner = SpoolScanner(self.layout, config, self.clock)
+        # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
+        self._closers = CloserTracker(on_change=self._writer_exited)
+        self._scanner = SpoolScanner(
+            self.layout,
+            config,
+            self.clock,
+            local=not is_network_filesystem(config.spool),
+            closers_alive=self._closers.alive,
+        )
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
@@ -144,6 +153,11 @@ class Runner:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
+    def _writer_exited(self) -> None:
+        # A process that closed an upload has exited: that upload may be complete now.
+        self._scanner.note_event("", "")
+        self._wake.set()
+
     # --- main loop -------------------------------------------------------------------
 
     def run(self) -> RunSummary:
@@ -153,15 +167,18 @@ class Runner:
             self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
         )  # fmt: skip
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
-        watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
+        watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_event)
         # `resume` (from any host) wakes us at once instead of at the next rescan.
         watcher.watch_pause_marker(self.layout.private, self._wake)
+        if self.watch_mode == "inotify" and self._closers.start(self.layout.incoming):
+            log.debug("following who closes uploads in %s (fanotify)", self.layout.incoming)
         self._heartbeat.start()
         try:
             self._loop()
         finally:
             self._shutdown_jobs()
             watcher.stop()
+            self._closers.stop()
             self._heartbeat.stop()
             # Beacon gone before the last metrics: they must count this runner offline.
             remove_beacon(self.layout, self.runner_id)
@@ -214,7 +231,13 @@ class Runner:
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused:
                 break
-            claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            if self._scanner.writer_holds(candidate):
+                continue  # an upload still in progress: it waits in place
+            try:
+                claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            except ClaimBlocked as exc:
+                self._scanner.claim_failed(candidate.name, str(exc))
+                continue
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
@@ -321,6 +344,7 @@ class Runner:
                     "threads_per_job": self.capacity.threads_per_job,
                     "busy": len(self._active),
                     "watch": self.watch_mode,
+                    "blocked": self._scanner.blocked(),
                     "drain": self.drain,
                     "version": __version__,
                     "updated": self.clock.wall(),

@@ -211,6 +211,11 @@ def _pause_reason(layout: SpoolLayout) -> str | None:
     return text.strip() or "paused"
 
 
+def _printable(text: str) -> str:
+    # A file name is anyone's input: never send its control characters to a terminal.
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -277,4 +282,11 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
             for r in status["runners"]
         ]  # fmt: skip
         lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "LAST SEEN"], rows)]
+    # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
+    # growing delay, listed here so that someone can fix or remove them.
+    online = [r for r in status["runners"] if r["online"]]
+    blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
+    if blocked:
+        rows = [[f"incoming/{_printable(name)}", _printable(why)] for name, why in blocked]
+        lines += ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]
     return "\n".join(lines)
