@@ -1,7 +1,8 @@
 """The Remotion renderer: one long-lived Node render worker per job slot.
 
-The worker (``remotion/worker/render-worker.mjs``) loads the cached bundle and opens
-Debian's Chromium once, then renders job after job with ``selectComposition`` +
+The worker (``spoolrender/worker/render-worker.mjs``, shipped in this package, run in the
+user's Remotion project and loading that project's own Remotion packages) loads the cached
+bundle and opens Debian's Chromium once, then renders job after job with ``selectComposition`` +
 ``renderMedia`` on that browser. We talk to it with one JSON message per line over its
 stdin/stdout; its stderr (and anything else it prints) goes to the job's run log.
 
@@ -31,6 +32,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
 from spoolrender.renderers.command import verify_nonempty
+from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,6 @@ READY_TIMEOUT_S = 120.0
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
 PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
-FFPROBE_PATHS = ("node_modules/@remotion/compositor-linux-x64-gnu/ffprobe",
-                 "node_modules/@remotion/compositor-linux-arm64-gnu/ffprobe")  # fmt: skip
 
 
 WORKER_TMP_PREFIX = "spoolrender-worker-"
@@ -77,12 +77,14 @@ class RemotionWorker:
         self._log_lock = threading.Lock()
         self._log: IO[bytes] | None = None
         self._tail: list[str] = []
+        self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
         self.tmpdir = tmpdir
         tmpdir.mkdir(parents=True, exist_ok=True)
-        project = config.remotion_project
+        project = config.remotion_project.resolve()
         argv = [
             "node",
-            str(project / "worker" / "render-worker.mjs"),
+            str(WORKER_DIR / "render-worker.mjs"),
+            "--project", str(project),
             "--serve-url", str(serve_url),
             "--browser-executable", config.browser_executable,
         ]  # fmt: skip
@@ -173,8 +175,11 @@ class RemotionWorker:
                 continue
             if event["type"] == "ready":
                 self.baseline = set(os.listdir(self.tmpdir))
+                self.ffprobe = event.get("ffprobe")
                 return event
             if event["type"] == "fatal":
+                if event.get("kind") == "setup":
+                    raise setup_error(str(event.get("message")))
                 raise RenderError(f"Remotion worker failed to start: {event.get('message')}", transient=True,
                                   kind="worker")  # fmt: skip
         raise RenderError("Remotion worker did not become ready in time", transient=True, kind="worker")
@@ -230,11 +235,9 @@ class RemotionRenderer:
             worker = self._worker = None
         if worker is None:
             if not Path(self._config.browser_executable).exists():
-                raise RenderError(
+                raise setup_error(
                     f"browser {self._config.browser_executable} not found: install Debian's chromium "
-                    "(scripts/setup.sh does) or set browser_executable",
-                    transient=True,
-                    kind="setup",
+                    "(scripts/setup.sh does) or set browser_executable"
                 )
             worker = RemotionWorker(self._config, serve_url, worker_tmpdir())
             worker.set_log(log_fh)  # start-up errors belong in the job's log too
@@ -281,8 +284,9 @@ class RemotionRenderer:
                 "inputProps": request.props,
                 "outputLocation": str(request.output),
                 "concurrency": request.threads,
-                "codec": settings.get("codec", "h264"),
-                "scale": settings.get("scale", 1),
+                # Unset: remotion.config.ts's defaults, then Remotion's.
+                "codec": settings.get("codec"),
+                "scale": settings.get("scale"),
                 "crf": settings.get("crf"),
             }
         )
@@ -315,9 +319,8 @@ class RemotionRenderer:
     def verify(self, request: RenderRequest, result: RenderResult) -> None:
         verify_nonempty(request.output)
         expected = result.details.get("frames")
-        ffprobe = next((self._config.remotion_project / p for p in FFPROBE_PATHS
-                        if (self._config.remotion_project / p).exists()), None)  # fmt: skip
-        if ffprobe is None or not expected or request.settings.get("codec", "h264") == "gif":
+        ffprobe = self._worker.ffprobe if self._worker is not None else None
+        if ffprobe is None or not expected or result.details.get("codec") == "gif":
             return
         proc = subprocess.run(
             [str(ffprobe), "-v", "error", "-count_frames", "-select_streams", "v:0",
