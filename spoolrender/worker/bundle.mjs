@@ -105,8 +105,11 @@ const main = async () => {
 	const t0 = Date.now();
 	let via = 'api';
 	let renderDefaults = null;
-	if (project.has('@remotion/cli')) {
-		project.load('@remotion/cli', '@remotion/bundler'); // the version checks
+	// Everything the bundle and its renders need, checked before a minute of bundling:
+	// one error that names every missing package.
+	const cli = project.has('@remotion/cli');
+	project.load('@remotion/renderer', '@remotion/bundler', ...(cli ? ['@remotion/cli'] : []));
+	if (cli) {
 		via = 'cli';
 		await bundleWithCli(project, outDir, args.cache);
 		renderDefaults = await readRenderDefaults(project);
