@@ -19,6 +19,7 @@ import struct
 import subprocess
 import wave
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def tone(path: Path, seconds: float = 1.0, rate: int = 22050) -> None:
         out.writeframes(b"".join(struct.pack("<h", s) for s in samples))
 
 
-def make_project(root: Path, files: dict[str, str | bytes], node_modules: Path | None, deps: dict[str, str]) -> Path:
+def make_project(root: Path, files: Mapping[str, str | bytes], node_modules: Path | None, deps: dict[str, str]) -> Path:
     root.mkdir(parents=True)
     (root / "package.json").write_text(json.dumps({"name": root.name, "private": True, "dependencies": deps}))
     for rel, content in files.items():
