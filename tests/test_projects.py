@@ -144,7 +144,7 @@ def near(actual: tuple[int, int, int], expected: tuple[int, int, int]) -> bool:
 
 RED, GREEN, BLUE, YELLOW = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)
 
-DEFAULT_LAYOUT = {
+DEFAULT_LAYOUT: dict[str, str | bytes] = {
     "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
     "src/Root.tsx": """
 import {AbsoluteFill, Audio, Composition, Img, staticFile} from 'remotion';
@@ -182,7 +182,7 @@ def test_default_layout_with_public_assets_and_audio(tmp_path: Path, spool: Spoo
     assert sorted(p.name for p in project.iterdir()) == ["node_modules", "package.json", "public", "src"]
 
 
-CONFIGURED = {
+CONFIGURED: dict[str, str | bytes] = {
     # Remotion's CLI loads a .ts config only next to a tsconfig.json.
     "tsconfig.json": json.dumps(
         {
