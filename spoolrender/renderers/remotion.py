@@ -20,7 +20,6 @@ import os
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,9 +29,12 @@ from spoolrender import defaults
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.records import NOT_AN_ATTEMPT, read_runs
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
 from spoolrender.renderers.command import verify_nonempty
+from spoolrender.renderers.memory import memory_line, oom_kills
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
 
 log = logging.getLogger(__name__)
 
@@ -40,46 +42,39 @@ READY_TIMEOUT_S = 120.0
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
 PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
-
-
-WORKER_TMP_PREFIX = "spoolrender-worker-"
-
-
-def worker_tmpdir() -> Path:
-    """A short, private TMPDIR for one worker (Chromium puts a unix socket in it, and
-    socket paths are limited to 107 bytes). Named by our pid so leftovers of a killed
-    runner can be recognised and removed (:func:`remove_stale_worker_tmpdirs`)."""
-    return Path(tempfile.mkdtemp(prefix=f"{WORKER_TMP_PREFIX}{os.getpid()}-"))
-
-
-def remove_stale_worker_tmpdirs() -> None:
-    """Delete worker TMPDIRs whose runner process is gone (killed before it could clean)."""
-    base = Path(tempfile.gettempdir())
-    for path in base.glob(f"{WORKER_TMP_PREFIX}*"):
-        try:
-            pid = int(path.name[len(WORKER_TMP_PREFIX) :].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(path, ignore_errors=True)
+OUT_OF_MEMORY = "out-of-memory"
+# What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
+BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
 
 class WorkerDied(Exception):
-    """The Node worker exited or closed its stdout."""
+    """The Node worker exited or closed its stdout; ``memory``: the line of its output
+    that said it ran out of memory, if one did."""
+
+    def __init__(self, message: str, memory: str | None = None) -> None:
+        super().__init__(message)
+        self.memory = memory
+
+    def as_render_error(self, kind: str) -> RenderError:
+        if self.memory is not None:
+            return RenderError(f"the Remotion worker ran out of memory: {self.memory}", transient=True,
+                               kind=OUT_OF_MEMORY)  # fmt: skip
+        return RenderError(str(self), transient=True, kind=kind)
 
 
 class RemotionWorker:
     """One Node render worker process and the threads that read its output."""
 
-    def __init__(self, config: SpoolConfig, serve_url: Path, tmpdir: Path) -> None:
+    def __init__(self, config: SpoolConfig, serve_url: Path, tmp: WorkerTmp) -> None:
         self._config = config
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._log_lock = threading.Lock()
         self._log: IO[bytes] | None = None
         self._tail: list[str] = []
         self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
-        self.tmpdir = tmpdir
-        tmpdir.mkdir(parents=True, exist_ok=True)
+        self.memory: str | None = None  # the first output line saying memory ran out
+        self.tmp = tmp
+        self.tmpdir = tmpdir = tmp.path
         project = config.remotion_project.resolve()
         argv = [
             "node",
@@ -118,8 +113,11 @@ class RemotionWorker:
             self._log = fh
 
     def _write_log(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if self.memory is None:
+            self.memory = memory_line(text)
         with self._log_lock:
-            self._tail = [*self._tail[-19:], line.decode("utf-8", "replace").rstrip()]
+            self._tail = [*self._tail[-19:], text]
             if self._log is not None:
                 self._log.write(line)
                 self._log.flush()
@@ -154,7 +152,7 @@ class RemotionWorker:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
-            raise WorkerDied(self.describe_death()) from exc
+            raise WorkerDied(self.describe_death(), self.memory) from exc
 
     def next_event(self, timeout: float) -> dict[str, Any] | None:
         """The next protocol event, or None on timeout; raises WorkerDied at EOF."""
@@ -164,7 +162,7 @@ class RemotionWorker:
             return None
         if event is None:
             self._events.put(None)  # keep reporting death to later callers
-            raise WorkerDied(self.describe_death())
+            raise WorkerDied(self.describe_death(), self.memory)
         return event
 
     def wait_ready(self) -> dict[str, Any]:
@@ -193,9 +191,13 @@ class RemotionWorker:
         return f"the Remotion worker died ({how})" + (f": {last[:300]}" if last else "")
 
     def clean_tmp(self) -> None:
-        """Delete what the last render left in the worker's TMPDIR (the browser's own
-        profile, present since start-up, stays)."""
+        """Delete what the last render left in the worker's TMPDIR. The browser's own
+        files stay (a browser relaunched after a crash made new ones after ``baseline``);
+        a killed browser's profile goes."""
+        self.tmp.remove_dead_profiles()
         for name in set(os.listdir(self.tmpdir)) - self.baseline:
+            if name.startswith(BROWSER_FILES):
+                continue
             path = self.tmpdir / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -214,7 +216,7 @@ class RemotionWorker:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        self.tmp.remove()
 
 
 class RemotionRenderer:
@@ -222,7 +224,6 @@ class RemotionRenderer:
 
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
-        remove_stale_worker_tmpdirs()
         self._worker: RemotionWorker | None = None
         self._serve_url: Path | None = None
         self.workers_started = 0
@@ -239,7 +240,7 @@ class RemotionRenderer:
                     f"browser {self._config.browser_executable} not found: install Debian's chromium "
                     "(scripts/setup.sh does) or set browser_executable"
                 )
-            worker = RemotionWorker(self._config, serve_url, worker_tmpdir())
+            worker = RemotionWorker(self._config, serve_url, WorkerTmp())
             worker.set_log(log_fh)  # start-up errors belong in the job's log too
             request.on_spawn(worker.pgid)
             try:
@@ -247,32 +248,52 @@ class RemotionRenderer:
             except (RenderError, WorkerDied) as exc:
                 worker.stop()
                 if isinstance(exc, WorkerDied):
-                    raise RenderError(str(exc), transient=True, kind="worker") from exc
+                    raise exc.as_render_error("worker") from exc
                 raise
             self._worker, self._serve_url = worker, serve_url
             self.workers_started += 1
         return worker
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
-        spec = request.spec
+        # A job whose last attempt ran out of memory is not tried the same way again: this
+        # attempt renders one frame at a time, and running out again is final.
+        after_oom = _last_attempt_ran_out_of_memory(request.job_file.parent)
+        concurrency = 1 if after_oom else request.threads
+        kills_before = oom_kills()
         with open(request.log, "ab") as log_fh:
-            worker = self._ensure_worker(request, log_fh)
-            request.on_spawn(worker.pgid)
-            worker.set_log(log_fh)
+            if after_oom:
+                log_fh.write(b"--- the last attempt ran out of memory: this one renders at concurrency 1\n")
             try:
-                return self._render_with(worker, request, progress, cancel)
-            except WorkerDied as exc:
-                self._discard_worker()
-                raise RenderError(str(exc), transient=True, kind="worker-died") from exc
+                return self._render_on_worker(request, concurrency, log_fh, progress, cancel)
+            except RenderError as exc:
+                raise _memory_verdict(exc, kills_before, concurrency) from exc
             finally:
-                worker.set_log(None)
-                if self._worker is worker:
-                    worker.clean_tmp()
-                request.on_spawn(None)
-                log_fh.write(f"--- end of {spec.id} run log\n".encode())
+                log_fh.write(f"--- end of {request.spec.id} run log\n".encode())
+
+    def _render_on_worker(
+        self, request: RenderRequest, concurrency: int, log_fh: IO[bytes], progress: ProgressFn, cancel: CancelToken
+    ) -> RenderResult:
+        worker = self._ensure_worker(request, log_fh)
+        request.on_spawn(worker.pgid)
+        worker.set_log(log_fh)
+        try:
+            return self._render_with(worker, request, concurrency, progress, cancel)
+        except WorkerDied as exc:
+            self._discard_worker()
+            raise exc.as_render_error("worker-died") from exc
+        finally:
+            worker.set_log(None)
+            if self._worker is worker:
+                worker.clean_tmp()
+            request.on_spawn(None)
 
     def _render_with(
-        self, worker: RemotionWorker, request: RenderRequest, progress: ProgressFn, cancel: CancelToken
+        self,
+        worker: RemotionWorker,
+        request: RenderRequest,
+        concurrency: int,
+        progress: ProgressFn,
+        cancel: CancelToken,
     ) -> RenderResult:
         job_id = f"{request.spec.id}#{request.attempt}"
         settings = request.settings
@@ -283,7 +304,7 @@ class RemotionRenderer:
                 "composition": request.spec.composition,
                 "inputProps": request.props,
                 "outputLocation": str(request.output),
-                "concurrency": request.threads,
+                "concurrency": concurrency,
                 # Unset: remotion.config.ts's defaults, then Remotion's.
                 "codec": settings.get("codec"),
                 "scale": settings.get("scale"),
@@ -372,3 +393,37 @@ def _classify(event: dict[str, Any]) -> RenderError:
     if location and str(location) not in message:
         message = f"{message} (at {location})"
     return RenderError(message, transient=kind not in PERMANENT_KINDS, kind=kind)
+
+
+def _last_attempt_ran_out_of_memory(job_dir: Path) -> bool:
+    attempts = [r for r in read_runs(job_dir) if r.outcome not in NOT_AN_ATTEMPT]
+    return bool(attempts) and (attempts[-1].error or {}).get("kind") == OUT_OF_MEMORY
+
+
+# Failures that a process killed for memory shows up as.
+_KILLED_KINDS = frozenset({"browser-crashed", "worker-died", "worker", "error"})
+
+
+def _memory_verdict(exc: RenderError, kills_before: int | None, concurrency: int) -> RenderError:
+    """``exc`` as an out-of-memory failure when it was one, final when the render already
+    ran one frame at a time (retrying it the same way would only exhaust memory again)."""
+    error = exc
+    if exc.kind in _KILLED_KINDS and kills_before is not None:
+        kills_after = oom_kills()
+        if kills_after is not None and kills_after > kills_before:
+            error = RenderError(
+                f"the kernel's OOM killer ended a process of the render (oom_kill {kills_before} -> {kills_after}): "
+                f"{exc.message}",
+                transient=True,
+                kind=OUT_OF_MEMORY,
+            )
+    if error.kind != OUT_OF_MEMORY:
+        return exc
+    if concurrency <= 1:
+        return RenderError(
+            f"{error.message} (not retried: it ran out of memory rendering one frame at a time; lower the "
+            "resolution or scale, or give the host more memory)",
+            transient=False,
+            kind=OUT_OF_MEMORY,
+        )
+    return RenderError(f"{error.message} (the retry renders at concurrency 1)", transient=True, kind=OUT_OF_MEMORY)
