@@ -15,15 +15,20 @@ them: Remotion is resolved from the project directory either way. The renders ar
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
+import sys
+import tarfile
 import wave
+import zipfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import drop, entries, spoolrender_cmd, write_spool_config
 
 from spoolrender.layout import SpoolLayout
@@ -331,3 +336,45 @@ def test_projects_without_remotion_packages_fail_for_good_with_the_install_comma
         "(Remotion 4.0.529): run `npm install --save-exact @remotion/renderer@4.0.529 @remotion/bundler@4.0.529` there"
     )
     assert entries(spool, "retry") == []
+
+
+WORKER_FILES = {p.name for p in (REPO / "spoolrender" / "worker").glob("*.mjs")}
+
+
+@pytest.mark.slow
+def test_the_wheel_renders_a_users_project_outside_the_repository(tmp_path: Path, bundle_cache: Path) -> None:
+    """`python -m build`, then a fresh venv outside the repository with only the wheel
+    installed (pip fetches its dependencies), rendering from a project made in a temp dir."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    (wheel,) = dist.glob("spoolrender-*.whl")
+    (sdist,) = dist.glob("spoolrender-*.tar.gz")
+    with zipfile.ZipFile(wheel) as whl:
+        assert {Path(n).name for n in whl.namelist() if n.startswith("spoolrender/worker/")} == WORKER_FILES
+    with tarfile.open(sdist) as tar:
+        assert {Path(n).name for n in tar.getnames() if "/spoolrender/worker/" in n} == WORKER_FILES
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True,
+                   timeout=600)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    where = subprocess.run([str(venv / "bin/python"), "-c", "import spoolrender; print(spoolrender.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert where.startswith(str(venv))  # the installed copy, not the repository's
+
+    project = make_project(tmp_path / "my-video", STARTER, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    spool = tmp_path / "spool"
+    cli = str(venv / "bin/spoolrender")
+    subprocess.run([cli, "init", str(spool)], cwd=tmp_path, env=env, check=True, capture_output=True)
+    config = {"remotion_project": str(project), "cache_dir": str(bundle_cache), "slots": 1}
+    (spool / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    job = tmp_path / "hello.yaml"
+    job.write_text(yaml.safe_dump({"composition": "HelloWorld", "output": "hello.mp4"}))
+    subprocess.run([cli, "submit", "--spool", str(spool), str(job)], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    drained = subprocess.run([cli, "run", "--drain", "--spool", str(spool)], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert drained.returncode == 0, drained.stderr
+    assert near(pixel(first_frame(spool / "output" / "hello.mp4", 64, 64), 64, 32, 32), GREEN)
