@@ -108,7 +108,7 @@ const main = async () => {
 	// Everything the bundle and its renders need, checked before a minute of bundling:
 	// one error that names every missing package.
 	const cli = project.has('@remotion/cli');
-	project.load('@remotion/renderer', '@remotion/bundler', ...(cli ? ['@remotion/cli'] : []));
+	project.check('@remotion/renderer', '@remotion/bundler', ...(cli ? ['@remotion/cli'] : []));
 	if (cli) {
 		via = 'cli';
 		await bundleWithCli(project, outDir, args.cache);

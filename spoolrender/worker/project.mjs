@@ -46,7 +46,7 @@ export const installCommand = (manager, packages, version) =>
 
 const isNotFound = (err) => err?.code === 'MODULE_NOT_FOUND' || err?.code === 'ERR_MODULE_NOT_FOUND';
 
-// -> {dir, require, remotionVersion, manager, has(name), load(name), resolvePackageDir(name)}
+// -> {dir, remotionVersion, manager, has(name), check(...names), load(...names), packageDir(name)}
 export const openProject = (projectDir) => {
 	const dir = path.resolve(projectDir);
 	const pkgJson = path.join(dir, 'package.json');
@@ -58,14 +58,27 @@ export const openProject = (projectDir) => {
 			`${dir} uses Yarn Plug'n'Play, which spoolrender cannot load Remotion from: set "nodeLinker: node-modules" in .yarnrc.yml and run yarn install`,
 		);
 	}
-	const require = createRequire(pkgJson);
+	const fromProject = createRequire(pkgJson);
+	// Starters list only @remotion/cli: npm hoists its renderer and bundler next to it, but
+	// under pnpm (or npm's linked strategy) they are reachable only from the CLI's own
+	// directory. So a package is looked up from the project, then from @remotion/cli.
+	const requirers = [fromProject];
+	const resolveFrom = (spec) => {
+		for (const req of requirers) {
+			try {
+				return req.resolve(spec);
+			} catch (err) {
+				if (!isNotFound(err) && err?.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED') throw err;
+			}
+		}
+		return null;
+	};
+	const cliManifest = resolveFrom('@remotion/cli/package.json');
+	if (cliManifest !== null) requirers.push(createRequire(cliManifest));
+	const require = (spec) => fromProject(resolveFrom(spec) ?? spec);
 	const manager = packageManager(dir);
-	let remotionVersion = null;
-	try {
-		remotionVersion = require('remotion/package.json').version;
-	} catch (err) {
-		if (!isNotFound(err)) throw err;
-	}
+	const remotionManifest = resolveFrom('remotion/package.json');
+	const remotionVersion = remotionManifest === null ? null : fromProject(remotionManifest).version;
 	if (remotionVersion === null) {
 		const declared = fs.existsSync(path.join(dir, 'node_modules'))
 			? `its node_modules has no 'remotion' package: run \`${installCommand(manager, ['remotion'], null)}\``
@@ -77,15 +90,7 @@ export const openProject = (projectDir) => {
 			`${dir} has Remotion ${remotionVersion}; spoolrender renders Remotion 4 projects (upgrade with \`npx remotion upgrade\`)`,
 		);
 	}
-	const has = (name) => {
-		try {
-			require.resolve(`${name}/package.json`);
-			return true;
-		} catch (err) {
-			if (isNotFound(err) || err?.code === 'ERR_PACKAGE_PATH_NOT_EXPORTED') return false;
-			throw err;
-		}
-	};
+	const has = (name) => resolveFrom(`${name}/package.json`) !== null;
 	// Every @remotion/* package must be the project's Remotion version: mixed versions
 	// fail in confusing ways deep inside a render.
 	const checkVersion = (name) => {
@@ -100,22 +105,24 @@ export const openProject = (projectDir) => {
 		new SetupError(
 			`${names.join(' and ')} ${names.length > 1 ? 'are' : 'is'} not installed in the Remotion project ${dir} (Remotion ${remotionVersion}): run \`${installCommand(manager, names, remotionVersion)}\` there`,
 		);
+	// Every one of `names` installed, at the project's Remotion version.
+	const check = (...names) => {
+		const absent = names.filter((n) => !has(n));
+		if (absent.length > 0) throw missing(absent);
+		names.forEach(checkVersion);
+	};
 	return {
 		dir,
-		require,
 		remotionVersion,
 		manager,
 		has,
-		// Require every one of `names` (CommonJS builds: every @remotion package ships one).
+		check,
+		// check(), then require them (CommonJS builds: every @remotion package ships one).
 		load: (...names) => {
-			const absent = names.filter((n) => !has(n));
-			if (absent.length > 0) throw missing(absent);
-			return names.map((n) => {
-				checkVersion(n);
-				return require(n);
-			});
+			check(...names);
+			return names.map((n) => require(n));
 		},
-		packageDir: (name) => path.dirname(require.resolve(`${name}/package.json`)),
+		packageDir: (name) => path.dirname(resolveFrom(`${name}/package.json`)),
 	};
 };
 
