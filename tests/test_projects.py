@@ -335,6 +335,21 @@ def test_projects_without_remotion_packages_fail_for_good_with_the_install_comma
         f"@remotion/renderer and @remotion/bundler are not installed in the Remotion project {partial} "
         "(Remotion 4.0.529): run `npm install --save-exact @remotion/renderer@4.0.529 @remotion/bundler@4.0.529` there"
     )
+
+    # A remotion.config.ts but no @remotion/cli to read it: refused, not silently ignored.
+    no_cli = make_project(tmp_path / "no-cli", {**STARTER, "remotion.config.ts": "export {};\n"}, None, {})
+    (no_cli / "node_modules" / "@remotion").mkdir(parents=True)
+    for name in ("remotion", "react", "react-dom", "@remotion/renderer", "@remotion/bundler"):
+        (no_cli / "node_modules" / name).symlink_to(REMOTION / "node_modules" / name)
+    project_spool(spool, no_cli, bundle_cache)
+    drop(spool, "third.yaml", {"composition": "HelloWorld"})
+    drain(spool, expect=3)
+    third = failure(spool, "third")
+    assert third["kind"] == "setup" and third["attempts"] == 1
+    assert third["reason"] == (
+        f"{no_cli} has a remotion.config.ts, which only Remotion's CLI reads: run "
+        "`npm install --save-exact @remotion/cli@4.0.529` there so that spoolrender bundles and renders with it"
+    )
     assert entries(spool, "retry") == []
 
 

@@ -43,6 +43,8 @@ CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
 PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
 OUT_OF_MEMORY = "out-of-memory"
+# Outputs whose video frames ffprobe cannot count (GIF) or that have no video at all.
+UNCOUNTED_CODECS = frozenset({"gif", "mp3", "aac", "wav"})
 # What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
 BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
@@ -266,7 +268,10 @@ class RemotionRenderer:
             try:
                 return self._render_on_worker(request, concurrency, log_fh, progress, cancel)
             except RenderError as exc:
-                raise _memory_verdict(exc, kills_before, concurrency) from exc
+                verdict = _memory_verdict(exc, kills_before, concurrency)
+                if verdict is exc:
+                    raise
+                raise verdict from exc
             finally:
                 log_fh.write(f"--- end of {request.spec.id} run log\n".encode())
 
@@ -341,7 +346,7 @@ class RemotionRenderer:
         verify_nonempty(request.output)
         expected = result.details.get("frames")
         ffprobe = self._worker.ffprobe if self._worker is not None else None
-        if ffprobe is None or not expected or result.details.get("codec") == "gif":
+        if ffprobe is None or not expected or result.details.get("codec") in UNCOUNTED_CODECS:
             return
         proc = subprocess.run(
             [str(ffprobe), "-v", "error", "-count_frames", "-select_streams", "v:0",
@@ -376,7 +381,7 @@ def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
     stats = done.get("stats") or {}
     return {
         "composition_frames": started.get("durationInFrames"),
-        "frames": done.get("durationInFrames", started.get("durationInFrames")),
+        "frames": done.get("frameCount", done.get("durationInFrames", started.get("durationInFrames"))),
         "fps": done.get("fps", started.get("fps")),
         "width": done.get("width", started.get("width")),
         "height": done.get("height", started.get("height")),

@@ -82,9 +82,10 @@ const bundleWithCli = (project, outDir, cache) =>
 	});
 
 const bundleWithApi = async (project, outDir, cache) => {
-	if (configFileOf(project.dir) !== null) {
+	const configFile = configFileOf(project.dir);
+	if (configFile !== null) {
 		throw new SetupError(
-			`${project.dir} has a ${path.basename(configFileOf(project.dir))}, which only Remotion's CLI reads: run \`${installCommand(project.manager, ['@remotion/cli'], project.remotionVersion)}\` there so that spoolrender bundles and renders with it`,
+			`${project.dir} has a ${path.basename(configFile)}, which only Remotion's CLI reads: run \`${installCommand(project.manager, ['@remotion/cli'], project.remotionVersion)}\` there so that spoolrender bundles and renders with it`,
 		);
 	}
 	const entry = ENTRY_POINTS.map((p) => path.join(project.dir, p)).find((p) => fs.existsSync(p));

@@ -33,8 +33,8 @@
 //         {"type":"started","jobId","durationInFrames","fps","width","height"}
 //         {"type":"progress","jobId","progress":0..1,"renderedFrames","encodedFrames",
 //          "stage":"rendering"|"encoding"|"muxing"}   (max ~4/s, final one always)
-//         {"type":"done","jobId","outputLocation","durationInFrames","fps","width",
-//          "height","codec","renderMs","stats":{...}}
+//         {"type":"done","jobId","outputLocation","durationInFrames","frameCount","fps",
+//          "width","height","codec","renderMs","stats":{...}}
 //      or {"type":"failed","jobId","kind":K,"message":FIRST_LINE,
 //          "location":"src/X.tsx:LINE:COL"|null,"detail":FULL_TEXT,"stats":{...}}
 //       K: see errors.mjs. A render request while another runs -> failed kind "busy".

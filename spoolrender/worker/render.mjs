@@ -134,6 +134,7 @@ export const runRender = async (ctx, req, job) => {
 			jobId: req.jobId,
 			outputLocation: req.outputLocation,
 			durationInFrames: composition.durationInFrames,
+			frameCount: totalFrames, // frames in the output (frame range, every-nth-frame)
 			fps: composition.fps,
 			width: composition.width,
 			height: composition.height,
