@@ -342,3 +342,50 @@ def test_a_job_that_exhausts_memory_is_not_retried_the_same_way(rspool: SpoolLay
         assert len(runs) == 2
         assert runs[0]["outcome"] == "retry" and "the retry renders at concurrency 1" in runs[0]["error"]["message"]
         assert "concurrency 1" in (rspool.failed / entry / "run-0002.log").read_text()
+
+
+def own_memory_cgroup() -> Path | None:
+    """This process's cgroup-v1 memory directory, if we may make children in it."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            cgroup = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (cgroup / "memory.limit_in_bytes").is_file() and os.access(cgroup, os.W_OK):
+                return cgroup
+    return None
+
+
+@pytest.mark.skipif(own_memory_cgroup() is None, reason="needs a writable cgroup-v1 memory controller (root)")
+def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
+    rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path
+) -> None:
+    ensure_bundle(REMOTION, bundle_cache)  # bundled outside the limit, once
+    parent = own_memory_cgroup()
+    assert parent is not None
+    cgroup = parent / f"spoolrender-test-{os.getpid()}-{tmp_path.name}"
+    cgroup.mkdir()
+    try:
+        # 250 MB: the worker and Chromium start, a 1280x720 render does not fit; the
+        # kernel's OOM killer ends Chromium mid-render (the failure issue 12 saw at scale 16).
+        (cgroup / "memory.limit_in_bytes").write_text(str(250 * 1024 * 1024))
+        write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                    "threads_per_job": 2, "backoff_base_seconds": 0.1,
+                                    "backoff_cap_seconds": 0.2})  # fmt: skip
+        drop(rspool, "big.yaml", {"composition": "TitleCard", "props": {"seconds": 2}, "max_attempts": 5})
+        enter = f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"'
+        for _ in range(3):  # a retry (due 0.2 s later) may wait in retry/ after a drain: drain again
+            proc = subprocess.run(["sh", "-c", enter, "sh", *spoolrender_cmd("run", "--drain", "--spool",
+                                   str(rspool.root))], capture_output=True, timeout=300, check=False)  # fmt: skip
+            if entries(rspool, "failed"):
+                assert proc.returncode == 3
+                break
+    finally:
+        wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), timeout=60)
+        cgroup.rmdir()
+    failure = record(rspool, "failed", "big", "failure.json")
+    assert failure["kind"] == "out-of-memory", failure
+    assert "the kernel's OOM killer ended a process of the render (oom_kill " in failure["reason"]
+    assert "not retried" in failure["reason"]
+    (entry,) = entries(rspool, "failed")
+    runs = [json.loads(p.read_text()) for p in sorted((rspool.failed / entry).glob("run-*.json"))]
+    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2
