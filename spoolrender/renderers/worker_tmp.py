@@ -86,15 +86,23 @@ def _processes_of(tmpdir: Path) -> list[int]:
     return found
 
 
-def _end_processes_of(tmpdir: Path) -> None:
+def _end_processes_of(tmpdir: Path) -> bool:
+    """SIGKILL the processes running with TMPDIR=``tmpdir`` and wait for them; False if
+    some are not ours to kill or do not exit in time (then the directory stays)."""
     deadline = time.monotonic() + GONE_TIMEOUT_S
     while (pids := _processes_of(tmpdir)) and time.monotonic() < deadline:
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
                 os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                log.warning("process %s of %s belongs to another user: leaving the directory", pid, tmpdir)
+                return False
         time.sleep(0.05)
     if pids:
         log.warning("processes %s of %s did not exit", pids, tmpdir)
+    return not pids
 
 
 def _rmtree(path: Path) -> None:
@@ -131,5 +139,5 @@ def remove_stale_worker_tmpdirs() -> None:
     for path in Path(tempfile.gettempdir()).glob(f"{WORKER_TMP_PREFIX}*"):
         if path.is_dir() and not path.is_symlink() and not _owner_alive(path):
             log.info("removing %s, left by a runner that is gone", path)
-            _end_processes_of(path)
-            _rmtree(path)
+            if _end_processes_of(path):
+                _rmtree(path)
