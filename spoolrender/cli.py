@@ -410,7 +410,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from spoolrender.layout import SpoolLayout
-    from spoolrender.serve import ServeOptions, SpoolServer, parse_listen
+    from spoolrender.serve.listen import ServeOptions, parse_listen
+    from spoolrender.serve.server import SpoolServer
 
     if not (0 < args.poll <= 60 and 0 < args.keepalive <= 3600):
         raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")

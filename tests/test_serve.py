@@ -23,8 +23,8 @@ from spoolrender.config import load_config
 from spoolrender.errors import ConfigError
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.serve import parse_listen
-from spoolrender.serve_events import EventHub
+from spoolrender.serve.events import EventHub
+from spoolrender.serve.listen import parse_listen
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 TOKEN = "test-token-0123456789abcdef"
@@ -507,3 +507,24 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
     assert everywhere.returncode == 1 and "0.0.0.0:0" in everywhere.stderr
     help_text = serve("--help")
     assert help_text.returncode == 0 and "examples:" in help_text.stdout and "--listen" in help_text.stdout
+
+
+# Lowest first: a module of spoolrender.serve may import only the ones before it.
+SERVE_LAYERS = ("listen", "readmodel", "api", "events", "http", "server")
+
+
+def test_serve_modules_are_layered_without_cycles() -> None:
+    import ast
+
+    package = Path(spoolrender.__file__).parent / "serve"
+    assert sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__") == sorted(SERVE_LAYERS)
+    for level, name in enumerate(SERVE_LAYERS):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spoolrender.serve"):
+                imported = node.module.removeprefix("spoolrender.serve").lstrip(".") or "__init__"
+                assert imported in SERVE_LAYERS[:level], f"{name} imports {imported}: only lower layers allowed"
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{name}: use absolute imports (spoolrender.serve.X)")
+    # api and events are side by side: neither imports the other.
+    assert "spoolrender.serve.events" not in (package / "api.py").read_text()

@@ -5,16 +5,14 @@ Every answer is built by the code `status` and `show` use (:func:`status.collect
 disagree about a spool. The write actions are `submit`, `retry` and `cancel` of
 :mod:`spoolrender.control`, with their validation.
 
-Two rules keep hostile requests harmless: a job id from a request is checked against the
-job-id pattern before anything touches the filesystem, and no path is ever taken from a
-request (a log is found by listing the job's own directory, a job by listing the state
-directories).
+The middle layer of :mod:`spoolrender.serve`, below the HTTP handler, above the read
+model (:mod:`.readmodel`, which checks ids and finds entries). No path is ever taken from
+a request: a log is found by listing the job's own directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
@@ -28,9 +26,17 @@ from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
-from spoolrender.layout import FINAL_NAME, SpoolLayout, new_token
-from spoolrender.lookup import Located, describe, find_job, incoming_id
+from spoolrender.layout import SpoolLayout, new_token
+from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
+from spoolrender.serve.readmodel import (
+    LIVE_STATES,
+    ApiError,
+    final_id,
+    find_entries,
+    mtime,
+    result_summary,
+)
 from spoolrender.status import (
     SCHEMA_VERSION,
     collect_status,
@@ -46,51 +52,6 @@ DEFAULT_LOG_BYTES = 64 * 1024
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LOG_LINES = 10_000
 LOG_FILE = re.compile(r"run-(\d{4,})\.log")
-# Which entry of a job (several for re-runs) a client means: a live one first.
-LIVE_STATES = ("running", "retry", "incoming")
-RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
-
-
-class ApiError(SpoolrenderError):
-    """A request the API refuses: an HTTP status, a message and optional extra fields."""
-
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.extra = extra
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.message, **self.extra}
-
-
-def check_job_id(text: str) -> str:
-    """``text`` if it is a valid job id; else a 400 (before any file is looked at)."""
-    if not ID_PATTERN.fullmatch(text):
-        shown = text if len(text) <= 60 else text[:57] + "..."
-        raise ApiError(
-            400,
-            f"invalid job id {shown!r}: expected letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit, at most {defaults.MAX_ID_LENGTH} characters",
-        )
-    return text
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
-
-
-def result_summary(job_dir: Path) -> dict[str, Any] | None:
-    """The useful part of a done job's result.json (where the video is), or None."""
-    try:
-        with open(job_dir / defaults.RESULT_FILENAME, "rb") as fh:
-            result = json.loads(fh.read())
-        return {key: result.get(key) for key in RESULT_KEYS}
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -109,7 +70,7 @@ def metrics_text(config: SpoolConfig) -> str:
 def _ordered(layout: SpoolLayout, state: str, names: list[str]) -> list[str]:
     """A state's entries in the order a client wants them: queue order, or newest first."""
     if state in ("done", "failed"):
-        stamped = [(_mtime(layout.state_dir(state) / n) or 0.0, n) for n in names]
+        stamped = [(mtime(layout.state_dir(state) / n) or 0.0, n) for n in names]
         return [n for _, n in sorted(stamped, reverse=True)]
     return sorted(names)  # incoming by name; retry names sort by due time; running by id
 
@@ -150,10 +111,10 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
             elif s == "failed":
                 item = failures.get(name) or _failed_item(path)
             elif s == "done":
-                item = {"id": _final_id(name), "entry": name, "finished_at": _mtime(path)}
+                item = {"id": final_id(name), "entry": name, "finished_at": mtime(path)}
                 item.update(result_summary(path) or {})
             elif s == "incoming":
-                item = {"id": incoming_id(config, path), "entry": name, "queued_at": _mtime(path)}
+                item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             else:
                 item = {"id": name, "entry": name}
             jobs.append({"state": s, **item})
@@ -172,28 +133,9 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
     }
 
 
-def _final_id(name: str) -> str:
-    m = FINAL_NAME.fullmatch(name)
-    return m.group("id") if m else name
-
-
 def _failed_item(path: Path) -> dict[str, Any]:
     kind, reason = read_failure(path)
-    return {"id": _final_id(path.name), "entry": path.name, "failed_at": _mtime(path), "kind": kind, "reason": reason}
-
-
-def by_relevance(found: list[Located]) -> list[Located]:
-    """A job's entries, the one a client means first: live ones, then newest finished."""
-    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
-    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: _mtime(w.path) or 0.0)
-    return live + finished[::-1]
-
-
-def _find(config: SpoolConfig, job_id: str) -> list[Located]:
-    found = find_job(config, check_job_id(job_id))
-    if not found:
-        raise ApiError(404, f"no job with id {job_id!r}")
-    return by_relevance(found)
+    return {"id": final_id(path.name), "entry": path.name, "failed_at": mtime(path), "kind": kind, "reason": reason}
 
 
 def _job_spec(config: SpoolConfig, where: Located) -> tuple[dict[str, Any] | None, list[str]]:
@@ -213,7 +155,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
     """
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     current = found[0]
     info = describe(config, current)
     info["entry"] = current.entry
@@ -264,7 +206,7 @@ def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: i
     The file is found by listing the job's directory (never from a request) and opened
     without following links; only a regular file is read.
     """
-    for where in _find(config, job_id):
+    for where in find_entries(config, job_id):
         if where.state == "incoming":
             continue
         runs = _log_runs(where.path)
@@ -318,7 +260,7 @@ def submit_job(config: SpoolConfig, data: bytes, name: str | None) -> dict[str, 
 
 def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     """``POST /jobs/{id}/retry``: a failed job back to retry/ with fresh attempts."""
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     if not any(w.state == "failed" for w in found):
         raise ApiError(409, f"job {job_id!r} is {found[0].state}, not failed: nothing to retry")
     try:
@@ -330,7 +272,7 @@ def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
 
 def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:
     """``POST /jobs/{id}/cancel``: as ``spoolrender cancel`` (queued: failed now; running: its runner stops it)."""
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     if not any(w.state in LIVE_STATES for w in found):
         raise ApiError(409, f"job {job_id!r} is already {found[0].state}: nothing to cancel")
     try:

@@ -1,11 +1,8 @@
-"""`spoolrender serve`: the spool over HTTP (JSON API, event stream, metrics, dashboard).
+"""The `spoolrender serve` process: the listening socket, its connection caps, start and stop.
 
-The standard library's ``ThreadingHTTPServer`` is enough: the server reads a few small
-files per request, each event stream holds one thread that mostly sleeps, and no extra
-dependency has to be vetted for a process that listens on a network. It only reads the
-spool (no runner runs in it), so it works on any host that mounts the spool. This module
-is the process: where to listen, the server with its connection cap, start and stop;
-:mod:`spoolrender.serve_http` handles requests.
+The top layer of :mod:`spoolrender.serve`: it puts together the event hub
+(:mod:`.events`), the dashboard's files and the request handler (:mod:`.http`), and
+hands every connection to a handler thread.
 
 Safe defaults: it listens on 127.0.0.1 unless told otherwise (an empty host is refused;
 "every interface" has to be spelled 0.0.0.0 or [::]); on a loopback address it answers
@@ -17,110 +14,29 @@ reach it through DNS rebinding; write actions are off until the spool config set
 from __future__ import annotations
 
 import contextlib
-import ipaddress
+import functools
 import logging
 import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from importlib import resources
 from types import FrameType
 from typing import Any
 
 from spoolrender.config import SpoolConfig
-from spoolrender.errors import ConfigError, SpoolrenderError
-from spoolrender.serve_events import EventHub
-from spoolrender.serve_http import STATIC, RequestHandler
+from spoolrender.errors import SpoolrenderError
+from spoolrender.serve.events import EventHub
+from spoolrender.serve.http import STATIC, RequestHandler, Site
+from spoolrender.serve.listen import ListenAddress, ServeOptions, host_name, is_loopback_name
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:8765"
 MAX_CONNECTIONS = 64
 MAX_STREAMS = 32  # event streams at once (each holds a connection and a thread)
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-
-
-# --- where to listen ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ListenAddress:
-    host: str  # a literal IP address
-    port: int
-    family: socket.AddressFamily
-
-    @property
-    def ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        return ipaddress.ip_address(self.host)
-
-    def url(self, port: int | None = None) -> str:
-        host = f"[{self.host}]" if self.family == socket.AF_INET6 else self.host
-        return f"http://{host}:{self.port if port is None else port}/"
-
-
-def parse_listen(text: str) -> ListenAddress:
-    """``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (on 127.0.0.1); never an implied all-interfaces."""
-    text = text.strip()
-    if text.isdigit():
-        host, port_text = "127.0.0.1", text
-    elif text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if not rest.startswith(":"):
-            raise ConfigError(f"--listen {text!r}: expected [ADDRESS]:PORT")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise ConfigError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    if not host:
-        raise ConfigError(
-            f"--listen {text!r} has no address; to listen on every interface say 0.0.0.0:{port_text} "
-            f"(or [::]:{port_text}) explicitly"
-        )
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(f"--listen {text!r}: the port must be a number 0..65535 (0: any free port)")
-    port = int(port_text)
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise ConfigError(f"--listen {text!r}: cannot resolve {host!r}: {exc}") from exc
-        ip = ipaddress.ip_address(str(infos[0][4][0]))
-    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-    return ListenAddress(str(ip), port, family)
-
-
-def _host_name(header: str) -> str:
-    """The name part of a Host header (``[::1]:8765`` -> ``::1``), lower case."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:].partition("]")[0]
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
-
-
-def _is_loopback_name(name: str) -> bool:
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-# --- the server -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    poll_seconds: float = 1.0
-    keepalive_seconds: float = 15.0
-    allow_hosts: tuple[str, ...] = ()
 
 
 def _read_static() -> dict[str, bytes]:
@@ -142,15 +58,21 @@ class SpoolServer(ThreadingHTTPServer):
         self.listen = listen
         self.config = config
         self.options = options
-        self.static = _read_static()
         self.hub = EventHub(config, poll_seconds=options.poll_seconds)
-        self.streams = threading.BoundedSemaphore(MAX_STREAMS)
         self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         # On a loopback address only loopback Host names (and --allow-host) are answered.
         self.allowed_hosts: frozenset[str] | None = None
         if options.allow_hosts or listen.ip.is_loopback:
             self.allowed_hosts = frozenset(h.lower() for h in options.allow_hosts)
-        super().__init__((listen.host, listen.port), RequestHandler)
+        site = Site(
+            config=config,
+            keepalive_seconds=options.keepalive_seconds,
+            hub=self.hub,
+            streams=threading.BoundedSemaphore(MAX_STREAMS),
+            static=_read_static(),
+            host_allowed=self.host_allowed,
+        )
+        super().__init__((listen.host, listen.port), functools.partial(RequestHandler, site=site))
 
     @property
     def url(self) -> str:
@@ -159,8 +81,8 @@ class SpoolServer(ThreadingHTTPServer):
     def host_allowed(self, header: str | None) -> bool:
         if self.allowed_hosts is None or header is None:
             return True
-        name = _host_name(header)
-        return name in self.allowed_hosts or (self.listen.ip.is_loopback and _is_loopback_name(name))
+        name = host_name(header)
+        return name in self.allowed_hosts or (self.listen.ip.is_loopback and is_loopback_name(name))
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._connections.acquire(blocking=False):

@@ -1,8 +1,7 @@
 """The HTTP side of `spoolrender serve`: routing, limits, auth; every answer JSON.
 
-What the answers say comes from :mod:`spoolrender.serve_api` and
-:mod:`spoolrender.serve_events`; this module only turns requests into calls and results
-into responses, and refuses whatever is malformed or too big before it reaches them:
+What the answers say comes from :mod:`.api` and :mod:`.events`; this module only turns
+requests into calls and results into responses, and refuses whatever is malformed or too big before it reaches them:
 the request target is capped at ``MAX_URL`` bytes, headers at ``MAX_HEADER_BYTES``, the
 query at ``MAX_QUERY_FIELDS`` known fields, a body at the spool's ``max_job_bytes``. Path
 segments are percent-decoded one by one and ``.``/``..``, slashes, backslashes, NUL and
@@ -16,27 +15,29 @@ import hmac
 import json
 import logging
 import re
+import socketserver
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from spoolrender import __version__, defaults
+from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.lookup import find_job
-from spoolrender.serve_api import (
+from spoolrender.serve.api import (
     DEFAULT_LIMIT,
     DEFAULT_LOG_BYTES,
     MAX_LIMIT,
     MAX_LOG_BYTES,
     MAX_LOG_LINES,
-    ApiError,
     cancel_job,
-    check_job_id,
     job_detail,
     list_jobs,
     log_tail,
@@ -45,10 +46,8 @@ from spoolrender.serve_api import (
     status_document,
     submit_job,
 )
-from spoolrender.serve_events import current_job_events, encode_unsequenced
-
-if TYPE_CHECKING:
-    from spoolrender.serve import SpoolServer
+from spoolrender.serve.events import EventHub, current_job_events, encode_unsequenced
+from spoolrender.serve.readmodel import ApiError, check_job_id
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +70,25 @@ CSP = (
 Route = Callable[["RequestHandler", dict[str, str], list[str]], None]
 
 
+@dataclass(frozen=True)
+class Site:
+    """What a request handler needs of the server process (built by :mod:`.server`)."""
+
+    config: SpoolConfig
+    keepalive_seconds: float  # event streams: a comment after this long without an event
+    hub: EventHub
+    streams: threading.BoundedSemaphore  # event streams at once
+    static: dict[str, bytes]  # the dashboard's files by name
+    host_allowed: Callable[[str], bool]  # the Host header check (DNS rebinding)
+
+
 class RequestHandler(BaseHTTPRequestHandler):
     """Routes one request; every answer, errors included, is JSON (or the dashboard's files)."""
 
-    server: SpoolServer
+    def __init__(self, request: Any, client_address: Any, server: socketserver.BaseServer, *, site: Site) -> None:
+        self.site = site  # before the base class, which handles the request in __init__
+        super().__init__(request, client_address, server)
+
     server_version = f"spoolrender/{__version__}"
     protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
     default_request_version = "HTTP/1.0"  # so that even a garbled request gets a status line
@@ -170,7 +184,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if sum(len(k) + len(v) + 4 for k, v in self.headers.items()) > MAX_HEADER_BYTES:
             raise ApiError(431, f"request headers larger than {MAX_HEADER_BYTES} bytes")
         host = self.headers.get("Host")
-        if host is not None and not self.server.host_allowed(host):
+        if host is not None and not self.site.host_allowed(host):
             raise ApiError(
                 403,
                 f"Host {host[:100]!r} is not served here (DNS rebinding protection); "
@@ -226,10 +240,10 @@ class RequestHandler(BaseHTTPRequestHandler):
     def get_static(self, params: dict[str, str], args: list[str]) -> None:
         name, content_type = STATIC[args[0]]
         headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
-        self._send(200, self.server.static[name], content_type, headers)
+        self._send(200, self.site.static[name], content_type, headers)
 
     def get_status(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, status_document(self.server.config))
+        self._send_json(200, status_document(self.site.config))
 
     def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
         state = params.get("state") or None
@@ -237,10 +251,10 @@ class RequestHandler(BaseHTTPRequestHandler):
             raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
         limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         offset = _int_param(params, "offset", 0, 0, 10**9)
-        self._send_json(200, list_jobs(self.server.config, state=state, limit=limit, offset=offset))
+        self._send_json(200, list_jobs(self.site.config, state=state, limit=limit, offset=offset))
 
     def get_job(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, job_detail(self.server.config, args[0]))
+        self._send_json(200, job_detail(self.site.config, args[0]))
 
     def get_log(self, params: dict[str, str], args: list[str]) -> None:
         if "bytes" in params and "lines" in params:
@@ -248,7 +262,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         tail = _int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
         lines = _int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
         run = _int_param(params, "run", 0, 1, 9999) if "run" in params else None
-        tail_ = log_tail(self.server.config, args[0], run=run, tail_bytes=tail, lines=lines)
+        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines)
         headers = {
             "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
             "X-Spoolrender-Log-Size": str(tail_.size),
@@ -257,21 +271,21 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
 
     def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
-        self._send(200, metrics_text(self.server.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
+        self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
 
     def get_events(self, params: dict[str, str], args: list[str]) -> None:
         job = check_job_id(params["job"]) if "job" in params else None
-        if job is not None and not find_job(self.server.config, job):
+        if job is not None and not find_job(self.site.config, job):
             raise ApiError(404, f"no job with id {job!r}")
-        if not self.server.streams.acquire(blocking=False):
+        if not self.site.streams.acquire(blocking=False):
             raise ApiError(503, "too many event streams open; try again later")
         try:
             self._stream(job)
         finally:
-            self.server.streams.release()
+            self.site.streams.release()
 
     def _stream(self, job: str | None) -> None:
-        hub, config = self.server.hub, self.server.config
+        hub, config = self.site.hub, self.site.config
         self.close_connection = True
         with hub.subscription():
             self._responded = True
@@ -295,7 +309,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
             resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
             after = resumed if resumed is not None else catch_up()
-            keepalive = self.server.options.keepalive_seconds
+            keepalive = self.site.keepalive_seconds
             written = time.monotonic()
             while not hub.stopped:
                 events = hub.wait(after, keepalive)
@@ -319,7 +333,7 @@ class RequestHandler(BaseHTTPRequestHandler):
     # --- writing ----------------------------------------------------------------------------
 
     def _authorize(self) -> None:
-        token = self.server.config.serve_token
+        token = self.site.config.serve_token
         if token is None:
             raise ApiError(
                 403,
@@ -338,7 +352,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         length = (self.headers.get("Content-Length") or "").strip()
         if not length:
             raise ApiError(411, "Content-Length required")
-        limit = self.server.config.max_job_bytes
+        limit = self.site.config.max_job_bytes
         if not length.isdigit() or len(length) > 18:
             raise ApiError(400, "invalid Content-Length")
         if int(length) > limit:
@@ -354,17 +368,17 @@ class RequestHandler(BaseHTTPRequestHandler):
         header = self.headers.get("X-Spoolrender-Name")
         if name is not None and header is not None and name != header:
             raise ApiError(400, "the name in the query and in X-Spoolrender-Name differ")
-        result = submit_job(self.server.config, self._body(), name if name is not None else header)
+        result = submit_job(self.site.config, self._body(), name if name is not None else header)
         self._send_json(201, result, {"Location": result["url"]})
 
     def post_retry(self, params: dict[str, str], args: list[str]) -> None:
         self._authorize()
-        self._send_json(200, retry_job(self.server.config, args[0]))
+        self._send_json(200, retry_job(self.site.config, args[0]))
 
     def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
         self._authorize()
         who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
-        self._send_json(200, cancel_job(self.server.config, args[0], who))
+        self._send_json(200, cancel_job(self.site.config, args[0], who))
 
 
 def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
