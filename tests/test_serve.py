@@ -318,6 +318,7 @@ def test_unknown_job_to_follow(spool: SpoolLayout, tmp_path: Path) -> None:
 def guarded(spool: SpoolLayout, tmp_path: Path) -> Iterator[tuple[SpoolLayout, Server]]:
     """A spool with done, failed and waiting jobs, no runner, and a server with a token."""
     write_spool_config(spool, {"serve_token": TOKEN})
+    os.chmod(spool.root / "spoolrender.yaml", 0o600)  # a token only in a file others cannot read
     drop(spool, "good.yaml", command_job())
     drop(spool, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     assert drain(spool) == 3
@@ -465,6 +466,7 @@ def test_writes_with_the_token(guarded: tuple[SpoolLayout, Server]) -> None:
 
 def test_cancel_a_running_job_over_http(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     write_spool_config(spool, {"serve_token": TOKEN})
+    os.chmod(spool.root / "spoolrender.yaml", 0o600)  # a token only in a file others cannot read
     drop(spool, "long.yaml", command_job(sleep=30))
     start_runner()
     wait_for(lambda: running_with_progress(spool), timeout=30)
@@ -510,7 +512,7 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
 
 
 # Lowest first: a module of spoolrender.serve may import only the ones before it.
-SERVE_LAYERS = ("listen", "readmodel", "api", "events", "http", "server")
+SERVE_LAYERS = ("listen", "auth", "readmodel", "api", "events", "http", "server")
 
 
 def test_serve_modules_are_layered_without_cycles() -> None:

@@ -11,10 +11,12 @@ control characters are refused; ids must match the job-id pattern. Errors are
 
 from __future__ import annotations
 
-import hmac
+import io
 import json
 import logging
 import re
+import select
+import socket
 import socketserver
 import threading
 import time
@@ -46,7 +48,9 @@ from spoolrender.serve.api import (
     status_document,
     submit_job,
 )
+from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.events import EventHub, current_job_events, encode_unsequenced
+from spoolrender.serve.listen import HostPolicy
 from spoolrender.serve.readmodel import ApiError, check_job_id
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,8 @@ MAX_URL = 4096  # request target, bytes
 MAX_HEADER_BYTES = 16 * 1024
 MAX_QUERY_FIELDS = 8
 SOCKET_TIMEOUT = 15.0  # a client that stalls this long (reading or being written to) is dropped
+BODY_SECONDS = 60.0  # a request body (a job file, max_job_bytes at most) must be in within this
+GONE_CHECK_SECONDS = 0.25  # how soon an event stream notices that its client went away
 RETRY_MS = 2000  # EventSource reconnect delay
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 STATIC = {
@@ -75,11 +81,41 @@ class Site:
     """What a request handler needs of the server process (built by :mod:`.server`)."""
 
     config: SpoolConfig
+    token: str | None  # write actions: off while None (see .auth)
     keepalive_seconds: float  # event streams: a comment after this long without an event
+    header_seconds: float  # the request line and headers must be in within this
     hub: EventHub
     streams: threading.BoundedSemaphore  # event streams at once
     static: dict[str, bytes]  # the dashboard's files by name
-    host_allowed: Callable[[str], bool]  # the Host header check (DNS rebinding)
+    hosts: HostPolicy  # the Host header check (DNS rebinding)
+
+
+class DeadlineReader(io.RawIOBase):
+    """A socket's reading side with a deadline for the whole, not just for each read.
+
+    The socket timeout alone bounds one read, so a client sending a header line every few
+    seconds could hold its connection (and thread) for ever: slowloris. Each read here
+    waits at most until the deadline, and none starts after it.
+    """
+
+    def __init__(self, sock: socket.socket, per_read: float) -> None:
+        super().__init__()
+        self.sock = sock
+        self.per_read = per_read
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        timeout = self.per_read
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long to arrive")
+            timeout = min(timeout, left)
+        self.sock.settimeout(timeout)
+        return self.sock.recv_into(buffer)
 
 
 class RequestHandler(BaseHTTPRequestHandler):
@@ -88,6 +124,14 @@ class RequestHandler(BaseHTTPRequestHandler):
     def __init__(self, request: Any, client_address: Any, server: socketserver.BaseServer, *, site: Site) -> None:
         self.site = site  # before the base class, which handles the request in __init__
         super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        super().setup()
+        # The request line and headers, however slowly they come, within header_seconds;
+        # the body (checked against max_job_bytes first) gets a deadline of its own.
+        self._reader = DeadlineReader(self.connection, SOCKET_TIMEOUT)
+        self._reader.deadline = time.monotonic() + self.site.header_seconds
+        self.rfile = io.BufferedReader(self._reader)
 
     server_version = f"spoolrender/{__version__}"
     protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
@@ -151,6 +195,8 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         self._responded = False
+        self._reader.deadline = time.monotonic() + BODY_SECONDS
+        self.connection.settimeout(SOCKET_TIMEOUT)  # for writing: a reader's timeout may be shorter
         try:
             self._check_limits()
             route, params, args = self._route(method)
@@ -184,7 +230,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if sum(len(k) + len(v) + 4 for k, v in self.headers.items()) > MAX_HEADER_BYTES:
             raise ApiError(431, f"request headers larger than {MAX_HEADER_BYTES} bytes")
         host = self.headers.get("Host")
-        if host is not None and not self.site.host_allowed(host):
+        if host is not None and not self.site.hosts.allows(host, str(self.connection.getsockname()[0])):
             raise ApiError(
                 403,
                 f"Host {host[:100]!r} is not served here (DNS rebinding protection); "
@@ -312,7 +358,11 @@ class RequestHandler(BaseHTTPRequestHandler):
             keepalive = self.site.keepalive_seconds
             written = time.monotonic()
             while not hub.stopped:
-                events = hub.wait(after, keepalive)
+                # Short waits, so that a client that went away frees its slot (and thread)
+                # at once instead of at the next keepalive write.
+                events = hub.wait(after, min(keepalive, GONE_CHECK_SECONDS))
+                if self._client_gone():
+                    return
                 if events is None:
                     catch_up()
                     after = hub.last_seq()
@@ -330,20 +380,33 @@ class RequestHandler(BaseHTTPRequestHandler):
                 if events:
                     after = events[-1].seq
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed its side (an event stream's client only ever reads)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            # Readable on a stream means the end (b"") or a reset; stray bytes are dropped.
+            return bool(self.connection.recv(4096, socket.MSG_DONTWAIT) == b"")
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     # --- writing ----------------------------------------------------------------------------
 
     def _authorize(self) -> None:
-        token = self.site.config.serve_token
+        token = self.site.token
         if token is None:
             raise ApiError(
                 403,
-                "write actions are disabled: set serve_token in the spool's spoolrender.yaml "
-                "and restart `spoolrender serve` to enable them",
+                "write actions are disabled: set serve_token_file (or serve_token) in the spool's "
+                "spoolrender.yaml and restart `spoolrender serve` to enable them",
             )
-        scheme, _, value = (self.headers.get("Authorization") or "").strip().partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
+        matches = bearer_matches(self.headers.get("Authorization"), token)
+        if matches is None:
             raise ApiError(401, "this needs the header Authorization: Bearer <serve_token>")
-        if not hmac.compare_digest(value.strip().encode(), token.encode()):
+        if not matches:
             raise ApiError(403, "wrong token")
 
     def _body(self) -> bytes:

@@ -68,20 +68,49 @@ def parse_listen(text: str) -> ListenAddress:
 
 
 def host_name(header: str) -> str:
-    """The name part of a Host header (``[::1]:8765`` -> ``::1``), lower case."""
+    """The name part of a Host header (``[::1]:8765`` -> ``::1``), lower case, no final dot."""
     header = header.strip().lower()
     if header.startswith("["):
         return header[1:].partition("]")[0]
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
+    name = header.rpartition(":")[0] if header.count(":") == 1 else header
+    return name.rstrip(".")
 
 
-def is_loopback_name(name: str) -> bool:
-    if name in LOOPBACK_NAMES:
-        return True
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        return ipaddress.ip_address(name).is_loopback
+        ip = ipaddress.ip_address(text.partition("%")[0])  # fe80::1%eth0: the zone is no part of it
     except ValueError:
-        return False
+        return None
+    # An IPv4 client of a dual-stack [::] socket shows up as ::ffff:a.b.c.d.
+    return ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Which ``Host`` headers are answered, on every listen address (DNS rebinding defence).
+
+    A web page that makes its own name resolve to this host (DNS rebinding) sends requests
+    with its own name as Host; answering only known names keeps it out, whether the server
+    listens on loopback, one interface, or all of them (0.0.0.0, [::]). Known are: the
+    address literal the connection reached (``http://10.0.0.5:8765/`` on that interface),
+    loopback names on a loopback connection, and the ``--allow-host`` names.
+    """
+
+    allow_names: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_names(cls, names: tuple[str, ...]) -> HostPolicy:
+        return cls(frozenset(host_name(n) for n in names))
+
+    def allows(self, header: str, local_address: str) -> bool:
+        name = host_name(header)
+        if name in self.allow_names:
+            return True
+        reached = _address(local_address)
+        asked = _address(name)
+        if asked is not None:
+            return asked == reached
+        return name in LOOPBACK_NAMES and reached is not None and reached.is_loopback
 
 
 @dataclass(frozen=True)
@@ -89,3 +118,5 @@ class ServeOptions:
     poll_seconds: float = 1.0
     keepalive_seconds: float = 15.0
     allow_hosts: tuple[str, ...] = ()
+    header_seconds: float = 10.0  # the whole request line and headers, however they trickle in
+    max_per_client: int = 16  # connections at once from one address (a proxy in front: raise it)

@@ -5,21 +5,26 @@ The top layer of :mod:`spoolrender.serve`: it puts together the event hub
 hands every connection to a handler thread.
 
 Safe defaults: it listens on 127.0.0.1 unless told otherwise (an empty host is refused;
-"every interface" has to be spelled 0.0.0.0 or [::]); on a loopback address it answers
-only requests whose Host is a loopback name (or ``--allow-host``), so a web page cannot
-reach it through DNS rebinding; write actions are off until the spool config sets
-``serve_token``, and then need ``Authorization: Bearer <token>``.
+"every interface" has to be spelled 0.0.0.0 or [::]); on every address it answers only
+requests whose Host is the address reached, a loopback name on loopback, or an
+``--allow-host`` name, so a web page cannot reach it through DNS rebinding
+(:class:`.listen.HostPolicy`); write actions are off until a token is configured
+(:mod:`.auth`), and then need ``Authorization: Bearer <token>``. One client address gets
+at most ``max_per_client`` of the ``MAX_CONNECTIONS``, and a request's headers must be
+complete within ``header_seconds`` (:mod:`.http`), so slow clients cannot lock others out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import signal
 import socket
 import threading
 import time
+from collections import Counter
 from http.server import ThreadingHTTPServer
 from importlib import resources
 from types import FrameType
@@ -27,9 +32,10 @@ from typing import Any
 
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
+from spoolrender.serve.auth import load_serve_token
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.http import STATIC, RequestHandler, Site
-from spoolrender.serve.listen import ListenAddress, ServeOptions, host_name, is_loopback_name
+from spoolrender.serve.listen import HostPolicy, ListenAddress, ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +64,20 @@ class SpoolServer(ThreadingHTTPServer):
         self.listen = listen
         self.config = config
         self.options = options
+        self.token = load_serve_token(config)  # before listening: a bad token file stops us here
         self.hub = EventHub(config, poll_seconds=options.poll_seconds)
         self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        # On a loopback address only loopback Host names (and --allow-host) are answered.
-        self.allowed_hosts: frozenset[str] | None = None
-        if options.allow_hosts or listen.ip.is_loopback:
-            self.allowed_hosts = frozenset(h.lower() for h in options.allow_hosts)
+        self._per_client: Counter[str] = Counter()
+        self._per_client_lock = threading.Lock()
         site = Site(
             config=config,
+            token=self.token,
             keepalive_seconds=options.keepalive_seconds,
+            header_seconds=options.header_seconds,
             hub=self.hub,
             streams=threading.BoundedSemaphore(MAX_STREAMS),
             static=_read_static(),
-            host_allowed=self.host_allowed,
+            hosts=HostPolicy.from_names(options.allow_hosts),
         )
         super().__init__((listen.host, listen.port), functools.partial(RequestHandler, site=site))
 
@@ -78,28 +85,46 @@ class SpoolServer(ThreadingHTTPServer):
     def url(self) -> str:
         return self.listen.url(int(self.server_address[1]))
 
-    def host_allowed(self, header: str | None) -> bool:
-        if self.allowed_hosts is None or header is None:
-            return True
-        name = host_name(header)
-        return name in self.allowed_hosts or (self.listen.ip.is_loopback and is_loopback_name(name))
+    def _refuse(self, request: Any, why: str) -> None:
+        body = json.dumps({"error": f"{why}, try again later"}).encode() + b"\n"
+        head = (
+            "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        )
+        # A few hundred bytes fit any socket buffer: this never blocks the accepting thread.
+        with contextlib.suppress(OSError):
+            request.sendall(head.encode() + body)
+        self.close_request(request)  # no lingering here: this is the accepting thread
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        # One client (address) gets at most max_per_client connections, so a slow or
+        # hostile one cannot take all MAX_CONNECTIONS from everybody else.
+        client = str(client_address[0])
+        with self._per_client_lock:
+            if self._per_client[client] >= self.options.max_per_client:
+                full = True
+            else:
+                full = False
+                self._per_client[client] += 1
+        if full:
+            self._refuse(request, "too many connections from your address")
+            return
         if not self._connections.acquire(blocking=False):
-            body = b'{"error": "too many connections, try again later"}\n'
-            head = (
-                "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-            )
-            with contextlib.suppress(OSError):
-                request.sendall(head.encode() + body)
-            self.close_request(request)  # no lingering here: this is the accepting thread
+            self._release_client(client)
+            self._refuse(request, "too many connections")
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._connections.release()
+            self._release_client(client)
             raise
+
+    def _release_client(self, client: str) -> None:
+        with self._per_client_lock:
+            self._per_client[client] -= 1
+            if self._per_client[client] <= 0:
+                del self._per_client[client]
 
     def shutdown_request(self, request: Any) -> None:
         # Lingering close: after our answer, read (and drop) whatever the client still sends
@@ -121,6 +146,7 @@ class SpoolServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._connections.release()
+            self._release_client(str(client_address[0]))
 
     def serve(self) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT with :meth:`install_signal_handlers`)."""
