@@ -1,7 +1,7 @@
-"""The HTTP side of `spoolrender serve`: routing, limits, auth; every answer JSON.
+"""The HTTP transport of `spoolrender serve`: parsing, limits, the Host check, auth, routing.
 
-What the answers say comes from :mod:`.api` and :mod:`.events`; this module only turns
-requests into calls and results into responses, and refuses whatever is malformed or too big before it reaches them:
+The endpoints themselves are methods of :class:`.routes.SpoolHandler`; this module finds
+the method for a request and refuses whatever is malformed or too big before it reaches it:
 the request target is capped at ``MAX_URL`` bytes, headers at ``MAX_HEADER_BYTES``, the
 query at ``MAX_QUERY_FIELDS`` known fields, a body at the spool's ``max_job_bytes``. Path
 segments are percent-decoded one by one and ``.``/``..``, slashes, backslashes, NUL and
@@ -23,33 +23,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-
-from spoolrender import __version__, defaults
+from spoolrender import __version__
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.lookup import find_job
-from spoolrender.serve.api import (
-    DEFAULT_LIMIT,
-    DEFAULT_LOG_BYTES,
-    MAX_LIMIT,
-    MAX_LOG_BYTES,
-    MAX_LOG_LINES,
-    cancel_job,
-    job_detail,
-    list_jobs,
-    log_tail,
-    metrics_text,
-    retry_job,
-    status_document,
-    submit_job,
-)
 from spoolrender.serve.auth import bearer_matches
-from spoolrender.serve.events import EventHub, current_job_events, encode_unsequenced
+from spoolrender.serve.events import EventHub
 from spoolrender.serve.listen import HostPolicy
 from spoolrender.serve.readmodel import ApiError, check_job_id
 
@@ -73,7 +54,10 @@ CSP = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
-Route = Callable[["RequestHandler", dict[str, str], list[str]], None]
+Route = Callable[[Any, dict[str, str], list[str]], None]  # a handler method: (self, query, path args)
+NO_PARAMS: frozenset[str] = frozenset()
+# shape -> (allowed methods for the Allow header, {method: (handler, query parameters)})
+RouteTable = dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, tuple[Route, frozenset[str]]]]]
 
 
 @dataclass(frozen=True)
@@ -119,7 +103,12 @@ class DeadlineReader(io.RawIOBase):
 
 
 class RequestHandler(BaseHTTPRequestHandler):
-    """Routes one request; every answer, errors included, is JSON (or the dashboard's files)."""
+    """Parses, checks and routes one request to a method of a subclass (:mod:`.routes`).
+
+    Every answer, errors included, is JSON, unless a route sends something else.
+    """
+
+    routes: ClassVar[RouteTable] = {}
 
     def __init__(self, request: Any, client_address: Any, server: socketserver.BaseServer, *, site: Site) -> None:
         self.site = site  # before the base class, which handles the request in __init__
@@ -250,7 +239,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             if segment in (".", "..") or any(c in segment for c in "/\\\x00") or not segment.isprintable():
                 raise ApiError(400, "invalid path: no '.', '..', slashes, backslashes or control characters")
             segments.append(segment)
-        found = ROUTES.get(_shape(segments))
+        found = self.routes.get(_shape(segments))
         if found is None:
             raise ApiError(404, f"no such endpoint: {raw_path[:100]} (see GET /)")
         allowed, routes = found
@@ -280,105 +269,6 @@ class RequestHandler(BaseHTTPRequestHandler):
                 raise ApiError(400, f"query parameter {key!r} given twice")
             params[key] = value
         return params
-
-    # --- reading ----------------------------------------------------------------------------
-
-    def get_static(self, params: dict[str, str], args: list[str]) -> None:
-        name, content_type = STATIC[args[0]]
-        headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
-        self._send(200, self.site.static[name], content_type, headers)
-
-    def get_status(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, status_document(self.site.config))
-
-    def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
-        state = params.get("state") or None
-        if state is not None and state not in defaults.STATE_DIRS:
-            raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
-        limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        offset = _int_param(params, "offset", 0, 0, 10**9)
-        self._send_json(200, list_jobs(self.site.config, state=state, limit=limit, offset=offset))
-
-    def get_job(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, job_detail(self.site.config, args[0]))
-
-    def get_log(self, params: dict[str, str], args: list[str]) -> None:
-        if "bytes" in params and "lines" in params:
-            raise ApiError(400, "give either bytes or lines, not both")
-        tail = _int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
-        lines = _int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
-        run = _int_param(params, "run", 0, 1, 9999) if "run" in params else None
-        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines)
-        headers = {
-            "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
-            "X-Spoolrender-Log-Size": str(tail_.size),
-            "X-Spoolrender-Log-Offset": str(tail_.offset),
-        }
-        self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
-
-    def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
-        self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
-
-    def get_events(self, params: dict[str, str], args: list[str]) -> None:
-        job = check_job_id(params["job"]) if "job" in params else None
-        if job is not None and not find_job(self.site.config, job):
-            raise ApiError(404, f"no job with id {job!r}")
-        if not self.site.streams.acquire(blocking=False):
-            raise ApiError(503, "too many event streams open; try again later")
-        try:
-            self._stream(job)
-        finally:
-            self.site.streams.release()
-
-    def _stream(self, job: str | None) -> None:
-        hub, config = self.site.hub, self.site.config
-        self.close_connection = True
-        with hub.subscription():
-            self._responded = True
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(f"retry: {RETRY_MS}\n: spoolrender events\n\n".encode())
-
-            def catch_up() -> int:
-                # Where the stream starts (or starts again after falling behind): now.
-                if job is not None:
-                    after = hub.last_seq()  # before reading, so no later change is missed
-                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in current_job_events(config, job)))
-                    return after
-                summary = hub.latest_summary()
-                self.wfile.write(summary.encode(hub.boot))
-                return summary.seq
-
-            resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
-            after = resumed if resumed is not None else catch_up()
-            keepalive = self.site.keepalive_seconds
-            written = time.monotonic()
-            while not hub.stopped:
-                # Short waits, so that a client that went away frees its slot (and thread)
-                # at once instead of at the next keepalive write.
-                events = hub.wait(after, min(keepalive, GONE_CHECK_SECONDS))
-                if self._client_gone():
-                    return
-                if events is None:
-                    catch_up()
-                    after = hub.last_seq()
-                    written = time.monotonic()
-                    continue
-                wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
-                if wanted:
-                    self.wfile.write(b"".join(e.encode(hub.boot) for e in wanted))
-                    written = time.monotonic()
-                elif time.monotonic() - written >= keepalive:
-                    # Also on a busy spool for a quiet job: proxies keep the stream open, and a
-                    # client that went away is noticed.
-                    self.wfile.write(b": keepalive\n\n")
-                    written = time.monotonic()
-                if events:
-                    after = events[-1].seq
 
     def _client_gone(self) -> bool:
         """Whether the client closed its side (an event stream's client only ever reads)."""
@@ -425,26 +315,8 @@ class RequestHandler(BaseHTTPRequestHandler):
             raise ApiError(400, "the body ended before Content-Length bytes")
         return data
 
-    def post_jobs(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        name = params.get("name")
-        header = self.headers.get("X-Spoolrender-Name")
-        if name is not None and header is not None and name != header:
-            raise ApiError(400, "the name in the query and in X-Spoolrender-Name differ")
-        result = submit_job(self.site.config, self._body(), name if name is not None else header)
-        self._send_json(201, result, {"Location": result["url"]})
 
-    def post_retry(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        self._send_json(200, retry_job(self.site.config, args[0]))
-
-    def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
-        self._send_json(200, cancel_job(self.site.config, args[0], who))
-
-
-def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+def int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     text = params.get(name)
     if text is None:
         return default
@@ -460,29 +332,3 @@ def _shape(segments: list[str]) -> tuple[str, ...]:
     if not segments:
         return ("",)
     return tuple(segments)
-
-
-NO_PARAMS: frozenset[str] = frozenset()
-# shape -> (allowed methods for the Allow header, {method: (handler, query parameters)})
-ROUTES: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, tuple[Route, frozenset[str]]]]] = {}
-
-
-def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
-    ROUTES[shape] = (tuple(methods), methods)
-
-
-_add(("",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("app.js",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("style.css",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("status",), GET=(RequestHandler.get_status, NO_PARAMS))
-_add(
-    ("jobs",),
-    GET=(RequestHandler.get_jobs, frozenset({"state", "limit", "offset"})),
-    POST=(RequestHandler.post_jobs, frozenset({"name"})),
-)
-_add(("jobs", "{id}"), GET=(RequestHandler.get_job, NO_PARAMS))
-_add(("jobs", "{id}", "log"), GET=(RequestHandler.get_log, frozenset({"bytes", "lines", "run"})))
-_add(("jobs", "{id}", "retry"), POST=(RequestHandler.post_retry, NO_PARAMS))
-_add(("jobs", "{id}", "cancel"), POST=(RequestHandler.post_cancel, NO_PARAMS))
-_add(("events",), GET=(RequestHandler.get_events, frozenset({"job"})))
-_add(("metrics",), GET=(RequestHandler.get_metrics, NO_PARAMS))

@@ -34,8 +34,9 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.serve.auth import load_serve_token
 from spoolrender.serve.events import EventHub
-from spoolrender.serve.http import STATIC, RequestHandler, Site
+from spoolrender.serve.http import STATIC, Site
 from spoolrender.serve.listen import HostPolicy, ListenAddress, ServeOptions
+from spoolrender.serve.routes import SpoolHandler
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class SpoolServer(ThreadingHTTPServer):
             static=_read_static(),
             hosts=HostPolicy.from_names(options.allow_hosts),
         )
-        super().__init__((listen.host, listen.port), functools.partial(RequestHandler, site=site))
+        super().__init__((listen.host, listen.port), functools.partial(SpoolHandler, site=site))
 
     @property
     def url(self) -> str:

@@ -1,0 +1,192 @@
+"""The endpoints of `spoolrender serve`: one method per route, and the route table.
+
+Above the transport (:mod:`.http`: parsing, limits, the Host check, auth), below the
+server process (:mod:`.server`). What the answers say comes from :mod:`.api`,
+:mod:`.events` and the other layers below; a method only turns a request into a call and
+its result into a response.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from spoolrender import defaults
+from spoolrender.heartbeat import HOSTNAME
+from spoolrender.lookup import find_job
+from spoolrender.serve.api import (
+    DEFAULT_LIMIT,
+    DEFAULT_LOG_BYTES,
+    MAX_LIMIT,
+    MAX_LOG_BYTES,
+    MAX_LOG_LINES,
+    cancel_job,
+    job_detail,
+    list_jobs,
+    log_tail,
+    metrics_text,
+    retry_job,
+    status_document,
+    submit_job,
+)
+from spoolrender.serve.events import current_job_events, encode_unsequenced
+from spoolrender.serve.http import (
+    CSP,
+    GONE_CHECK_SECONDS,
+    NO_PARAMS,
+    RETRY_MS,
+    STATIC,
+    RequestHandler,
+    Route,
+    RouteTable,
+    int_param,
+)
+from spoolrender.serve.readmodel import ApiError, check_job_id
+
+
+class SpoolHandler(RequestHandler):
+    """The request handler of `spoolrender serve`, with every endpoint."""
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def get_static(self, params: dict[str, str], args: list[str]) -> None:
+        name, content_type = STATIC[args[0]]
+        headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+        self._send(200, self.site.static[name], content_type, headers)
+
+    def get_status(self, params: dict[str, str], args: list[str]) -> None:
+        self._send_json(200, status_document(self.site.config))
+
+    def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
+        state = params.get("state") or None
+        if state is not None and state not in defaults.STATE_DIRS:
+            raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
+        limit = int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        offset = int_param(params, "offset", 0, 0, 10**9)
+        self._send_json(200, list_jobs(self.site.config, state=state, limit=limit, offset=offset))
+
+    def get_job(self, params: dict[str, str], args: list[str]) -> None:
+        self._send_json(200, job_detail(self.site.config, args[0]))
+
+    def get_log(self, params: dict[str, str], args: list[str]) -> None:
+        if "bytes" in params and "lines" in params:
+            raise ApiError(400, "give either bytes or lines, not both")
+        tail = int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
+        lines = int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
+        run = int_param(params, "run", 0, 1, 9999) if "run" in params else None
+        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines)
+        headers = {
+            "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
+            "X-Spoolrender-Log-Size": str(tail_.size),
+            "X-Spoolrender-Log-Offset": str(tail_.offset),
+        }
+        self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
+
+    def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
+        self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
+
+    def get_events(self, params: dict[str, str], args: list[str]) -> None:
+        job = check_job_id(params["job"]) if "job" in params else None
+        if job is not None and not find_job(self.site.config, job):
+            raise ApiError(404, f"no job with id {job!r}")
+        if not self.site.streams.acquire(blocking=False):
+            raise ApiError(503, "too many event streams open; try again later")
+        try:
+            self._stream(job)
+        finally:
+            self.site.streams.release()
+
+    def _stream(self, job: str | None) -> None:
+        hub, config = self.site.hub, self.site.config
+        self.close_connection = True
+        with hub.subscription():
+            self._responded = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(f"retry: {RETRY_MS}\n: spoolrender events\n\n".encode())
+
+            def catch_up() -> int:
+                # Where the stream starts (or starts again after falling behind): now.
+                if job is not None:
+                    after = hub.last_seq()  # before reading, so no later change is missed
+                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in current_job_events(config, job)))
+                    return after
+                summary = hub.latest_summary()
+                self.wfile.write(summary.encode(hub.boot))
+                return summary.seq
+
+            resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
+            after = resumed if resumed is not None else catch_up()
+            keepalive = self.site.keepalive_seconds
+            written = time.monotonic()
+            while not hub.stopped:
+                # Short waits, so that a client that went away frees its slot (and thread)
+                # at once instead of at the next keepalive write.
+                events = hub.wait(after, min(keepalive, GONE_CHECK_SECONDS))
+                if self._client_gone():
+                    return
+                if events is None:
+                    catch_up()
+                    after = hub.last_seq()
+                    written = time.monotonic()
+                    continue
+                wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
+                if wanted:
+                    self.wfile.write(b"".join(e.encode(hub.boot) for e in wanted))
+                    written = time.monotonic()
+                elif time.monotonic() - written >= keepalive:
+                    # Also on a busy spool for a quiet job: proxies keep the stream open, and a
+                    # client that went away is noticed.
+                    self.wfile.write(b": keepalive\n\n")
+                    written = time.monotonic()
+                if events:
+                    after = events[-1].seq
+
+    def post_jobs(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        name = params.get("name")
+        header = self.headers.get("X-Spoolrender-Name")
+        if name is not None and header is not None and name != header:
+            raise ApiError(400, "the name in the query and in X-Spoolrender-Name differ")
+        result = submit_job(self.site.config, self._body(), name if name is not None else header)
+        self._send_json(201, result, {"Location": result["url"]})
+
+    def post_retry(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        self._send_json(200, retry_job(self.site.config, args[0]))
+
+    def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
+        self._send_json(200, cancel_job(self.site.config, args[0], who))
+
+
+ROUTES: RouteTable = {}
+
+
+def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
+    ROUTES[shape] = (tuple(methods), methods)
+
+
+_add(("",), GET=(SpoolHandler.get_static, NO_PARAMS))
+_add(("app.js",), GET=(SpoolHandler.get_static, NO_PARAMS))
+_add(("style.css",), GET=(SpoolHandler.get_static, NO_PARAMS))
+_add(("status",), GET=(SpoolHandler.get_status, NO_PARAMS))
+_add(
+    ("jobs",),
+    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset"})),
+    POST=(SpoolHandler.post_jobs, frozenset({"name"})),
+)
+_add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))
+_add(("jobs", "{id}", "log"), GET=(SpoolHandler.get_log, frozenset({"bytes", "lines", "run"})))
+_add(("jobs", "{id}", "retry"), POST=(SpoolHandler.post_retry, NO_PARAMS))
+_add(("jobs", "{id}", "cancel"), POST=(SpoolHandler.post_cancel, NO_PARAMS))
+_add(("events",), GET=(SpoolHandler.get_events, frozenset({"job"})))
+_add(("metrics",), GET=(SpoolHandler.get_metrics, NO_PARAMS))
+
+SpoolHandler.routes = ROUTES
