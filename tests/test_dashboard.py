@@ -99,3 +99,78 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
         assert "render-intro" in activity and "running → done" in activity
         print(f"dashboard screenshot after the render: {page.screenshot(FINISHED)}")
         assert page.errors() == []
+
+
+JOB_SHOT = ARTIFACT.with_name("job-page.png")
+FAILED_SHOT = ARTIFACT.with_name("job-page-failed.png")
+
+
+def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    write_spool_config(spool, {"slots": 1})
+    drop(spool, "broken.yaml", command_job(exit=65, message="props.title is missing <b>bold?</b>"))
+    drain = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert drain.returncode == 3, drain.stderr
+
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        start_runner()
+        drop(spool, "render-intro.yaml", command_job(sleep=10))
+        wait_for(lambda: 0 < progress_now(spool) < 0.4, timeout=30)
+
+        # From the overview's running table to the job page, by clicking the id.
+        page = browser.new_page(server.url)
+        page.wait_for(f"document.body.dataset.ready === '1' && document.querySelector('{BAR}') !== null")
+        page.evaluate("document.querySelector('#running a.job-link').click()")
+        page.wait_for("location.pathname === '/job' && document.body.dataset.ready === '1'")
+        assert page.evaluate("location.search") == "?id=render-intro"
+        assert page.evaluate("document.querySelector('#state').textContent") == "running"
+        assert page.evaluate("document.querySelector('#job-id').textContent") == "render-intro"
+
+        # Live: the bar moves and the log grows without a reload.
+        page.evaluate("window.__sameDocument = true")
+        first = float(page.wait_for("document.querySelector('#progress .bar').getAttribute('aria-valuenow')"))
+        page.wait_for(
+            f"Number(document.querySelector('#progress .bar').getAttribute('aria-valuenow')) >= {first} + 20",
+            timeout=20,
+        )
+        page.wait_for("document.querySelector('#log-state').textContent.includes('live')")
+        lines_before = page.wait_for("document.querySelector('#log-text').textContent.split('PROGRESS').length - 1")
+        page.wait_for(
+            f"document.querySelector('#log-text').textContent.split('PROGRESS').length - 1 > {lines_before}",
+            timeout=20,
+        )
+        assert "renderer: command" in page.evaluate("document.querySelector('#jobfile').textContent")
+        settings = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#settings tr')]"
+            ".map(r => [r.querySelector('th').textContent, r.querySelector('td').textContent]))"
+        )
+        assert settings["renderer"] == "command" and settings["id"] == "render-intro"
+        print(f"job page screenshot: {page.screenshot(JOB_SHOT)}")
+
+        # It finishes: the page follows to done, with the run in the table.
+        page.wait_for("document.querySelector('#state').textContent === 'done'", timeout=30)
+        runs = page.wait_for(
+            "(() => { const r = [...document.querySelectorAll('#runs tbody tr')].map(r => r.textContent);"
+            " return r.length ? r : null; })()"
+        )
+        assert len(runs) == 1 and "done" in runs[0]
+        assert page.evaluate("document.querySelector('#log-text').textContent").count("PROGRESS 1.00") == 1
+        assert page.evaluate("window.__sameDocument") is True
+        assert page.errors() == []
+
+        # A failed job's page: every run with its error, the reason as text, never HTML.
+        page = browser.new_page(server.url + "job?id=broken")
+        page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#runs tbody tr') !== null")
+        assert page.evaluate("document.querySelector('#state').textContent") == "failed"
+        reason = page.evaluate("document.querySelector('#reason').textContent")
+        assert "props.title is missing <b>bold?</b>" in reason
+        assert page.evaluate("document.querySelector('#reason b, #runs b')") is None
+        assert "props.title is missing" in page.evaluate("document.querySelector('#log-text').textContent")
+        print(f"failed job page screenshot: {page.screenshot(FAILED_SHOT)}")
+        assert page.errors() == []
+
+        # An unknown id says so; a hostile one is refused before the page loads.
+        page = browser.new_page(server.url + "job?id=nope")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert "No job with id nope" in page.evaluate("document.querySelector('#problem').textContent")
+        assert server.get("/job?id=../../etc/passwd").status == 400

@@ -530,3 +530,28 @@ def test_serve_modules_are_layered_without_cycles() -> None:
                 raise AssertionError(f"{name}: use absolute imports (spoolrender.serve.X)")
     # api and events are side by side: neither imports the other.
     assert "spoolrender.serve.events" not in (package / "api.py").read_text()
+
+
+def test_job_page_data(busy: tuple[SpoolLayout, Server]) -> None:
+    _, server = busy
+    running = server.get_json("/jobs/long")
+    assert running["file_url"] == "/jobs/long/file" and running["page_url"] == "/job?id=long"
+    job_file = server.get("/jobs/long/file")
+    assert job_file.status == 200 and job_file.headers["content-type"].startswith("text/plain")
+    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": {"sleep": 60}}
+    assert job_file.headers["x-spoolrender-entry"].startswith("running/long.")
+    retry = server.get_json("/jobs/flaky")
+    assert retry["retry_position"] == 1 and retry["retry_total"] == 1 and retry["due"] > time.time() + 60
+    waiting = server.get_json("/jobs/waiting")
+    assert waiting["arrived_before"] == 0 and waiting["queued_at"] <= time.time()
+    assert server.get("/jobs/nope/file").status == 404
+    # Following a log: from an offset on, and nothing past its end.
+    whole = server.get("/jobs/good/log?offset=0")
+    size = int(whole.headers["x-spoolrender-log-size"])
+    assert whole.status == 200 and len(whole.body) == size > 0
+    rest = server.get(f"/jobs/good/log?offset={size - 5}")
+    assert rest.body == whole.body[-5:] and rest.headers["x-spoolrender-log-offset"] == str(size - 5)
+    assert server.get(f"/jobs/good/log?offset={size + 100}").body == b""
+    assert server.get("/jobs/good/log?offset=1&bytes=2").status == 400
+    assert server.get("/job?id=long").status == 200
+    assert server.get("/job?id=..").status == 400 and server.get("/job?other=1").status == 400

@@ -26,7 +26,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
-from spoolrender.layout import SpoolLayout, new_token
+from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
 from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.serve.readmodel import (
@@ -177,8 +177,46 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     if problems:
         info["job_problems"] = problems
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
+    info["file_url"] = f"/jobs/{job_id}/file"
+    info["page_url"] = f"/job?id={job_id}"
     info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+    info.update(_queue_place(config, current))
     return info
+
+
+def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
+    """Where a waiting job stands: ``due`` and ``retry_position`` in retry/ (names sort by
+    due time), ``queued_at`` and ``arrived_before`` (waiting files older than it) in incoming/.
+
+    Runners claim incoming files by priority, then age: ``arrived_before`` is who came
+    first, not a promise of the claim order.
+    """
+    layout = SpoolLayout(config.spool)
+    if where.state == "retry":
+        m = RETRY_NAME.fullmatch(where.path.name)
+        names = sorted(list_names(layout.retry))
+        position = names.index(where.path.name) + 1 if where.path.name in names else None
+        return {"due": int(m.group("due")) / 1000 if m else None, "retry_position": position, "retry_total": len(names)}
+    if where.state == "incoming":
+        queued = mtime(where.path)
+        ahead = 0
+        for name in list_names(layout.incoming):
+            other = mtime(layout.incoming / name)
+            if queued is not None and other is not None and other < queued:
+                ahead += 1
+        return {"queued_at": queued, "arrived_before": ahead}
+    return {}
+
+
+def job_file(config: SpoolConfig, job_id: str) -> tuple[str, bytes]:
+    """``GET /jobs/{id}/file``: the job file as submitted (its bytes, never followed links)."""
+    for where in find_entries(config, job_id):
+        path = where.path if where.state == "incoming" else where.path / defaults.JOB_FILENAME
+        try:
+            return where.entry, read_job_bytes(path, config.max_job_bytes)
+        except JobInvalid:
+            continue  # moved on meanwhile, or not a readable regular file
+    raise ApiError(404, f"job {job_id!r} has no readable job file")
 
 
 @dataclass(frozen=True)
@@ -200,11 +238,21 @@ def _log_runs(job_dir: Path) -> dict[int, str]:
     return {int(m.group(1)): n for n in names if (m := LOG_FILE.fullmatch(n))}
 
 
-def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: int, lines: int | None) -> LogTail:
+def log_tail(
+    config: SpoolConfig,
+    job_id: str,
+    *,
+    run: int | None,
+    tail_bytes: int,
+    lines: int | None,
+    start_at: int | None = None,
+) -> LogTail:
     """``GET /jobs/{id}/log``: the end of the latest (or ``run``'s) render log of a job.
 
-    The file is found by listing the job's directory (never from a request) and opened
-    without following links; only a regular file is read.
+    With ``start_at``: what the log holds from that byte on (at most ``MAX_LOG_BYTES``,
+    the newest), so a client can follow a growing log. The file is found by listing the
+    job's directory (never from a request) and opened without following links; only a
+    regular file is read.
     """
     for where in find_entries(config, job_id):
         if where.state == "incoming":
@@ -223,6 +271,8 @@ def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: i
             if not stat.S_ISREG(st.st_mode):
                 continue
             start = max(0, st.st_size - want)
+            if start_at is not None:
+                start = min(st.st_size, max(start_at, st.st_size - MAX_LOG_BYTES))
             data = os.pread(fd, st.st_size - start, start)
         finally:
             os.close(fd)

@@ -48,9 +48,13 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/common.js": ("common.js", "text/javascript; charset=utf-8"),
+    "/job": ("job.html", "text/html; charset=utf-8"),
+    "/job.js": ("job.js", "text/javascript; charset=utf-8"),
 }
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "media-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 

@@ -23,6 +23,7 @@ from spoolrender.serve.api import (
     MAX_LOG_LINES,
     cancel_job,
     job_detail,
+    job_file,
     list_jobs,
     log_tail,
     metrics_text,
@@ -51,6 +52,8 @@ class SpoolHandler(RequestHandler):
     # --- reading ----------------------------------------------------------------------------
 
     def get_static(self, params: dict[str, str], args: list[str]) -> None:
+        if "id" in params:  # a job page: refuse a bad id here, before the page asks the API
+            check_job_id(params["id"])
         name, content_type = STATIC[args[0]]
         headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
         self._send(200, self.site.static[name], content_type, headers)
@@ -75,13 +78,21 @@ class SpoolHandler(RequestHandler):
         tail = int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
         lines = int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
         run = int_param(params, "run", 0, 1, 9999) if "run" in params else None
-        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines)
+        start_at = int_param(params, "offset", 0, 0, 10**15) if "offset" in params else None
+        if start_at is not None and ("bytes" in params or "lines" in params):
+            raise ApiError(400, "give offset (follow the log) or bytes/lines (its end), not both")
+        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines, start_at=start_at)
         headers = {
             "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
             "X-Spoolrender-Log-Size": str(tail_.size),
             "X-Spoolrender-Log-Offset": str(tail_.offset),
         }
         self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
+
+    def get_file(self, params: dict[str, str], args: list[str]) -> None:
+        entry, data = job_file(self.site.config, args[0])
+        # text/plain and nosniff: a job file is shown, never run, whatever it contains.
+        self._send(200, data, "text/plain; charset=utf-8", {"X-Spoolrender-Entry": entry})
 
     def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
         self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
@@ -167,15 +178,15 @@ class SpoolHandler(RequestHandler):
 
 
 ROUTES: RouteTable = {}
+PAGE_PARAMS = {"/job": frozenset({"id"})}  # read by the page's script, checked here first
 
 
 def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
     ROUTES[shape] = (tuple(methods), methods)
 
 
-_add(("",), GET=(SpoolHandler.get_static, NO_PARAMS))
-_add(("app.js",), GET=(SpoolHandler.get_static, NO_PARAMS))
-_add(("style.css",), GET=(SpoolHandler.get_static, NO_PARAMS))
+for _path in STATIC:
+    _add(tuple(_path[1:].split("/")), GET=(SpoolHandler.get_static, PAGE_PARAMS.get(_path, NO_PARAMS)))
 _add(("status",), GET=(SpoolHandler.get_status, NO_PARAMS))
 _add(
     ("jobs",),
@@ -183,7 +194,8 @@ _add(
     POST=(SpoolHandler.post_jobs, frozenset({"name"})),
 )
 _add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))
-_add(("jobs", "{id}", "log"), GET=(SpoolHandler.get_log, frozenset({"bytes", "lines", "run"})))
+_add(("jobs", "{id}", "log"), GET=(SpoolHandler.get_log, frozenset({"bytes", "lines", "run", "offset"})))
+_add(("jobs", "{id}", "file"), GET=(SpoolHandler.get_file, NO_PARAMS))
 _add(("jobs", "{id}", "retry"), POST=(SpoolHandler.post_retry, NO_PARAMS))
 _add(("jobs", "{id}", "cancel"), POST=(SpoolHandler.post_cancel, NO_PARAMS))
 _add(("events",), GET=(SpoolHandler.get_events, frozenset({"job"})))

@@ -5,47 +5,8 @@
 // Text from the spool only ever reaches the page through textContent, never as HTML.
 "use strict";
 
-const STATES = ["incoming", "running", "retry", "done", "failed"];
 const ACTIVITY_MAX = 30;
 const RETRY_SHOWN = 20;
-
-let skew = 0; // server clock minus ours, from the last summary (for "ago" texts)
-
-function $(selector) {
-  return document.querySelector(selector);
-}
-
-function el(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props || {})) {
-    if (key === "dataset") Object.assign(node.dataset, value);
-    else if (key === "className") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
-
-function duration(seconds) {
-  if (seconds === null || seconds === undefined) return "–";
-  const s = Math.abs(seconds);
-  if (s < 120) return `${Math.round(s)}s`;
-  if (s < 7200) return `${Math.round(s / 60)}m`;
-  if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
-  return `${(s / 86400).toFixed(1)}d`;
-}
-
-function ago(epochSeconds) {
-  if (!epochSeconds) return "–";
-  return `${duration(Date.now() / 1000 + skew - epochSeconds)} ago`;
-}
-
-function jobLink(id) {
-  return el("a", { href: `/jobs/${encodeURIComponent(id)}`, text: id });
-}
 
 function fillTable(name, rows) {
   const table = $(`#${name}`);
@@ -134,9 +95,9 @@ function renderSummary(status) {
         { dataset: { job: job.id } },
         el("td", { className: "id" }, jobLink(job.id)),
         el("td", { text: job.kind || "?" }),
-        el("td", { className: "reason", text: ((job.reason || "?").split("\n")[0] || "?").slice(0, 300) }),
+        el("td", { className: "reason", text: firstLine(job.reason, 300) }),
         el("td", { className: "num", text: ago(job.failed_at) }),
-        el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(job.id)}/log`, text: "log" })),
+        el("td", {}, el("a", { href: `${jobUrl(job.id)}#log`, text: "log" })),
       ),
     ),
   );
@@ -175,9 +136,9 @@ function onState(change) {
     el("time", { text: new Date().toLocaleTimeString() }),
     jobLink(change.id),
     ": ",
-    el("span", { className: "state-tag", dataset: { state: change.previous || "" }, text: change.previous || "new" }),
+    stateTag(change.previous),
     " → ",
-    el("span", { className: "state-tag", dataset: { state: change.state }, text: change.state }),
+    stateTag(change.state),
   );
   if (change.state === "failed" && change.reason) item.append(` (${change.kind}: ${change.reason.split("\n")[0].slice(0, 200)})`);
   list.prepend(item);
@@ -187,29 +148,4 @@ function onState(change) {
 
 // --- the stream -----------------------------------------------------------------------
 
-function connect() {
-  const connection = $("#connection");
-  const source = new EventSource("/events");
-  const on = (kind, handler) =>
-    source.addEventListener(kind, (event) => {
-      try {
-        handler(JSON.parse(event.data));
-      } catch (error) {
-        console.error(`bad ${kind} event`, error);
-      }
-    });
-  source.onopen = () => {
-    connection.dataset.state = "live";
-    connection.textContent = "live";
-  };
-  source.onerror = () => {
-    // EventSource reconnects by itself (after the server's retry delay).
-    connection.dataset.state = "reconnecting";
-    connection.textContent = "reconnecting…";
-  };
-  on("summary", renderSummary);
-  on("progress", onProgress);
-  on("state", onState);
-}
-
-connect();
+listen("/events", $("#connection"), { summary: renderSummary, progress: onProgress, state: onState });
