@@ -512,7 +512,7 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
 
 
 # Lowest first: a module of spoolrender.serve may import only the ones before it.
-SERVE_LAYERS = ("listen", "auth", "readmodel", "api", "events", "http", "routes", "server")
+SERVE_LAYERS = ("listen", "auth", "readmodel", "outputs", "posters", "api", "events", "http", "routes", "server")
 
 
 def test_serve_modules_are_layered_without_cycles() -> None:

@@ -29,6 +29,7 @@ from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
 from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
+from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.readmodel import (
     LIVE_STATES,
     ApiError,
@@ -113,6 +114,7 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
             elif s == "done":
                 item = {"id": final_id(name), "entry": name, "finished_at": mtime(path)}
                 item.update(result_summary(path) or {})
+                item.update(output_urls(item["id"], item.get("output")))
             elif s == "incoming":
                 item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             else:
@@ -178,6 +180,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
         info["job_problems"] = problems
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
     info["file_url"] = f"/jobs/{job_id}/file"
+    info.update(output_urls(job_id, (info.get("result") or {}).get("output") if current.state == "done" else None))
     info["page_url"] = f"/job?id={job_id}"
     info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
     info.update(_queue_place(config, current))

@@ -8,6 +8,8 @@ its result into a response.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -43,6 +45,8 @@ from spoolrender.serve.http import (
     RouteTable,
     int_param,
 )
+from spoolrender.serve.outputs import MEDIA_TYPES, open_output, parse_range, published_output
+from spoolrender.serve.posters import poster
 from spoolrender.serve.readmodel import ApiError, check_job_id
 
 
@@ -93,6 +97,39 @@ class SpoolHandler(RequestHandler):
         entry, data = job_file(self.site.config, args[0])
         # text/plain and nosniff: a job file is shown, never run, whatever it contains.
         self._send(200, data, "text/plain; charset=utf-8", {"X-Spoolrender-Entry": entry})
+
+    def get_output(self, params: dict[str, str], args: list[str]) -> None:
+        config = self.site.config
+        published = published_output(config, args[0])
+        fd, st = open_output(config, published)
+        try:
+            headers = {
+                "Accept-Ranges": "bytes",
+                # An output is shown or played, never run: no scripts even if it is HTML.
+                "Content-Security-Policy": "default-src 'none'; sandbox",
+                "Content-Disposition": ("inline" if published.suffix in MEDIA_TYPES else "attachment")
+                + f'; filename="{SAFE_FILENAME.sub("_", published.rel.name)}"',
+                "Cache-Control": "no-cache",
+                "Last-Modified": self.date_time_string(int(st.st_mtime)),
+            }
+            try:
+                wanted = parse_range(self.headers.get("Range"), st.st_size)
+            except ApiError as exc:
+                headers = {"Content-Range": f"bytes */{st.st_size}", "Accept-Ranges": "bytes"}
+                self._send_json(416, exc.body(), headers)
+                return
+            if wanted is None:
+                self._send_file(200, fd, 0, st.st_size, published.media_type, headers)
+            else:
+                start, end = wanted
+                headers["Content-Range"] = f"bytes {start}-{end}/{st.st_size}"
+                self._send_file(206, fd, start, end - start + 1, published.media_type, headers)
+        finally:
+            os.close(fd)
+
+    def get_poster(self, params: dict[str, str], args: list[str]) -> None:
+        data = poster(self.site.config, published_output(self.site.config, args[0]))
+        self._send(200, data, "image/jpeg", {"Content-Security-Policy": "default-src 'none'; sandbox"})
 
     def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
         self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
@@ -178,6 +215,7 @@ class SpoolHandler(RequestHandler):
 
 
 ROUTES: RouteTable = {}
+SAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")  # a header value: no quotes, no line breaks
 PAGE_PARAMS = {"/job": frozenset({"id"})}  # read by the page's script, checked here first
 
 
@@ -196,6 +234,8 @@ _add(
 _add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))
 _add(("jobs", "{id}", "log"), GET=(SpoolHandler.get_log, frozenset({"bytes", "lines", "run", "offset"})))
 _add(("jobs", "{id}", "file"), GET=(SpoolHandler.get_file, NO_PARAMS))
+_add(("jobs", "{id}", "output"), GET=(SpoolHandler.get_output, NO_PARAMS), HEAD=(SpoolHandler.get_output, NO_PARAMS))
+_add(("jobs", "{id}", "poster"), GET=(SpoolHandler.get_poster, NO_PARAMS))
 _add(("jobs", "{id}", "retry"), POST=(SpoolHandler.post_retry, NO_PARAMS))
 _add(("jobs", "{id}", "cancel"), POST=(SpoolHandler.post_cancel, NO_PARAMS))
 _add(("events",), GET=(SpoolHandler.get_events, frozenset({"job"})))

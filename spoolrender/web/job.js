@@ -127,8 +127,31 @@ function render(info) {
   $("#entries").tBodies[0].replaceChildren(
     ...(info.entries || []).map((e) => el("tr", {}, el("td", {}, stateTag(e.state)), el("td", { className: "id", text: e.entry }))),
   );
+  renderOutput(info);
   updateLogChoices(info);
   document.body.dataset.ready = "1";
+}
+
+// The published output: a video element (seekable: the server answers byte ranges), an
+// image, or a link. Drawn once per output URL, so a reload does not restart playback.
+function renderOutput(info) {
+  const panel = $("#output-panel");
+  panel.hidden = !info.output_url;
+  if (!info.output_url || panel.dataset.src === info.output_url) return;
+  panel.dataset.src = info.output_url;
+  const output = (info.result || {}).output || "";
+  const suffix = (/\.([A-Za-z0-9]+)$/.exec(output) || ["", ""])[1].toLowerCase();
+  let view = null;
+  if (info.poster_url) {
+    view = el("video", { id: "output-video", controls: "", preload: "metadata", src: info.output_url, poster: info.poster_url });
+  } else if (["png", "jpg", "jpeg", "gif", "webp"].includes(suffix)) {
+    view = el("img", { id: "output-image", src: info.output_url, alt: `output of ${info.id}` });
+  } else if (["mp3", "m4a", "aac", "wav", "ogg"].includes(suffix)) {
+    view = el("audio", { id: "output-audio", controls: "", preload: "metadata", src: info.output_url });
+  }
+  $("#output-view").replaceChildren(...(view ? [view] : []));
+  $("#output-link").setAttribute("href", info.output_url);
+  $("#output-type").textContent = suffix ? `.${suffix}, ${(info.result || {}).bytes ?? "?"} bytes` : "";
 }
 
 async function load() {
