@@ -7,6 +7,7 @@ event stream feeds it. A screenshot taken mid-render is kept as a test artefact.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -199,3 +200,90 @@ def test_job_page_plays_the_rendered_video(tmp_path: Path) -> None:
         page.evaluate(f"{video}.pause()")
         print(f"video job page screenshot: {page.screenshot(VIDEO_SHOT)}")
         assert page.errors() == []
+
+
+BROWSE_SHOT = ARTIFACT.with_name("browse-done.png")
+DASH = "\N{EN DASH}"  # as the page writes ranges
+
+
+def finished_entries(layout: SpoolLayout, state: str, count: int, start_time: float) -> None:
+    """``count`` finished jobs written straight into done/ or failed/, in the layout the runner
+    writes (job.yaml, a run record, result.json or failure.json), one second apart: running
+    10k real renders would take an hour; the server only reads these files."""
+    for i in range(count):
+        job_id, uid = f"job-{i:07d}", f"{i:012x}"
+        d = layout.state_dir(state) / f"{job_id}.{uid}"
+        d.mkdir()
+        (d / "job.yaml").write_text("renderer: command\ncommand: props\n")
+        kind = ("command-exit", "timeout", "browser-crashed")[i % 3]
+        stamp = d / ("result.json" if state == "done" else "failure.json")
+        if state == "done":
+            stamp.write_text(json.dumps({"id": job_id, "uid": uid, "output": f"out/{job_id}.txt", "bytes": i}))
+        else:
+            stamp.write_text(json.dumps({"id": job_id, "uid": uid, "kind": kind, "reason": f"reason {i}"}))
+        os.utime(stamp, (start_time + i, start_time + i))
+
+
+def test_browse_ten_thousand_done_jobs(spool: SpoolLayout, tmp_path: Path) -> None:
+    start = float(int(time.time()) - 20_000)  # whole seconds: the filters take whole seconds here
+    finished_entries(spool, "done", 10_000, start)
+    finished_entries(spool, "failed", 30, start)
+    with running_server(spool.root, tmp_path / "serve.log") as server, Chromium() as browser:
+        # From the overview's count tile to the list of done jobs.
+        page = browser.new_page(server.url)
+        page.wait_for("document.body.dataset.ready === '1'")
+        page.evaluate("document.querySelector('.count[data-state=\"done\"]').click()")
+        page.wait_for("location.pathname === '/browse' && document.body.dataset.ready === '1'")
+        rows = "[...document.querySelectorAll('#list tbody tr')].map(r => r.dataset.job)"
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}50 of 10000"
+        assert page.evaluate(rows)[:2] == ["job-0009999", "job-0009998"]  # newest first
+
+        def turn(button: str, expected_range: str) -> list[str]:
+            loaded = page.evaluate("document.body.dataset.loaded")
+            page.evaluate(f"document.querySelector('#{button}').click()")
+            page.wait_for(f"document.body.dataset.loaded !== '{loaded}'")
+            assert page.evaluate("document.querySelector('#range').textContent") == expected_range
+            result: list[str] = page.evaluate(rows)
+            return result
+
+        turn("next", f"51{DASH}100 of 10000")
+        turn("next", f"101{DASH}150 of 10000")
+        third = turn("next", f"151{DASH}200 of 10000")
+        api = server.get_json("/jobs?state=done&limit=50&offset=150")
+        assert third == [j["id"] for j in api["jobs"]]
+        assert turn("prev", f"101{DASH}150 of 10000")[0] == "job-0009899"
+        assert page.evaluate("location.search") == "?state=done&offset=100"  # a view can be linked
+
+        # The last page, by URL: 50 rows and no further.
+        page = browser.new_page(server.url + "browse?state=done&offset=9950")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate(rows)[-1] == "job-0000000"
+        assert page.evaluate("document.querySelector('#next').disabled") is True
+
+        # Filters through the form: id substring, then a time window (one job per second).
+        page.evaluate("document.querySelector('#f-q').value = '00042'")
+        matching = sum("00042" in f"job-{i:07d}" for i in range(10_000))
+        loaded = page.evaluate("document.body.dataset.loaded")
+        page.evaluate("document.querySelector('#filters button[type=submit]').click()")
+        page.wait_for(f"document.body.dataset.loaded !== '{loaded}'")
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}50 of {matching}"
+        assert all("00042" in job for job in page.evaluate(rows))
+        window = server.get_json(f"/jobs?state=done&since={start + 100:.0f}&until={start + 159:.0f}")
+        assert window["total"] == 60 and window["jobs"][0]["id"] == "job-0000159"
+
+        # The failed ones, by error kind; reasons as text.
+        page = browser.new_page(server.url + "browse?state=failed&kind=timeout")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}10 of 10"
+        assert all("timeout" in t for t in page.evaluate("[...document.querySelectorAll('#list td.details')]"
+                                                          ".map(d => d.textContent)"))  # fmt: skip
+        page = browser.new_page(server.url + "browse?state=done")
+        page.wait_for("document.body.dataset.ready === '1'")
+        print(f"browse screenshot: {page.screenshot(BROWSE_SHOT)}")
+        assert page.errors() == []
+
+        # The server keeps up: a page of 10k done jobs, timed (printed, not asserted; bench/ has goals).
+        t0 = time.monotonic()
+        for offset in range(0, 10_000, 2_000):
+            assert server.get(f"/jobs?state=done&limit=50&offset={offset}").status == 200
+        print(f"GET /jobs?state=done (10k done): {(time.monotonic() - t0) / 5 * 1000:.0f} ms per page")

@@ -110,10 +110,13 @@ def test_jobs_lists_every_state_with_status_objects(busy: tuple[SpoolLayout, Ser
     assert {job["id"]: job["state"] for job in page["jobs"]} == {
         "waiting": "incoming", "long": "running", "flaky": "retry", "good": "done", "bad": "failed",
     }  # fmt: skip
-    # Where they overlap, items are exactly the objects of `status --json` (plus their state).
+    # Where they overlap, items are exactly the objects of `status --json` (plus their state,
+    # and what browsing adds: a running job's claim time, a retry's last error kind).
+    added = {"running": {"claimed_at"}, "retry": {"kind"}, "failed": set()}
     for state, section in (("running", "running"), ("retry", "retry"), ("failed", "recent_failures")):
         (item,) = [j for j in page["jobs"] if j["state"] == state]
-        jsonschema.validate({k: v for k, v in item.items() if k != "state"}, item_schema(section))
+        extra = {"state", *added[state]}
+        jsonschema.validate({k: v for k, v in item.items() if k not in extra}, item_schema(section))
     assert 0 < by_id["long"]["progress"] <= 1 and not by_id["long"]["stale"]
     assert by_id["flaky"]["priority"] == 3 and by_id["flaky"]["due_in_seconds"] > 300
     assert by_id["bad"]["kind"] == "command-exit" and "props.title is missing" in by_id["bad"]["reason"]
@@ -512,7 +515,19 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
 
 
 # Lowest first: a module of spoolrender.serve may import only the ones before it.
-SERVE_LAYERS = ("listen", "auth", "readmodel", "outputs", "posters", "api", "events", "http", "routes", "server")
+SERVE_LAYERS = (
+    "listen",
+    "auth",
+    "readmodel",
+    "browse",
+    "outputs",
+    "posters",
+    "api",
+    "events",
+    "http",
+    "routes",
+    "server",
+)
 
 
 def test_serve_modules_are_layered_without_cycles() -> None:
@@ -555,3 +570,26 @@ def test_job_page_data(busy: tuple[SpoolLayout, Server]) -> None:
     assert server.get("/jobs/good/log?offset=1&bytes=2").status == 400
     assert server.get("/job?id=long").status == 200
     assert server.get("/job?id=..").status == 400 and server.get("/job?other=1").status == 400
+
+
+def test_jobs_filters(busy: tuple[SpoolLayout, Server]) -> None:
+    _, server = busy
+
+    def ids(query: str) -> list[str]:
+        page = server.get_json(f"/jobs?{query}")
+        assert page["total"] == len(page["jobs"])
+        return [j["id"] for j in page["jobs"]]
+
+    assert ids("q=LO") == ["long"]  # a substring of the id, any case
+    assert ids("q=a") == ["waiting", "flaky", "bad"]
+    assert ids("kind=command-exit") == ["flaky", "bad"]  # a retry's last error and a failure
+    assert ids("kind=command-exit&state=failed") == ["bad"]
+    assert ids("kind=nope") == []
+    now = time.time()
+    assert "good" in ids(f"since={now - 3600:.0f}&state=done") and ids(f"until={now - 3600:.0f}&state=done") == []
+    assert ids(f"since={now + 120:.0f}&state=retry") == ["flaky"]  # a retry's time is when it is due (7.5+ min)
+    assert ids(f"until={now:.0f}&state=retry") == []
+    claimed = server.get_json("/jobs?state=running")["jobs"][0]["claimed_at"]
+    assert abs(claimed - now) < 600
+    for bad in ("since=yesterday", "since=1e9", "until=-5", "since=20&until=10", "q=%00", "kind=" + "k" * 101):
+        assert server.get(f"/jobs?{bad}").status == 400, bad

@@ -29,7 +29,9 @@ from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
 from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
+from spoolrender.serve.browse import Filters, JobIndex
 from spoolrender.serve.outputs import output_urls
+from spoolrender.serve.posters import find_ffmpeg
 from spoolrender.serve.readmodel import (
     LIVE_STATES,
     ApiError,
@@ -68,22 +70,27 @@ def metrics_text(config: SpoolConfig) -> str:
     return spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds)
 
 
-def _ordered(layout: SpoolLayout, state: str, names: list[str]) -> list[str]:
-    """A state's entries in the order a client wants them: queue order, or newest first."""
-    if state in ("done", "failed"):
-        stamped = [(mtime(layout.state_dir(state) / n) or 0.0, n) for n in names]
-        return [n for _, n in sorted(stamped, reverse=True)]
-    return sorted(names)  # incoming by name; retry names sort by due time; running by id
-
-
-def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int) -> dict[str, Any]:
+def list_jobs(
+    config: SpoolConfig,
+    *,
+    state: str | None,
+    limit: int,
+    offset: int,
+    filters: Filters | None = None,
+    index: JobIndex | None = None,
+) -> dict[str, Any]:
     """``GET /jobs``: one page of jobs (of one state or all), with the spool's counts.
 
     Items share their fields with the ``status --json`` objects: running items are its
     ``running`` objects, retry items its ``retry`` objects, failed items its
     ``recent_failures`` objects; each also says its ``state``. Done items carry
-    ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``.
+    ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``,
+    running ones ``claimed_at``, retry ones the ``kind`` of their last error. ``total``
+    counts what ``filters`` let through (:mod:`.browse`).
     """
+    filters = filters or Filters()
+    index = index or JobIndex(config)
+    posters = find_ffmpeg(config) is not None
     layout = SpoolLayout(config.spool)
     snap = take_snapshot(layout, config.lease_seconds)
     status = collect_status(config, snap)
@@ -92,15 +99,15 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
     failures = {f["entry"]: f for f in status["recent_failures"]}
     states = (state,) if state else defaults.STATE_DIRS
     jobs: list[dict[str, Any]] = []
+    total = 0
     skip = offset
     for s in states:
-        names = snap.names[s]
+        names = index.select(s, snap.names[s], filters)
+        total += len(names)
         if skip >= len(names):
             skip -= len(names)
             continue
-        if len(jobs) >= limit:
-            break
-        for name in _ordered(layout, s, names)[skip : skip + limit - len(jobs)]:
+        for name in names[skip : skip + max(0, limit - len(jobs))]:
             path = layout.state_dir(s) / name
             item: dict[str, Any]
             if s == "running":
@@ -112,13 +119,17 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
             elif s == "failed":
                 item = failures.get(name) or _failed_item(path)
             elif s == "done":
-                item = {"id": final_id(name), "entry": name, "finished_at": mtime(path)}
+                item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
                 item.update(result_summary(path) or {})
-                item.update(output_urls(item["id"], item.get("output")))
+                item.update(output_urls(item["id"], item.get("output"), posters=posters))
             elif s == "incoming":
                 item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             else:
                 item = {"id": name, "entry": name}
+            if s == "running":
+                item = {**item, "claimed_at": index.time(s, name)}
+            elif s == "retry":
+                item = {**item, "kind": index.kind(s, name)}
             jobs.append({"state": s, **item})
         skip = 0
     return {
@@ -128,7 +139,7 @@ def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int
         "counts": status["counts"],
         "paused": status["paused"],
         "state": state,
-        "total": sum(snap.counts[s] for s in states),
+        "total": total,
         "offset": offset,
         "limit": limit,
         "jobs": jobs,
@@ -180,7 +191,8 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
         info["job_problems"] = problems
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
     info["file_url"] = f"/jobs/{job_id}/file"
-    info.update(output_urls(job_id, (info.get("result") or {}).get("output") if current.state == "done" else None))
+    output = (info.get("result") or {}).get("output") if current.state == "done" else None
+    info.update(output_urls(job_id, output, posters=find_ffmpeg(config) is not None))
     info["page_url"] = f"/job?id={job_id}"
     info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
     info.update(_queue_place(config, current))

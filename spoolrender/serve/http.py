@@ -31,6 +31,7 @@ from spoolrender import __version__
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.serve.auth import bearer_matches
+from spoolrender.serve.browse import JobIndex
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.listen import HostPolicy
 from spoolrender.serve.readmodel import ApiError, check_job_id
@@ -53,6 +54,8 @@ STATIC = {
     "/common.js": ("common.js", "text/javascript; charset=utf-8"),
     "/job": ("job.html", "text/html; charset=utf-8"),
     "/job.js": ("job.js", "text/javascript; charset=utf-8"),
+    "/browse": ("browse.html", "text/html; charset=utf-8"),
+    "/browse.js": ("browse.js", "text/javascript; charset=utf-8"),
 }
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -78,6 +81,7 @@ class Site:
     streams: threading.BoundedSemaphore  # event streams at once
     static: dict[str, bytes]  # the dashboard's files by name
     hosts: HostPolicy  # the Host header check (DNS rebinding)
+    index: JobIndex  # what listings do not say (times, error kinds), read once per entry
 
 
 class DeadlineReader(io.RawIOBase):

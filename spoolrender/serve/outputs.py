@@ -69,11 +69,12 @@ class Published:
         return self.suffix in VIDEO_SUFFIXES
 
 
-def output_urls(job_id: str, output: str | None) -> dict[str, str | None]:
-    """``output_url`` and ``poster_url`` of a done job whose result names ``output``."""
+def output_urls(job_id: str, output: str | None, *, posters: bool) -> dict[str, str | None]:
+    """``output_url`` and ``poster_url`` (a video, and ``posters`` can be made) of a done job
+    whose result names ``output``."""
     if not output:
         return {"output_url": None, "poster_url": None}
-    video = PurePosixPath(output).suffix.lower() in VIDEO_SUFFIXES
+    video = posters and PurePosixPath(output).suffix.lower() in VIDEO_SUFFIXES
     return {"output_url": f"/jobs/{job_id}/output", "poster_url": f"/jobs/{job_id}/poster" if video else None}
 
 

@@ -33,6 +33,7 @@ from spoolrender.serve.api import (
     status_document,
     submit_job,
 )
+from spoolrender.serve.browse import Filters
 from spoolrender.serve.events import current_job_events, encode_unsequenced
 from spoolrender.serve.http import (
     CSP,
@@ -71,7 +72,16 @@ class SpoolHandler(RequestHandler):
             raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
         limit = int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         offset = int_param(params, "offset", 0, 0, 10**9)
-        self._send_json(200, list_jobs(self.site.config, state=state, limit=limit, offset=offset))
+        filters = Filters(
+            text=params.get("q") or None,
+            kind=params.get("kind") or None,
+            since=_time_param(params, "since"),
+            until=_time_param(params, "until"),
+        )
+        page = list_jobs(
+            self.site.config, state=state, limit=limit, offset=offset, filters=filters, index=self.site.index
+        )
+        self._send_json(200, page)
 
     def get_job(self, params: dict[str, str], args: list[str]) -> None:
         self._send_json(200, job_detail(self.site.config, args[0]))
@@ -214,9 +224,22 @@ class SpoolHandler(RequestHandler):
         self._send_json(200, cancel_job(self.site.config, args[0], who))
 
 
+def _time_param(params: dict[str, str], name: str) -> float | None:
+    text = params.get(name) or None
+    if text is None:
+        return None
+    if not TIME_PARAM.fullmatch(text):
+        raise ApiError(400, f"query parameter {name}: expected epoch seconds, e.g. 1767225600 or 1767225600.5")
+    return float(text)
+
+
+TIME_PARAM = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 ROUTES: RouteTable = {}
 SAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")  # a header value: no quotes, no line breaks
-PAGE_PARAMS = {"/job": frozenset({"id"})}  # read by the page's script, checked here first
+PAGE_PARAMS = {
+    "/job": frozenset({"id"}),
+    "/browse": frozenset({"state", "offset", "limit", "q", "kind", "since", "until"}),
+}  # read by the page's script, checked here first
 
 
 def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
@@ -228,7 +251,7 @@ for _path in STATIC:
 _add(("status",), GET=(SpoolHandler.get_status, NO_PARAMS))
 _add(
     ("jobs",),
-    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset"})),
+    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset", "q", "kind", "since", "until"})),
     POST=(SpoolHandler.post_jobs, frozenset({"name"})),
 )
 _add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))

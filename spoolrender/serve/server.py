@@ -33,6 +33,7 @@ from typing import Any
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.serve.auth import load_serve_token
+from spoolrender.serve.browse import JobIndex
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.http import STATIC, Site
 from spoolrender.serve.listen import HostPolicy, ListenAddress, ServeOptions
@@ -79,6 +80,7 @@ class SpoolServer(ThreadingHTTPServer):
             streams=threading.BoundedSemaphore(MAX_STREAMS),
             static=_read_static(),
             hosts=HostPolicy.from_names(options.allow_hosts),
+            index=JobIndex(config),
         )
         super().__init__((listen.host, listen.port), functools.partial(SpoolHandler, site=site))
 
