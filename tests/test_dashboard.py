@@ -287,3 +287,88 @@ def test_browse_ten_thousand_done_jobs(spool: SpoolLayout, tmp_path: Path) -> No
         for offset in range(0, 10_000, 2_000):
             assert server.get(f"/jobs?state=done&limit=50&offset={offset}").status == 200
         print(f"GET /jobs?state=done (10k done): {(time.monotonic() - t0) / 5 * 1000:.0f} ms per page")
+
+
+ACTIONS_SHOT = ARTIFACT.with_name("job-page-actions.png")
+TOKEN = "dashboard-token-0123456789"
+
+
+def test_actions_with_a_token(spool: SpoolLayout, tmp_path: Path) -> None:
+    token_file = spool.root / "serve-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    write_spool_config(spool, {"serve_token_file": "serve-token"})
+    drop(spool, "broken.yaml", command_job(exit=65, message="props.title is missing"))
+    drain = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert drain.returncode == 3, drain.stderr
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        page = browser.new_page(server.url + "job?id=broken")
+        page.wait_for(
+            "document.body.dataset.ready === '1' && document.querySelector('#auth').dataset.state === 'locked'"
+        )
+        assert page.evaluate("document.querySelector('#retry-btn').hidden") is False
+        assert page.evaluate("document.querySelector('#retry-btn').disabled") is True  # locked until a token
+        assert "serve token" in page.evaluate("document.querySelector('#action-note').textContent")
+
+        def unlock(token: str) -> None:
+            page.evaluate(f"document.querySelector('#auth-token').value = {json.dumps(token)}")
+            page.evaluate("document.querySelector('#auth-form button').click()")
+
+        unlock("wrong-token-wrong-token")
+        page.wait_for("document.querySelector('.auth-error')?.textContent === 'that token is not right'")
+        unlock(TOKEN)
+        page.wait_for("document.querySelector('#auth').dataset.state === 'unlocked'")
+        assert page.evaluate("document.cookie") == "" and TOKEN not in page.evaluate("location.href")
+
+        # Retry: the job moves failed -> retry, on the spool and on the page.
+        page.evaluate("document.querySelector('#retry-btn').click()")
+        page.wait_for("document.querySelector('#state').textContent === 'retry'", timeout=20)
+        assert [n.split("-", 2)[2].split(".")[0] for n in entries(spool, "retry")] == ["broken"]
+        print(f"actions screenshot: {page.screenshot(ACTIONS_SHOT)}")
+        # Cancel takes two clicks; then it is failed as cancelled.
+        page.evaluate("document.querySelector('#cancel-btn').click()")
+        assert "again" in page.evaluate("document.querySelector('#cancel-btn').textContent")
+        page.evaluate("document.querySelector('#cancel-btn').click()")
+        page.wait_for("document.querySelector('#state').textContent === 'failed'", timeout=20)
+        assert "cancelled" in page.evaluate("document.querySelector('#reason').textContent")
+
+        # The overview, same tab: the token is still there. Submit (invalid, then valid), pause, resume.
+        page = browser.new_page(server.url)
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate("document.querySelector('#auth').dataset.state") in ("unlocked", "locked")
+        # (a new target is a new tab: sessionStorage is per tab, so unlock once more here)
+        if page.evaluate("document.querySelector('#auth').dataset.state") == "locked":
+            unlock(TOKEN)
+            page.wait_for("document.querySelector('#auth').dataset.state === 'unlocked'")
+        page.evaluate("document.querySelector('#submit-panel').open = true")
+        page.evaluate("document.querySelector('#submit-text').value = 'renderer: command\\ncommand: nope\\n'")
+        page.evaluate("document.querySelector('#submit-btn').click()")
+        problems = page.wait_for("[...document.querySelectorAll('#submit-problems li')].map(l => l.textContent)")
+        assert any("command" in p for p in problems), problems
+        page.evaluate("document.querySelector('#submit-text').value = 'renderer: command\\ncommand: props\\n'")
+        page.evaluate("document.querySelector('#submit-name').value = 'from-the-page.yaml'")
+        page.evaluate("document.querySelector('#submit-btn').click()")
+        page.wait_for("document.querySelector('#submit-result a')?.textContent === 'from-the-page'")
+        assert (spool.incoming / "from-the-page.yaml").read_text() == "renderer: command\ncommand: props\n"
+        page.wait_for("document.querySelector('#count-incoming').textContent === '1'", timeout=20)
+        page.evaluate("document.querySelector('#pause-btn').click()")
+        page.wait_for("!document.querySelector('#paused').hidden", timeout=20)
+        assert (spool.root / ".spoolrender" / "paused").exists()
+        page.evaluate("document.querySelector('#resume-btn').click()")
+        page.wait_for("document.querySelector('#paused').hidden", timeout=20)
+        assert not (spool.root / ".spoolrender" / "paused").exists()
+        # The browser logs the refused (422) submission as a failed load; nothing else may fail.
+        assert [e for e in page.errors() if "status of 422" not in e] == []
+
+
+def test_read_only_pages_say_why(spool: SpoolLayout, tmp_path: Path) -> None:
+    with running_server(spool.root, tmp_path / "serve.log") as server, Chromium() as browser:
+        page = browser.new_page(server.url)
+        page.wait_for(
+            "document.body.dataset.ready === '1' && document.querySelector('#auth').dataset.state === 'read-only'"
+        )
+        assert page.evaluate("document.querySelector('#pause-btn').disabled") is True
+        assert "serve_token_file" in page.evaluate("document.querySelector('#toolbar-note').textContent")
+        assert page.evaluate("document.querySelector('#auth-token')") is None  # nothing to type a token into
+        assert page.errors() == []

@@ -593,3 +593,19 @@ def test_jobs_filters(busy: tuple[SpoolLayout, Server]) -> None:
     assert abs(claimed - now) < 600
     for bad in ("since=yesterday", "since=1e9", "until=-5", "since=20&until=10", "q=%00", "kind=" + "k" * 101):
         assert server.get(f"/jobs?{bad}").status == 400, bad
+
+
+def test_pause_resume_and_actions_endpoint(guarded: tuple[SpoolLayout, Server]) -> None:
+    _, server = guarded
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert server.get_json("/actions") == {"writes": True, "reason": None, "token_ok": None}
+    assert server.get("/actions", headers=bearer).json()["token_ok"] is True
+    assert server.get("/actions", headers={"Authorization": "Bearer nope"}).json()["token_ok"] is False
+    assert server.request("POST", "/pause").status == 401
+    resp = server.request("POST", "/pause?reason=maintenance%20window", headers=bearer)
+    assert resp.status == 200 and resp.json() == {"paused": "maintenance window"}
+    assert server.get_json("/status")["paused"] == "maintenance window"
+    assert server.request("POST", "/pause?reason=%0Aevil", headers=bearer).status == 400
+    assert server.request("POST", "/resume", headers=bearer).json() == {"paused": None, "was_paused": True}
+    assert server.get_json("/status")["paused"] is None
+    assert server.request("POST", "/resume", headers=bearer).json()["was_paused"] is False

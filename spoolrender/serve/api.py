@@ -23,7 +23,7 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, retry_failed, submit
+from spoolrender.control import cancel, pause, resume, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
@@ -54,6 +54,7 @@ MAX_LIMIT = 1000
 DEFAULT_LOG_BYTES = 64 * 1024
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LOG_LINES = 10_000
+MAX_REASON = 200  # a pause reason: one line for `status`
 LOG_FILE = re.compile(r"run-(\d{4,})\.log")
 
 
@@ -345,3 +346,16 @@ def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:
     except SpoolrenderError as exc:  # it finished meanwhile
         raise ApiError(409, str(exc)) from exc
     return {"id": job_id, "cancelled": done}
+
+
+def pause_spool(config: SpoolConfig, reason: str) -> dict[str, Any]:
+    """``POST /pause``: as ``spoolrender pause`` (no runner on any host claims; running jobs go on)."""
+    if not reason or len(reason) > MAX_REASON or not reason.isprintable():
+        raise ApiError(400, f"reason: 1..{MAX_REASON} printable characters")
+    pause(config, reason)
+    return {"paused": reason}
+
+
+def resume_spool(config: SpoolConfig) -> dict[str, Any]:
+    """``POST /resume``: as ``spoolrender resume``."""
+    return {"paused": None, "was_paused": resume(config)}

@@ -29,10 +29,13 @@ from spoolrender.serve.api import (
     list_jobs,
     log_tail,
     metrics_text,
+    pause_spool,
+    resume_spool,
     retry_job,
     status_document,
     submit_job,
 )
+from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.browse import Filters
 from spoolrender.serve.events import current_job_events, encode_unsequenced
 from spoolrender.serve.http import (
@@ -214,6 +217,31 @@ class SpoolHandler(RequestHandler):
         result = submit_job(self.site.config, self._body(), name if name is not None else header)
         self._send_json(201, result, {"Location": result["url"]})
 
+    def get_actions(self, params: dict[str, str], args: list[str]) -> None:
+        """Whether write actions are on, and (with an Authorization header) whether its token is right."""
+        token = self.site.token
+        header = self.headers.get("Authorization")
+        self._send_json(
+            200,
+            {
+                "writes": token is not None,
+                "reason": None
+                if token
+                else "write actions are disabled on this server: no serve_token_file "
+                "(or serve_token) in the spool's spoolrender.yaml",
+                "token_ok": None if token is None or header is None else bool(bearer_matches(header, token)),
+            },
+        )
+
+    def post_pause(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        reason = params.get("reason") or f"paused over HTTP by {self.client_address[0]} ({HOSTNAME})"
+        self._send_json(200, pause_spool(self.site.config, reason))
+
+    def post_resume(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        self._send_json(200, resume_spool(self.site.config))
+
     def post_retry(self, params: dict[str, str], args: list[str]) -> None:
         self._authorize()
         self._send_json(200, retry_job(self.site.config, args[0]))
@@ -262,6 +290,9 @@ _add(("jobs", "{id}", "poster"), GET=(SpoolHandler.get_poster, NO_PARAMS))
 _add(("jobs", "{id}", "retry"), POST=(SpoolHandler.post_retry, NO_PARAMS))
 _add(("jobs", "{id}", "cancel"), POST=(SpoolHandler.post_cancel, NO_PARAMS))
 _add(("events",), GET=(SpoolHandler.get_events, frozenset({"job"})))
+_add(("actions",), GET=(SpoolHandler.get_actions, NO_PARAMS))
+_add(("pause",), POST=(SpoolHandler.post_pause, frozenset({"reason"})))
+_add(("resume",), POST=(SpoolHandler.post_resume, NO_PARAMS))
 _add(("metrics",), GET=(SpoolHandler.get_metrics, NO_PARAMS))
 
 SpoolHandler.routes = ROUTES

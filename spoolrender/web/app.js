@@ -65,6 +65,8 @@ function renderSummary(status) {
   for (const state of STATES) $(`#count-${state}`).textContent = String(status.counts[state]);
   const backlog = status.oldest_incoming_age_seconds;
   $("#backlog").textContent = backlog === null ? "" : `oldest waiting job: ${duration(backlog)}`;
+  lastPaused = status.paused;
+  renderToolbar();
   const paused = $("#paused");
   paused.hidden = !status.paused;
   paused.textContent = status.paused ? `PAUSED: ${status.paused} — no runner claims new jobs until \`spoolrender resume\`` : "";
@@ -145,6 +147,60 @@ function onState(change) {
   while (list.children.length > ACTIVITY_MAX) list.lastElementChild.remove();
   $("#activity-empty").hidden = true;
 }
+
+// --- actions ------------------------------------------------------------------------------
+
+let lastPaused = null;
+
+function renderToolbar() {
+  const blocker = actionBlocker();
+  const pause = $("#pause-btn");
+  const resume = $("#resume-btn");
+  pause.hidden = Boolean(lastPaused);
+  resume.hidden = !lastPaused;
+  for (const button of [pause, resume, $("#submit-btn")]) {
+    button.disabled = Boolean(blocker);
+    button.title = blocker;
+  }
+  $("#toolbar-note").textContent = blocker;
+}
+
+async function pauseOrResume(path) {
+  const { ok, body } = await act("POST", path);
+  const msg = $("#pause-msg");
+  msg.dataset.ok = ok ? "1" : "0";
+  msg.textContent = ok ? (body.paused ? "paused: runners claim no new jobs" : "resumed") : `refused: ${body.error}`;
+}
+
+$("#pause-btn").addEventListener("click", () => pauseOrResume("/pause"));
+$("#resume-btn").addEventListener("click", () => pauseOrResume("/resume"));
+
+$("#submit-file").addEventListener("change", async (event) => {
+  const file = event.target.files[0];
+  if (!file) return;
+  $("#submit-text").value = await file.text();
+  if (!$("#submit-name").value) $("#submit-name").value = file.name;
+});
+
+$("#submit-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const name = $("#submit-name").value.trim();
+  const url = name ? `/jobs?name=${encodeURIComponent(name)}` : "/jobs";
+  const { ok, body } = await act("POST", url, $("#submit-text").value, "application/yaml");
+  const result = $("#submit-result");
+  result.dataset.ok = ok ? "1" : "0";
+  $("#submit-problems").replaceChildren(...(body.problems || []).map((p) => el("li", { text: p })));
+  if (ok) {
+    result.replaceChildren("submitted: ", jobLink(body.id), ` (${body.entry})`);
+    $("#submit-text").value = "";
+    $("#submit-name").value = "";
+  } else {
+    result.textContent = `not submitted: ${body.error}`;
+  }
+});
+
+document.addEventListener("actions", renderToolbar);
+checkActions();
 
 // --- the stream -----------------------------------------------------------------------
 

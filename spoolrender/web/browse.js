@@ -168,6 +168,7 @@ window.addEventListener("popstate", () => {
 
 readQuery();
 fillForm();
+checkActions();
 load();
 // The tabs' counts stay live; the list itself changes only when asked (it would shift under the reader).
 listen("/events", $("#connection"), { summary: (status) => updateCounts(status.counts) });

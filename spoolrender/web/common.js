@@ -95,3 +95,71 @@ function listen(url, connection, handlers) {
   };
   return source;
 }
+
+// --- write actions ----------------------------------------------------------------------
+//
+// The token is typed once and kept in this tab's sessionStorage (gone when the tab closes);
+// it is only ever sent as an Authorization header: never in a URL, never in a cookie (so no
+// other site can make the browser send it).
+
+const TOKEN_KEY = "spoolrender-token";
+const actions = { writes: false, reason: "", unlocked: false };
+
+function storedToken() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+async function checkActions() {
+  const token = storedToken();
+  const { ok, body } = await fetchJSON("/actions", token ? { headers: { Authorization: `Bearer ${token}` } } : {});
+  actions.writes = Boolean(ok && body.writes);
+  actions.reason = (body && body.reason) || "";
+  actions.unlocked = actions.writes && body.token_ok === true;
+  if (token && body.token_ok === false) sessionStorage.removeItem(TOKEN_KEY);
+  renderAuth(token && body.token_ok === false ? "that token is not right" : "");
+  document.dispatchEvent(new Event("actions"));
+}
+
+function renderAuth(message) {
+  const box = $("#auth");
+  if (!box) return;
+  box.dataset.state = actions.unlocked ? "unlocked" : actions.writes ? "locked" : "read-only";
+  if (!actions.writes) {
+    box.replaceChildren(el("span", { className: "auth-note", title: actions.reason, text: "read-only" }));
+    return;
+  }
+  if (actions.unlocked) {
+    const lock = el("button", { type: "button", id: "auth-lock", text: "lock" });
+    lock.addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      checkActions();
+    });
+    box.replaceChildren(el("span", { className: "auth-note", text: "actions on" }), lock);
+    return;
+  }
+  const input = el("input", { type: "password", id: "auth-token", placeholder: "serve token", autocomplete: "off", "aria-label": "serve token" });
+  const form = el("form", { id: "auth-form" }, input, el("button", { type: "submit", text: "unlock actions" }));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!input.value.trim()) return;
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    checkActions();
+  });
+  box.replaceChildren(form, ...(message ? [el("span", { className: "auth-error", text: message })] : []));
+}
+
+// Why an action button cannot be used now (or "" if it can).
+function actionBlocker() {
+  if (!actions.writes) return actions.reason || "write actions are disabled on this server";
+  if (!actions.unlocked) return "enter the serve token (top right) to use actions";
+  return "";
+}
+
+// A write request with the token; the answer's JSON ({error, problems} on failure).
+async function act(method, url, body, contentType) {
+  const headers = { Authorization: `Bearer ${storedToken() || ""}` };
+  if (contentType) headers["Content-Type"] = contentType;
+  const result = await fetchJSON(url, { method, headers, body });
+  if (result.status === 401 || result.status === 403) checkActions();
+  return result;
+}

@@ -79,7 +79,7 @@ function render(info) {
     ...fact("render took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
   );
   const reason = $("#reason");
-  const failure = info.failure || null;
+  const failure = info.state === "failed" ? info.failure || null : null; // a retried job keeps its old failure.json
   reason.hidden = !failure;
   reason.textContent = failure ? `${failure.kind || "failed"}: ${failure.reason || "?"}` : "";
 
@@ -128,6 +128,7 @@ function render(info) {
     ...(info.entries || []).map((e) => el("tr", {}, el("td", {}, stateTag(e.state)), el("td", { className: "id", text: e.entry }))),
   );
   renderOutput(info);
+  renderActions();
   updateLogChoices(info);
   document.body.dataset.ready = "1";
 }
@@ -178,6 +179,52 @@ async function loadJobFile() {
   const response = await fetch(`${API}/file`);
   $("#jobfile").textContent = response.ok ? await response.text() : "(the job file cannot be read)";
 }
+
+// --- actions ------------------------------------------------------------------------------
+
+const CANCELLABLE = ["incoming", "retry", "running"];
+let cancelArmed = null; // cancelling takes a second click within a few seconds
+
+function renderActions() {
+  if (!current) return;
+  const blocker = actionBlocker();
+  const retry = $("#retry-btn");
+  const cancel = $("#cancel-btn");
+  retry.hidden = current.state !== "failed";
+  cancel.hidden = !CANCELLABLE.includes(current.state) || Boolean(current.cancel_requested);
+  for (const button of [retry, cancel]) {
+    button.disabled = Boolean(blocker);
+    button.title = blocker;
+  }
+  $("#action-note").textContent = (retry.hidden && cancel.hidden) || !blocker ? "" : blocker;
+}
+
+async function runAction(button, path, verb) {
+  button.disabled = true;
+  const { ok, body } = await act("POST", `${API}/${path}`);
+  const msg = $("#action-msg");
+  msg.dataset.ok = ok ? "1" : "0";
+  msg.textContent = ok ? `${verb}: done` : `${verb} refused: ${body.error}`;
+  await reload();
+}
+
+$("#retry-btn").addEventListener("click", (event) => runAction(event.target, "retry", "retry"));
+$("#cancel-btn").addEventListener("click", (event) => {
+  const button = event.target;
+  if (!cancelArmed) {
+    button.textContent = "click again to cancel the job";
+    cancelArmed = setTimeout(() => {
+      cancelArmed = null;
+      button.textContent = "cancel";
+    }, 5000);
+    return;
+  }
+  clearTimeout(cancelArmed);
+  cancelArmed = null;
+  button.textContent = "cancel";
+  runAction(button, "cancel", "cancel");
+});
+document.addEventListener("actions", renderActions);
 
 // --- the log ----------------------------------------------------------------------------
 
@@ -257,6 +304,7 @@ if (!JOB_ID) {
   document.body.dataset.ready = "1";
 } else {
   $("#job-id").textContent = JOB_ID;
+  checkActions();
   load().then(() => {
     loadJobFile();
     listen(`/events?job=${encodeURIComponent(JOB_ID)}`, $("#connection"), {
