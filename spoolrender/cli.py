@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a request's line and headers must arrive within this, in total (default 10)")  # fmt: skip
     p.add_argument("--max-per-client", type=int, default=16, metavar="N",
                    help="connections at once per client address (default 16; raise it behind a proxy)")  # fmt: skip
+    p.add_argument("--history-interval", type=float, default=60.0, metavar="SECONDS",
+                   help="one sample of the spool's history (the dashboard's plots; kept 48 h in "
+                        ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
     return parser
 
@@ -424,14 +427,18 @@ def _serve(args: argparse.Namespace) -> int:
         raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")
     config = _config(args)
     SpoolLayout(config.spool).check()  # a typo in --spool fails now, not on the first request
-    if not (0 < args.header_timeout <= 600 and args.max_per_client >= 1):
-        raise SpoolrenderError("--header-timeout must be in (0, 600] seconds and --max-per-client at least 1")
+    if not (0 < args.header_timeout <= 600 and args.max_per_client >= 1 and 1 <= args.history_interval <= 3600):
+        raise SpoolrenderError(
+            "--header-timeout must be in (0, 600] seconds, --max-per-client at least 1, "
+            "--history-interval in [1, 3600] seconds"
+        )
     options = ServeOptions(
         poll_seconds=args.poll,
         keepalive_seconds=args.keepalive,
         allow_hosts=tuple(args.allow_host),
         header_seconds=args.header_timeout,
         max_per_client=args.max_per_client,
+        history_seconds=args.history_interval,
     )
     try:
         server = SpoolServer(parse_listen(args.listen), config, options)

@@ -372,3 +372,46 @@ def test_read_only_pages_say_why(spool: SpoolLayout, tmp_path: Path) -> None:
         assert "serve_token_file" in page.evaluate("document.querySelector('#toolbar-note').textContent")
         assert page.evaluate("document.querySelector('#auth-token')") is None  # nothing to type a token into
         assert page.errors() == []
+
+
+PLOTS_SHOT = ARTIFACT.with_name("plots.png")
+
+
+def test_plots_from_the_spool_history(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    write_spool_config(spool, {"slots": 2})
+    with running_server(spool.root, tmp_path / "serve.log", "--history-interval", "1") as server:
+        wait_for(lambda: len(server.get_json("/history")["samples"]) >= 2, timeout=30)
+        start_runner()
+        for i in range(8):
+            drop(spool, f"clip-{i}.yaml", command_job(sleep=1 + i % 3))
+        drop(spool, "broken.yaml", command_job(exit=65, message="no"))
+
+        def finished() -> tuple[int, int]:
+            samples = server.get_json("/history")["samples"]
+            return sum(s["done"] for s in samples), sum(s["failed"] for s in samples)
+
+        wait_for(lambda: finished() == (8, 1), timeout=120)
+        with Chromium() as browser:
+            page = browser.new_page(server.url)
+            page.wait_for("document.querySelector('#plots').dataset.done === '8'", timeout=30)
+            assert page.evaluate("document.querySelector('#plots').dataset.failed") == "1"
+            captions = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('.plot-box')]"
+                ".map(b => [b.id, b.querySelector('figcaption').textContent]))"
+            )
+            assert "8 done, 1 failed" in captions["plot-finished"]
+            assert "8 renders" in captions["plot-durations"]
+            assert "1 runner" in captions["plot-runners"]
+            bars = "document.querySelectorAll('#plot-finished rect.bar-done').length"
+            assert (
+                page.evaluate(bars) >= 1
+                and page.evaluate("document.querySelectorAll('#plot-finished rect.bar-failed').length") == 1
+            )
+            assert page.evaluate("document.querySelectorAll('#plot-durations rect').length") >= 1
+            assert page.evaluate("document.querySelector('#plot-runners polyline').getAttribute('points').length") > 0
+            page.evaluate("document.querySelector('#plot-range button[data-hours=\"1\"]').click()")
+            page.wait_for("document.querySelector('#plot-range button.active').dataset.hours === '1'")
+            page.wait_for("document.querySelector('#plots').dataset.done === '8'")
+            page.evaluate("document.querySelector('#history').scrollIntoView()")
+            print(f"plots screenshot: {page.screenshot(PLOTS_SHOT)}")
+            assert page.errors() == []

@@ -33,6 +33,7 @@ from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.browse import JobIndex
 from spoolrender.serve.events import EventHub
+from spoolrender.serve.history import HistoryRecorder
 from spoolrender.serve.listen import HostPolicy
 from spoolrender.serve.readmodel import ApiError, check_job_id
 
@@ -56,6 +57,7 @@ STATIC = {
     "/job.js": ("job.js", "text/javascript; charset=utf-8"),
     "/browse": ("browse.html", "text/html; charset=utf-8"),
     "/browse.js": ("browse.js", "text/javascript; charset=utf-8"),
+    "/plots.js": ("plots.js", "text/javascript; charset=utf-8"),
 }
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -82,6 +84,7 @@ class Site:
     static: dict[str, bytes]  # the dashboard's files by name
     hosts: HostPolicy  # the Host header check (DNS rebinding)
     index: JobIndex  # what listings do not say (times, error kinds), read once per entry
+    history: HistoryRecorder  # the samples behind the dashboard's plots
 
 
 class DeadlineReader(io.RawIOBase):

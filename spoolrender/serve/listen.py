@@ -120,3 +120,4 @@ class ServeOptions:
     allow_hosts: tuple[str, ...] = ()
     header_seconds: float = 10.0  # the whole request line and headers, however they trickle in
     max_per_client: int = 16  # connections at once from one address (a proxy in front: raise it)
+    history_seconds: float = 60.0  # one history sample (the plots) per this many seconds

@@ -144,6 +144,12 @@ class SpoolHandler(RequestHandler):
         data = poster(self.site.config, published_output(self.site.config, args[0]))
         self._send(200, data, "image/jpeg", {"Content-Security-Policy": "default-src 'none'; sandbox"})
 
+    def get_history(self, params: dict[str, str], args: list[str]) -> None:
+        hours = int_param(params, "hours", 6, 1, 48)
+        now = time.time()
+        samples = self.site.history.samples(now - hours * 3600)
+        self._send_json(200, {"now": now, "hours": hours, "interval": self.site.history.interval, "samples": samples})
+
     def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
         self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
 
@@ -294,5 +300,6 @@ _add(("actions",), GET=(SpoolHandler.get_actions, NO_PARAMS))
 _add(("pause",), POST=(SpoolHandler.post_pause, frozenset({"reason"})))
 _add(("resume",), POST=(SpoolHandler.post_resume, NO_PARAMS))
 _add(("metrics",), GET=(SpoolHandler.get_metrics, NO_PARAMS))
+_add(("history",), GET=(SpoolHandler.get_history, frozenset({"hours"})))
 
 SpoolHandler.routes = ROUTES

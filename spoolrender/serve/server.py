@@ -35,6 +35,7 @@ from spoolrender.errors import SpoolrenderError
 from spoolrender.serve.auth import load_serve_token
 from spoolrender.serve.browse import JobIndex
 from spoolrender.serve.events import EventHub
+from spoolrender.serve.history import HistoryRecorder
 from spoolrender.serve.http import STATIC, Site
 from spoolrender.serve.listen import HostPolicy, ListenAddress, ServeOptions
 from spoolrender.serve.routes import SpoolHandler
@@ -68,6 +69,7 @@ class SpoolServer(ThreadingHTTPServer):
         self.options = options
         self.token = load_serve_token(config)  # before listening: a bad token file stops us here
         self.hub = EventHub(config, poll_seconds=options.poll_seconds)
+        self.history = HistoryRecorder(config, options.history_seconds)
         self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._per_client: Counter[str] = Counter()
         self._per_client_lock = threading.Lock()
@@ -81,6 +83,7 @@ class SpoolServer(ThreadingHTTPServer):
             static=_read_static(),
             hosts=HostPolicy.from_names(options.allow_hosts),
             index=JobIndex(config),
+            history=self.history,
         )
         super().__init__((listen.host, listen.port), functools.partial(SpoolHandler, site=site))
 
@@ -154,6 +157,7 @@ class SpoolServer(ThreadingHTTPServer):
     def serve(self) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT with :meth:`install_signal_handlers`)."""
         self.hub.start()
+        self.history.start()
         if self.listen.ip.is_unspecified:
             log.warning(
                 "listening on every interface (%s): anyone who can reach this host can read the spool", self.url
@@ -162,6 +166,7 @@ class SpoolServer(ThreadingHTTPServer):
             self.serve_forever(poll_interval=0.5)
         finally:
             self.hub.stop()
+            self.history.stop()
             self.server_close()
 
     def stop(self) -> None:
