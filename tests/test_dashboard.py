@@ -141,7 +141,7 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
             f"document.querySelector('#log-text').textContent.split('PROGRESS').length - 1 > {lines_before}",
             timeout=20,
         )
-        assert "renderer: command" in page.evaluate("document.querySelector('#jobfile').textContent")
+        page.wait_for("document.querySelector('#jobfile').textContent.includes('renderer: command')")
         settings = page.evaluate(
             "Object.fromEntries([...document.querySelectorAll('#settings tr')]"
             ".map(r => [r.querySelector('th').textContent, r.querySelector('td').textContent]))"
@@ -167,7 +167,7 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
         reason = page.evaluate("document.querySelector('#reason').textContent")
         assert "props.title is missing <b>bold?</b>" in reason
         assert page.evaluate("document.querySelector('#reason b, #runs b')") is None
-        assert "props.title is missing" in page.evaluate("document.querySelector('#log-text').textContent")
+        page.wait_for("document.querySelector('#log-text').textContent.includes('props.title is missing')")
         print(f"failed job page screenshot: {page.screenshot(FAILED_SHOT)}")
         assert page.errors() == []
 

@@ -522,6 +522,7 @@ SERVE_LAYERS = (
     "browse",
     "outputs",
     "posters",
+    "history",
     "api",
     "events",
     "http",
