@@ -55,6 +55,9 @@ BENCHMARKS = (
         "concurrency", "Concurrency choice", ("--jobs", "10", "--repeats", "3", "--combos", "1x1,2x1,1x2,3x1,4x1")
     ),
     Benchmark("spool_races", "Races and recovery", ("--jobs", "1000", "--runners", "4", "--repeats", "3")),
+    Benchmark(
+        "serve_browse", "Dashboard paging at scale", ("--done", "100000", "--incoming", "10000", "--failed", "1000")
+    ),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

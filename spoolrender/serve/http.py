@@ -123,6 +123,11 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     routes: ClassVar[RouteTable] = {}
 
+    server_version = f"spoolrender/{__version__}"
+    protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
+    default_request_version = "HTTP/1.0"  # so that even a garbled request gets a status line
+    timeout = SOCKET_TIMEOUT
+
     def __init__(self, request: Any, client_address: Any, server: socketserver.BaseServer, *, site: Site) -> None:
         self.site = site  # before the base class, which handles the request in __init__
         super().__init__(request, client_address, server)
@@ -134,11 +139,6 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._reader = DeadlineReader(self.connection, SOCKET_TIMEOUT)
         self._reader.deadline = time.monotonic() + self.site.header_seconds
         self.rfile = io.BufferedReader(self._reader)
-
-    server_version = f"spoolrender/{__version__}"
-    protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
-    default_request_version = "HTTP/1.0"  # so that even a garbled request gets a status line
-    timeout = SOCKET_TIMEOUT
 
     # --- plumbing ---------------------------------------------------------------------------
 
