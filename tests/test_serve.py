@@ -112,7 +112,7 @@ def test_jobs_lists_every_state_with_status_objects(busy: tuple[SpoolLayout, Ser
     }  # fmt: skip
     # Where they overlap, items are exactly the objects of `status --json` (plus their state,
     # and what browsing adds: a running job's claim time, a retry's last error kind).
-    added = {"running": {"claimed_at"}, "retry": {"kind"}, "failed": set()}
+    added = {"running": {"started_at"}, "retry": {"kind"}, "failed": set()}
     for state, section in (("running", "running"), ("retry", "retry"), ("failed", "recent_failures")):
         (item,) = [j for j in page["jobs"] if j["state"] == state]
         extra = {"state", *added[state]}
@@ -590,8 +590,8 @@ def test_jobs_filters(busy: tuple[SpoolLayout, Server]) -> None:
     assert "good" in ids(f"since={now - 3600:.0f}&state=done") and ids(f"until={now - 3600:.0f}&state=done") == []
     assert ids(f"since={now + 120:.0f}&state=retry") == ["flaky"]  # a retry's time is when it is due (7.5+ min)
     assert ids(f"until={now:.0f}&state=retry") == []
-    claimed = server.get_json("/jobs?state=running")["jobs"][0]["claimed_at"]
-    assert abs(claimed - now) < 600
+    started = server.get_json("/jobs?state=running")["jobs"][0]["started_at"]
+    assert abs(started - now) < 600
     for bad in ("since=yesterday", "since=1e9", "until=-5", "since=20&until=10", "q=%00", "kind=" + "k" * 101):
         assert server.get(f"/jobs?{bad}").status == 400, bad
 

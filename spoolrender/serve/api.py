@@ -86,7 +86,7 @@ def list_jobs(
     ``running`` objects, retry items its ``retry`` objects, failed items its
     ``recent_failures`` objects; each also says its ``state``. Done items carry
     ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``,
-    running ones ``claimed_at``, retry ones the ``kind`` of their last error. ``total``
+    running ones ``started_at``, retry ones the ``kind`` of their last error. ``total``
     counts what ``filters`` let through (:mod:`.browse`).
     """
     filters = filters or Filters()
@@ -128,7 +128,7 @@ def list_jobs(
             else:
                 item = {"id": name, "entry": name}
             if s == "running":
-                item = {**item, "claimed_at": index.time(s, name)}
+                item = {**item, "started_at": index.time(s, name)}
             elif s == "retry":
                 item = {**item, "kind": index.kind(s, name)}
             jobs.append({"state": s, **item})

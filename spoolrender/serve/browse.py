@@ -9,7 +9,8 @@ cache forgets names that left the listing. On a spool with 100k finished jobs th
 page stats them once; later pages only stat what is new.
 
 Order: incoming by name, running by name (id), retry by name (due time first), done and
-failed newest first (by the time their result or failure was written).
+failed newest first (by the time their result or failure was written). Times: incoming
+queued (file mtime), running started (its heartbeat), retry due, done/failed finished.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
+from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError
@@ -70,11 +72,17 @@ class JobIndex:
         self._kinds: dict[str, dict[str, str | None]] = {s: {} for s in KIND_STATES}
 
     def time(self, state: str, name: str) -> float | None:
-        """When the entry entered its state (retry: when it is due), epoch seconds."""
+        """When the entry entered its state (running: its run started; retry: it is due), epoch seconds."""
         if state == "retry":
             m = RETRY_NAME.fullmatch(name)
             return int(m.group("due")) / 1000 if m else None
         known = self._times[state]
+        if name not in known and state == "running":
+            # The directory's mtime moves with every heartbeat: the run's start is in the heartbeat.
+            hb = read_heartbeat(self.layout.running / name)
+            if hb is None or hb.started is None:
+                return None
+            known[name] = hb.started
         if name not in known:
             path = self.layout.state_dir(state) / name
             if state in STAMP_FILE:

@@ -5,7 +5,7 @@
 
 const PAGE = 50;
 const FIELDS = ["state", "q", "kind", "since", "until", "offset"];
-const TIME_WORDS = { incoming: "queued", running: "claimed", retry: "due", done: "finished", failed: "failed" };
+const TIME_WORDS = { incoming: "queued", running: "started", retry: "due", done: "finished", failed: "failed" };
 const KNOWN_KINDS = new Set();
 
 let query = {};
@@ -37,7 +37,7 @@ function queryString(extra) {
 }
 
 function itemTime(job) {
-  return job.finished_at ?? job.failed_at ?? job.due ?? job.queued_at ?? job.claimed_at ?? null;
+  return job.finished_at ?? job.failed_at ?? job.due ?? job.queued_at ?? job.started_at ?? null;
 }
 
 function details(job) {
@@ -107,7 +107,7 @@ async function load() {
   const state = query.state || "";
   $("#time-note").textContent = state
     ? `“When” is when a job was ${TIME_WORDS[state]}; the time filter applies to it.`
-    : "“When”: queued, claimed, due, finished or failed, by state; the time filter applies to it.";
+    : "“When”: queued, started, due, finished or failed, by state; the time filter applies to it.";
   document.body.dataset.ready = "1";
   document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
 }
