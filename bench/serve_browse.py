@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`spoolrender serve` paging through a big spool (issue 16 item 2): 100k done and 1k failed
-jobs, 10k waiting; how long a page of `GET /jobs?state=done` takes, cold (the first, which
-reads every done job's finish time once) and warm (any later page), with a filter, and
-`GET /status` meanwhile.
+jobs, 10k waiting; how long a page of `GET /jobs?state=done` takes, cold (the first, right
+after the server started: it reads every finished job's time once, ahead, in a thread) and
+warm (any later page), with a filter, and `GET /status` for comparison.
 
 Each finished job is a real job directory (bench/status_scale.py's fill); the server is a
 real `spoolrender serve` subprocess on a loopback port. Times are wall medians of HTTP
@@ -79,7 +79,7 @@ def main() -> None:
         filtered = statistics.median(timed_get(port, "/jobs?state=done&limit=50&q=job-00042") for _ in range(5))
         failed = statistics.median(timed_get(port, "/jobs?state=failed&kind=none&limit=50") for _ in range(5))
         status = statistics.median(timed_get(port, "/status") for _ in range(5))
-        print(f"GET /jobs?state=done, first page (cold):       {cold:.3f} s")
+        print(f"GET /jobs?state=done, first page after start:  {cold:.3f} s")
         print(f"GET /jobs?state=done, any later page (median):  {warm:.3f} s")
         print(f"GET /jobs?state=done&q=... (median):            {filtered:.3f} s")
         print(f"GET /jobs?state=failed&kind=... (median):       {failed:.3f} s")

@@ -25,7 +25,7 @@ from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, pause, resume, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
-from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
+from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
 from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
@@ -43,10 +43,11 @@ from spoolrender.serve.readmodel import (
 from spoolrender.status import (
     SCHEMA_VERSION,
     collect_status,
+    pause_reason,
     read_failure,
+    retry_info,
     running_info,
     spool_clock,
-    take_snapshot,
 )
 
 DEFAULT_LIMIT = 100
@@ -93,17 +94,17 @@ def list_jobs(
     index = index or JobIndex(config)
     posters = find_ffmpeg(config) is not None
     layout = SpoolLayout(config.spool)
-    snap = take_snapshot(layout, config.lease_seconds)
-    status = collect_status(config, snap)
-    running = {r["entry"]: r for r in status["running"]}
-    retry = {r["entry"]: r for r in status["retry"]}
-    failures = {f["entry"]: f for f in status["recent_failures"]}
+    layout.check()
+    now, fs_now = spool_clock(layout)
+    # Only the listings (as `status`, minus its per-file reads): a page reads just its items.
+    listing = {s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".")] for s in defaults.STATE_DIRS}
+    listing["incoming"] = [n for n in listing["incoming"] if is_candidate_name(n)]
     states = (state,) if state else defaults.STATE_DIRS
     jobs: list[dict[str, Any]] = []
     total = 0
     skip = offset
     for s in states:
-        names = index.select(s, snap.names[s], filters)
+        names = index.select(s, listing[s], filters)
         total += len(names)
         if skip >= len(names):
             skip -= len(names)
@@ -112,33 +113,27 @@ def list_jobs(
             path = layout.state_dir(s) / name
             item: dict[str, Any]
             if s == "running":
-                item = running.get(name) or running_info(
-                    layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds
-                )
-            elif s == "retry" and name in retry:
-                item = retry[name]
+                item = running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+                item["started_at"] = index.time(s, name)
+            elif s == "retry":
+                item = retry_info(name, now) or {"id": name, "entry": name}
+                item["kind"] = index.kind(s, name)
             elif s == "failed":
-                item = failures.get(name) or _failed_item(path)
+                item = _failed_item(path)
             elif s == "done":
                 item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
                 item.update(result_summary(path) or {})
                 item.update(output_urls(item["id"], item.get("output"), posters=posters))
-            elif s == "incoming":
-                item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             else:
-                item = {"id": name, "entry": name}
-            if s == "running":
-                item = {**item, "started_at": index.time(s, name)}
-            elif s == "retry":
-                item = {**item, "kind": index.kind(s, name)}
+                item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             jobs.append({"state": s, **item})
         skip = 0
     return {
         "schema": SCHEMA_VERSION,
-        "spool": status["spool"],
-        "generated_at": status["generated_at"],
-        "counts": status["counts"],
-        "paused": status["paused"],
+        "spool": str(config.spool),
+        "generated_at": now,
+        "counts": {s: len(names) for s, names in listing.items()},
+        "paused": pause_reason(layout),
         "state": state,
         "total": total,
         "offset": offset,

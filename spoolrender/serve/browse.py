@@ -5,8 +5,8 @@ an index that could disagree with the spool. What a listing cannot tell (when a 
 finished, what kind of error failed it) is read once per entry and kept in a
 :class:`JobIndex` for the server's lifetime: a done or failed entry never changes, a
 retry entry gets a new name for each attempt, so a cached fact is never stale, and the
-cache forgets names that left the listing. On a spool with 100k finished jobs the first
-page stats them once; later pages only stat what is new.
+cache forgets names that left the listing. A server reads every finished job's time once
+at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
 
 Order: incoming by name, running by name (id), retry by name (due time first), done and
 failed newest first (by the time their result or failure was written). Times: incoming
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError
 
@@ -111,6 +111,14 @@ class JobIndex:
                 errors = [r.error for r in runs if r.error]
                 known[name] = str(errors[-1].get("kind")) if errors else None
         return known[name]
+
+    def warm(self) -> None:
+        """Read every finished entry's time now (a server's start-up thread), so that the
+        first page a client asks for on a big spool is as quick as the next."""
+        for state in STAMP_FILE:
+            for name in list_names(self.layout.state_dir(state)):
+                with self._lock:  # one entry at a time: requests are never held up for long
+                    self.time(state, name)
 
     def select(self, state: str, names: list[str], filters: Filters) -> list[str]:
         """``names`` (a fresh listing of ``state``) in order, narrowed by ``filters``."""

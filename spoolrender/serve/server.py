@@ -70,6 +70,7 @@ class SpoolServer(ThreadingHTTPServer):
         self.token = load_serve_token(config)  # before listening: a bad token file stops us here
         self.hub = EventHub(config, poll_seconds=options.poll_seconds)
         self.history = HistoryRecorder(config, options.history_seconds)
+        self.index = JobIndex(config)
         self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._per_client: Counter[str] = Counter()
         self._per_client_lock = threading.Lock()
@@ -82,7 +83,7 @@ class SpoolServer(ThreadingHTTPServer):
             streams=threading.BoundedSemaphore(MAX_STREAMS),
             static=_read_static(),
             hosts=HostPolicy.from_names(options.allow_hosts),
-            index=JobIndex(config),
+            index=self.index,
             history=self.history,
         )
         super().__init__((listen.host, listen.port), functools.partial(SpoolHandler, site=site))
@@ -158,6 +159,7 @@ class SpoolServer(ThreadingHTTPServer):
         """Serve until :meth:`stop` (or SIGTERM/SIGINT with :meth:`install_signal_handlers`)."""
         self.hub.start()
         self.history.start()
+        threading.Thread(target=self._warm_index, name="spoolrender-index", daemon=True).start()
         if self.listen.ip.is_unspecified:
             log.warning(
                 "listening on every interface (%s): anyone who can reach this host can read the spool", self.url
@@ -168,6 +170,12 @@ class SpoolServer(ThreadingHTTPServer):
             self.hub.stop()
             self.history.stop()
             self.server_close()
+
+    def _warm_index(self) -> None:
+        try:
+            self.index.warm()
+        except OSError as exc:  # only a head start: pages read what they need anyway
+            log.info("could not read the finished jobs' times ahead: %s", exc)
 
     def stop(self) -> None:
         """Make :meth:`serve` return (safe from a signal handler: it does not wait)."""
