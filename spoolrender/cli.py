@@ -222,10 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=raw,
         description="Serve the spool over HTTP: GET /jobs, /jobs/ID, /jobs/ID/log and /status (JSON, the "
         "schema of `status --json`), /events (server-sent events: state changes and progress), /metrics "
-        "(Prometheus) and a live dashboard at /. It only reads the spool and runs no runner, so it works on "
-        "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel) stay "
-        "off unless serve_token_file (a file only you and the spool's group can read) or serve_token is set in "
-        "the spool config; they need Authorization: Bearer <token>.",
+        "(Prometheus), /history (the plots' samples), the done jobs' videos (/jobs/ID/output, seekable) and a "
+        "live dashboard at / (job pages, every state page by page, actions, plots). It runs no runner, so it works on "
+        "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel, /pause, "
+        "/resume) stay off unless serve_token_file (a file only you and the spool's group can read) or "
+        "serve_token is set in the spool config; they need Authorization: Bearer <token>.",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender serve                              http://127.0.0.1:8765/ (this host only)
