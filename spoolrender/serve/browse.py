@@ -70,6 +70,8 @@ class JobIndex:
         self._lock = threading.Lock()
         self._times: dict[str, dict[str, float | None]] = {s: {} for s in defaults.STATE_DIRS}
         self._kinds: dict[str, dict[str, str | None]] = {s: {} for s in KIND_STATES}
+        self._last: dict[str, tuple[list[str], Filters, list[str]]] = {}
+        self._unknown_time = False
 
     def time(self, state: str, name: str) -> float | None:
         """When the entry entered its state (running: its run started; retry: it is due), epoch seconds."""
@@ -121,26 +123,43 @@ class JobIndex:
                     self.time(state, name)
 
     def select(self, state: str, names: list[str], filters: Filters) -> list[str]:
-        """``names`` (a fresh listing of ``state``) in order, narrowed by ``filters``."""
+        """``names`` (a fresh listing of ``state``) in order, narrowed by ``filters``.
+
+        The last answer per state is kept: paging through an unchanged directory (the same
+        listing, compared in one pass) with the same filters does not sort it again.
+        """
         with self._lock:
-            self._forget_gone(state, names)
-            chosen = names
-            if filters.text:
-                needle = filters.text.lower()
-                chosen = [n for n in chosen if needle in _name_id(state, n).lower()]
-            if filters.kind is not None:
-                chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
-            if filters.timed or state in STAMP_FILE:
-                stamped = [(self.time(state, n), n) for n in chosen]
-                if filters.timed:
-                    low = filters.since if filters.since is not None else float("-inf")
-                    high = filters.until if filters.until is not None else float("inf")
-                    stamped = [(t, n) for t, n in stamped if t is not None and low <= t <= high]
-                if state in STAMP_FILE:  # newest first; an unreadable time sorts last
-                    stamped.sort(key=lambda tn: (tn[0] if tn[0] is not None else float("-inf"), tn[1]), reverse=True)
-                    return [n for _, n in stamped]
-                chosen = [n for _, n in stamped]
-            return sorted(chosen)
+            last = self._last.get(state)
+            if last is not None and last[1] == filters and last[0] == names:
+                return last[2]
+            self._unknown_time = False
+            chosen = self._select(state, names, filters)
+            if not self._unknown_time:  # an entry without a time yet gets its place next time
+                self._last[state] = (names, filters, chosen)
+            return chosen
+
+    def _select(self, state: str, names: list[str], filters: Filters) -> list[str]:
+        self._forget_gone(state, names)
+        chosen = names
+        if filters.text:
+            needle = filters.text.lower()
+            chosen = [n for n in chosen if needle in _name_id(state, n).lower()]
+        if filters.kind is not None:
+            chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
+        if filters.timed or state in STAMP_FILE:
+            stamped = [(self.time(state, n), n) for n in chosen]
+            if filters.timed:
+                low = filters.since if filters.since is not None else float("-inf")
+                high = filters.until if filters.until is not None else float("inf")
+                stamped = [(t, n) for t, n in stamped if t is not None and low <= t <= high]
+            if state in STAMP_FILE:  # newest first; an unreadable time sorts last
+                unknown = float("-inf")
+                self._unknown_time = any(t is None for t, _ in stamped)
+                stamped = [(unknown if t is None else t, n) for t, n in stamped]
+                stamped.sort(reverse=True)
+                return [n for _, n in stamped]
+            chosen = [n for _, n in stamped]
+        return sorted(chosen)
 
     def _forget_gone(self, state: str, names: list[str]) -> None:
         present = set(names)
