@@ -68,11 +68,11 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SpoolLayout
     drop(layout, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     drop(layout, "flaky.yaml", {**command_job(exit=1), "priority": 3})
     assert drain(layout) == 3  # one job failed for good
-    drop(layout, "long.yaml", command_job(sleep=60))
+    drop(layout, "long.yaml", command_job(sleep=150))  # renders for as long as the module runs
     with open(root / "runner.log", "wb") as out:
         runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root)), stdout=out, stderr=out)
     try:
-        wait_for(lambda: running_with_progress(layout), timeout=30)
+        wait_for(lambda: running_with_progress(layout), timeout=60)
         drop(layout, "waiting.yaml", {**command_job(), "not_before": "2099-01-01T00:00:00Z"})
         with running_server(layout.root, root / "serve.log", "--poll", "0.2") as server:
             yield layout, server
@@ -141,7 +141,7 @@ def test_job_detail_in_every_state(busy: tuple[SpoolLayout, Server]) -> None:
     long = server.get_json("/jobs/long")
     assert long["state"] == "running" and long["entry"].startswith("running/long.")
     assert 0 < long["progress"] <= 1 and long["heartbeat"]["progress"] == pytest.approx(long["progress"], abs=0.2)
-    assert long["job"]["renderer"] == "command" and long["job"]["props"] == {"sleep": 60}
+    assert long["job"]["renderer"] == "command" and long["job"]["props"] == {"sleep": 150}
     bad = server.get_json("/jobs/bad")
     assert bad["state"] == "failed" and bad["attempts"] == 1
     assert "props.title is missing" in bad["failure"]["reason"]
@@ -554,7 +554,7 @@ def test_job_page_data(busy: tuple[SpoolLayout, Server]) -> None:
     assert running["file_url"] == "/jobs/long/file" and running["page_url"] == "/job?id=long"
     job_file = server.get("/jobs/long/file")
     assert job_file.status == 200 and job_file.headers["content-type"].startswith("text/plain")
-    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": {"sleep": 60}}
+    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": {"sleep": 150}}
     assert job_file.headers["x-spoolrender-entry"].startswith("running/long.")
     retry = server.get_json("/jobs/flaky")
     assert retry["retry_position"] == 1 and retry["retry_total"] == 1 and retry["due"] > time.time() + 60

@@ -243,16 +243,19 @@ def test_closed_event_streams_free_their_slots_at_once(spool: SpoolLayout, tmp_p
         for stream in streams:
             stream.close()
 
-        def stream_opens() -> bool:
-            conn = server.connection()
+        def all_fit() -> bool:
+            """32 new streams open at once (each 503 means a slot is still held)."""
+            conns = []
             try:
-                conn.request("GET", "/events")
-                return conn.getresponse().status == 200
+                for _ in range(32):
+                    conn = server.connection()
+                    conns.append(conn)
+                    conn.request("GET", "/events")
+                    if conn.getresponse().status != 200:
+                        return False
+                return True
             finally:
-                conn.close()
+                for conn in conns:
+                    conn.close()
 
-        wait_for(stream_opens, timeout=30)
-        # Every slot, not just one: 32 new streams fit again.
-        again = [server.events() for _ in range(32)]
-        for stream in again:
-            stream.close()
+        wait_for(all_fit, timeout=30)
