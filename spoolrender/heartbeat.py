@@ -352,6 +352,9 @@ class HeartbeatWriter:
             log.warning("job %s was taken away from this runner (heartbeat dir gone)", job.job_dir.name)
             job.on_lost()
             return False
+        with self._lock:
+            if self._jobs.get(job.token) is not job:
+                return True  # removed meanwhile: nothing of it to poll any more
         # Polled here, with the heartbeat, because the request may come from any host
         # sharing the spool: a file in the job's directory is what all of them can see.
         if job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():

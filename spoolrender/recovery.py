@@ -263,9 +263,20 @@ def _stop_orphaned_render(hb: Heartbeat) -> None:
     log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)
 
 
-def _file_signature(job_dir: Path) -> tuple[int, int, int] | None:
+def _file_signature(job_dir: Path) -> tuple[int | None, tuple[int, int, int] | None]:
+    """What changes while an owner lives, when its heartbeat cannot be read.
+
+    The directory's mtime is part of it: every heartbeat is an atomic replace, a rename
+    into the directory, so it changes with each beat even while the file is missing or
+    garbled at the moments we look. "No file" alone would be the same value every time,
+    and two looks that both catch it missing a lease apart would read as a lease of silence.
+    """
+    try:
+        dir_mtime: int | None = os.stat(job_dir).st_mtime_ns
+    except OSError:
+        dir_mtime = None
     try:
         st = os.stat(job_dir / defaults.HEARTBEAT_FILENAME)
     except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return (dir_mtime, None)
+    return (dir_mtime, (st.st_ino, st.st_mtime_ns, st.st_size))

@@ -217,11 +217,9 @@ class Runner:
             self._write_beacon()
             self._write_metrics()
             self._next_beacon = now + self.config.heartbeat_seconds
-        if now >= self._next_sweep:
+        swept = now >= self._next_sweep
+        if swept:
             self._recoverer.sweep(set(self._active))
-            fs_now = spool_now(self._probe)
-            if fs_now is not None:
-                expire_runners(self.layout, fs_now, self.config.lease_seconds)
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -242,6 +240,11 @@ class Runner:
             self._scanner.forget(candidate.name)
             if claimed is not None:
                 self._start(claimed)
+        if swept:
+            # Housekeeping after claiming, so that it never delays a claim.
+            fs_now = spool_now(self._probe)
+            if fs_now is not None:
+                expire_runners(self.layout, fs_now, self.config.lease_seconds)
         with self._lock:
             idle = not self._active
         if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):

@@ -50,6 +50,8 @@ def only_record(layout: SpoolLayout, state: str, filename: str) -> dict[str, Any
 
 def test_sigkilled_runner_job_is_recovered_by_another(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
     pidfile = tmp_path / "render.pid"
+    # A retry that is due at once would be claimed by drain b (and rendered for a minute).
+    write_spool_config(spool, {"backoff_base_seconds": 600, "backoff_cap_seconds": 600})
     drop(spool, "long.yaml", command_job(sleep=60, pidfile=str(pidfile)))
     a = start_runner()
     wait_for(lambda: running_heartbeat_with_pgid(spool) and pidfile.exists())

@@ -14,20 +14,22 @@ import yaml
 from invariants import audit
 
 from spoolrender.failpoints import CRASH_POINTS
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, retry_name
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 
 
-def make_spool(tmp_path: Path) -> SpoolLayout:
+CONFIG = {
+    "settle_seconds": 0, "heartbeat_seconds": 0.2, "lease_seconds": 2, "rescan_seconds": 0.3, "slots": 1,
+    "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1,
+    "commands": {"props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"]},
+}  # fmt: skip
+
+
+def make_spool(tmp_path: Path, **overrides: object) -> SpoolLayout:
     layout = init_spool(tmp_path / "spool")
-    config = {
-        "settle_seconds": 0, "heartbeat_seconds": 0.2, "lease_seconds": 2, "rescan_seconds": 0.3, "slots": 1,
-        "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1,
-        "commands": {"props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"]},
-    }  # fmt: skip
-    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump({**CONFIG, **overrides}))
     return layout
 
 
@@ -39,15 +41,22 @@ def drain(layout: SpoolLayout, env: dict[str, str] | None = None) -> int:
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_sigkill_at_each_crash_point_loses_nothing(tmp_path: Path, point: str) -> None:
-    layout = make_spool(tmp_path)
-    props = {"content": "the one video", "fail_until_attempt": 2 if point.startswith("retry") else 0}
+    retry_first = point.startswith("retry")
+    # A long backoff first, so that the first drain cannot run the retry itself.
+    layout = (
+        make_spool(tmp_path, backoff_base_seconds=600, backoff_cap_seconds=600) if retry_first else make_spool(tmp_path)
+    )
+    props = {"content": "the one video", "fail_until_attempt": 2 if retry_first else 0}
     (layout.incoming / "job.yaml").write_text(
         yaml.safe_dump({"renderer": "command", "command": "props", "props": props})
     )
-    if point.startswith("retry"):
+    if retry_first:
         assert drain(layout) == 0  # first attempt fails transiently: the job waits in retry/
-        assert len(os.listdir(layout.retry)) == 1
-        time.sleep(0.15)  # due
+        (entry,) = os.listdir(layout.retry)
+        m = RETRY_NAME.fullmatch(entry)
+        assert m is not None
+        os.rename(layout.retry / entry, layout.retry / retry_name("job", m.group("uid"), time.time(), 0))  # due now
+        (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(CONFIG))
     assert drain(layout, {"SPOOLRENDER_CRASH_AT": point}) == -9  # SIGKILLed at the point
     # Restart: drains (as cron would start them) until the job is done; at least one.
     deadline = time.monotonic() + 60

@@ -152,7 +152,11 @@ def test_three_hosts_exactly_once_recovery_skew_and_polling(shared: tuple[SpoolL
         entry, hb = found
         owner = next(h for h in hosts if h.name == hb.host)
         owner.kill()
-        recovered_after = wait_until(lambda: entry not in os.listdir(layout.running), timeout=LEASE * 4)
+        # Recovered: out of running/, and its scratch dir removed (the hosts are killed next).
+        scratch = layout.root / "output" / ".spoolrender-tmp" / entry
+        recovered_after = wait_until(
+            lambda: entry not in os.listdir(layout.running) and not scratch.exists(), timeout=LEASE * 4
+        )
     finally:
         for h in hosts:
             h.stop()
