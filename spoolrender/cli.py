@@ -12,12 +12,15 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spoolrender import __version__
 from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobInvalid, SpoolrenderError
+
+if TYPE_CHECKING:
+    from spoolrender.runner import RunSummary
 
 log = logging.getLogger("spoolrender")
 
@@ -26,6 +29,8 @@ EXIT_ERROR = 1  # bad config, missing spool, invalid job on submit, unknown id
 EXIT_USAGE = 2  # argparse
 EXIT_JOBS_FAILED = 3  # run --drain: at least one job failed for good during this run
 EXIT_PAUSED = 4  # run --drain: the spool is paused, nothing was claimed
+EXIT_MAX_JOBS = 5  # run --max-jobs: the limit was reached and those jobs finished
+EXIT_MAX_RUNTIME = 6  # run --max-runtime: the time was up (running jobs went back to retry/)
 
 DESCRIPTION = """\
 Render Remotion videos from YAML job files dropped into a spool directory.
@@ -121,11 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --drain                 cron: render what is queued, then exit
               spoolrender run --slots 2 --set lease_seconds=120
               spoolrender run --metrics-textfile /var/lib/prometheus/node-exporter/spoolrender.prom
+              spoolrender run --max-jobs 100          recycled worker: 100 jobs, then exit 5
+              spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
             Several runners, on one host or on many sharing the spool, are safe together.
-            exit status of --drain: 0 drained, 3 some job failed for good, 4 spool paused.
+            exit status: 0 stopped by a signal, or drained; 3 (--drain) some job failed for good;
+            4 (--drain) spool paused; 5 --max-jobs reached; 6 --max-runtime reached.
+            With --drain, 3 wins over 5 and 6: a cron job hears about failures first.
         """),
     )  # fmt: skip
     p.add_argument("--drain", action="store_true", help="exit once nothing is claimable (for cron)")
+    p.add_argument(
+        "--max-jobs", type=_positive_int, metavar="N",
+        help="claim at most N jobs, let them finish (however long), then exit 5",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-runtime", type=_duration, metavar="DURATION",
+        help="after DURATION (90s, 15m, 12h, 7d) stop as on SIGTERM: no more claims, running jobs get "
+        "grace_seconds, then go back to retry/ without using an attempt; exit 6",
+    )  # fmt: skip
     p.add_argument("--slots", type=int, help="jobs at once (default: from cores and free memory)")
     p.add_argument("--output-root", type=Path, help="where outputs go (default: output_root setting)")
     p.add_argument("--watch", choices=("auto", "inotify", "polling"), help="how to notice new jobs")
@@ -346,18 +364,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         from spoolrender.runner import Runner
 
         config = _config(args, {"slots": args.slots, "output_root": args.output_root, "watch": args.watch})
-        runner = Runner(config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name)
+        runner = Runner(
+            config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
+            max_jobs=args.max_jobs, max_runtime=args.max_runtime,
+        )  # fmt: skip
         runner.install_signal_handlers()
         summary = runner.run()
-        if not args.drain:
-            return EXIT_OK
-        print(
-            f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
-            f"{' (spool paused)' if summary.paused else ''} (outputs under {config.output_root})"
-        )
-        if summary.failed:
-            return EXIT_JOBS_FAILED
-        return EXIT_PAUSED if summary.paused and not summary.claimed else EXIT_OK
+        return _run_exit_status(args, summary, config.output_root)
     if args.command == "status":
         return _status(args)
     if args.command == "show":
@@ -406,6 +419,46 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _duration(text: str) -> float:
+    from spoolrender.control import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except SpoolrenderError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
+    return seconds
+
+
+def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:
+    """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
+    limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
+    if args.drain or limit is not None:
+        print(
+            f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
+            f"{summary.requeued} put back, {summary.failed} failed"
+            f"{' (spool paused)' if summary.paused else ''} (outputs under {output_root})"
+        )
+    if args.drain and summary.failed:
+        return EXIT_JOBS_FAILED
+    if limit is not None:
+        return limit
+    if args.drain and summary.paused and not summary.claimed:
+        return EXIT_PAUSED
+    return EXIT_OK
 
 
 def _serve(args: argparse.Namespace) -> int:

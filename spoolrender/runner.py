@@ -8,6 +8,12 @@ heartbeat thread refreshes every running job's heartbeat.
 Stopping: the first SIGTERM/SIGINT stops claiming and gives running jobs
 ``grace_seconds`` to finish; then they are cancelled and go back to retry/ without using
 an attempt. A second signal cancels at once.
+
+Limits, for workers that a supervisor recycles: ``max_jobs`` stops claiming after that
+many claims and exits once those jobs have finished (never cutting one short);
+``max_runtime`` stops like a SIGTERM once that much time has passed, so the runner's
+life is bounded by ``max_runtime + grace_seconds``. ``RunSummary.stopped_by`` says which
+ended the run.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class RunSummary:
     lost: int = 0
     requeued: int = 0
     paused: bool = False
+    # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
+    stopped_by: str = "signal"
 
 
 class Runner:
@@ -72,7 +80,13 @@ class Runner:
         capacity: Capacity | None = None,
         metrics_textfile: Path | None = None,
         runner_name: str | None = None,
+        max_jobs: int | None = None,
+        max_runtime: float | None = None,
     ) -> None:
+        if max_jobs is not None and max_jobs < 1:
+            raise SpoolrenderError(f"max_jobs must be at least 1, got {max_jobs}")
+        if max_runtime is not None and not max_runtime > 0:
+            raise SpoolrenderError(f"max_runtime must be more than 0 seconds, got {max_runtime}")
         self.config = config
         self.layout = SpoolLayout(config.spool)
         self.layout.check()
@@ -82,7 +96,10 @@ class Runner:
         except OSError as exc:
             raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
         self.drain = drain
+        self.max_jobs = max_jobs
+        self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
+        self._started_mono = self.clock.monotonic()
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
         self.runner_id = f"{HOSTNAME}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
@@ -124,6 +141,8 @@ class Runner:
         """Stop claiming; with ``force`` (or a second request), cancel running jobs now."""
         if self._stop.is_set() or force:
             self._force.set()
+        if not self._stop.is_set():
+            self.summary.stopped_by = "signal"
         self._stop.set()
         self._wake.set()
 
@@ -147,6 +166,13 @@ class Runner:
             self.runner_id, self.config.spool, self.capacity.slots, self.capacity.threads_per_job,
             self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
         )  # fmt: skip
+        if self.max_jobs is not None or self.max_runtime is not None:
+            log.info(
+                "limits: %s job(s), %s",
+                "no limit on" if self.max_jobs is None else self.max_jobs,
+                "no runtime limit" if self.max_runtime is None else f"at most {self.max_runtime:g} s of claiming",
+            )
+        self._started_mono = self.clock.monotonic()
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
         self._heartbeat.start()
@@ -190,6 +216,19 @@ class Runner:
         self._wake.clear()
         self._reap()
         now = self.clock.monotonic()
+        if self.max_runtime is not None and now - self._started_mono >= self.max_runtime:
+            log.info("--max-runtime %g s reached: stopping like on SIGTERM", self.max_runtime)
+            self.request_stop()
+            self.summary.stopped_by = "max-runtime"
+            return None
+        limited = self.max_jobs is not None and self.summary.claimed >= self.max_jobs
+        if limited:
+            with self._lock:
+                idle = not self._active
+            if idle:
+                log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
+                self.summary.stopped_by = "max-jobs"
+                return None
         if now >= self._next_beacon:
             self._write_beacon()
             self._write_metrics()
@@ -203,22 +242,28 @@ class Runner:
         self.summary.paused = paused
         scan = self._scanner.scan(lambda: spool_now(self._probe))
         for candidate in scan.candidates:
-            if not self._free or self._stop.is_set() or paused:
+            if not self._free or self._stop.is_set() or paused or limited:
                 break
             claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
                 self._start(claimed)
+                if self.max_jobs is not None and self.summary.claimed >= self.max_jobs:
+                    limited = True
+                    log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
         with self._lock:
             idle = not self._active
         if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
             log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
+            self.summary.stopped_by = "drained"
             return None
         timeout = self._next_sweep - self.clock.monotonic()
         if scan.next_wake is not None:
             timeout = min(timeout, scan.next_wake - self.clock.monotonic())
-        if scan.candidates and self._free and not paused:
+        if self.max_runtime is not None:
+            timeout = min(timeout, self._started_mono + self.max_runtime - self.clock.monotonic())
+        if scan.candidates and self._free and not paused and not limited:
             # Every candidate was lost to other runners (or unclaimable): look again
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
