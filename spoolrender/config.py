@@ -20,6 +20,7 @@ import yaml
 
 from spoolrender import defaults
 from spoolrender.errors import ConfigError
+from spoolrender.hook_config import HookSpec, parse_hooks
 
 ENV_PREFIX = "SPOOLRENDER_"
 WATCH_MODES = ("auto", "inotify", "polling")
@@ -163,6 +164,8 @@ class SpoolConfig:
     max_job_timeout_seconds: float | None = None
     max_job_frames: int = defaults.MAX_JOB_FRAMES
     max_job_frame_pixels: int | None = None  # auto: from memory_per_job_mb
+    # Completion hooks by name (commands and webhooks on done/retry/failed; hook_config.py).
+    hooks: dict[str, HookSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -170,6 +173,8 @@ class SpoolConfig:
                 continue
             check = _VALIDATORS[f.name]
             object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
+        # Parsed here, not by a validator: a relative secret_file is relative to the spool.
+        object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
         # Relative paths in a spool's config mean "relative to the spool", so that every
         # host (and the systemd unit, whatever its working directory) agrees.
         for name in ("output_root", "remotion_project"):
@@ -245,6 +250,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_job_timeout_seconds": _optional_seconds,
     "max_job_frames": _positive_int,
     "max_job_frame_pixels": _optional_count,
+    "hooks": lambda name, value: value,  # see __post_init__
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

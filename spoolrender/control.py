@@ -220,7 +220,9 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                     error={"kind": "cancelled", "message": message, "transient": False},
                 )  # fmt: skip
                 if decide(claimed.job_dir, record):
-                    target = carry_out(layout, config.output_root, claimed.job_dir, job_id, claimed.uid, record)
+                    target = carry_out(
+                        layout, config.output_root, claimed.job_dir, job_id, claimed.uid, record, config.hooks
+                    )
                     done.append(f"{where.entry}: moved to {target.parent.name}/{target.name}")
             finally:
                 heartbeat.remove(claimed.token)

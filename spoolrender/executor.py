@@ -251,7 +251,10 @@ class JobExecutor:
             duration=None if record.started is None else record.ended - record.started,
         )
         try:
-            target = carry_out(self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record)
+            target = carry_out(
+                self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
+                self._config.hooks,
+            )  # fmt: skip
         except FileNotFoundError:
             # Decided by us, moved by a recoverer who judged us dead meanwhile and carried
             # out our own decision (roll forward): the job is where we sent it.

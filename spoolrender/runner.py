@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from spoolrender import __version__
 from spoolrender.capacity import Capacity, plan_capacity
@@ -44,6 +45,9 @@ from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode
+
+if TYPE_CHECKING:
+    from spoolrender.hooks import HookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +138,14 @@ class Runner:
         self._beacon = self.layout.runners / f"{self.runner_id}.json"
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._metrics_textfile = metrics_textfile
+        # Completion hooks are delivered by a thread of their own: a slow receiver must
+        # never hold up a claim or a render.
+        self._hooks_probe = self.layout.private / f"clock-{self.runner_id}-hooks"
+        self._hooks: HookDispatcher | None = None
+        if config.hooks:
+            from spoolrender.hooks import HookDispatcher  # http/ssl only for spools that use hooks
+
+            self._hooks = HookDispatcher(self.layout, config, self.rng, lambda: spool_now(self._hooks_probe))
 
     # --- control ---------------------------------------------------------------------
 
@@ -176,10 +188,16 @@ class Runner:
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
         self._heartbeat.start()
+        if self._hooks is not None:
+            self._hooks.start()
         try:
             self._loop()
         finally:
             self._shutdown_jobs()
+            if self._hooks is not None:
+                # One last pass over what is due now (a drain's own jobs get notified);
+                # what still fails stays on disk for the next runner.
+                self._hooks.stop(force=self._force.is_set())
             watcher.stop()
             self._heartbeat.stop()
             self._write_metrics()
@@ -190,7 +208,7 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
-            for path in (self._beacon, self._probe):
+            for path in (self._beacon, self._probe, self._hooks_probe):
                 with contextlib.suppress(OSError):
                     path.unlink()
         log.info("runner %s stopped: %s", self.runner_id, self.summary)
@@ -306,6 +324,8 @@ class Runner:
             with self._lock:
                 field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
                 setattr(self.summary, field, getattr(self.summary, field) + 1)
+        if self._hooks is not None:
+            self._hooks.wake()
         self._wake.set()
 
     def _reap(self) -> None:

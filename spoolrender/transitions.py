@@ -22,6 +22,8 @@ from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.hook_config import HookSpec
+from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
 from spoolrender.layout import SpoolLayout, final_name, retry_name
 from spoolrender.publish import Published, publish_output
@@ -38,6 +40,8 @@ from spoolrender.records import (
 )
 
 log = logging.getLogger(__name__)
+
+Hooks = dict[str, HookSpec] | None
 
 
 def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fields: Any) -> None:
@@ -67,16 +71,26 @@ def _drop_heartbeat(job_dir: Path) -> None:
             path.unlink()
 
 
-def move_to_retry(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+def move_to_retry(
+    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+) -> Path:
     due = record.due if record.due is not None else record.ended
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
     target = layout.retry / retry_name(job_id, uid, due, priority)
+    if record.outcome == RETRY and hooks:  # a requeue after a shutdown is no failure: no hook
+        retry = {
+            "id": job_id, "uid": uid, "run": record.run, "attempt": record.attempt, "host": record.host,
+            "error": record.error, "due": due, "details": record.details,
+        }  # fmt: skip
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "retry", retry)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
     return target
 
 
-def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+def move_to_failed(
+    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+) -> Path:
     runs = read_runs(job_dir)
     error = record.error or {}
     failure = {
@@ -91,6 +105,8 @@ def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, re
     }
     # Written before the move: failed/ entries are complete the moment they appear.
     write_json_atomic(job_dir / defaults.FAILURE_FILENAME, failure)
+    if hooks:
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "failed", failure)
     target = layout.failed / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
@@ -99,7 +115,13 @@ def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, re
 
 
 def complete_publish(
-    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
+    layout: SpoolLayout,
+    output_root: Path,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
 ) -> Path:
     """Publish the verified output named in a PUBLISHING record, then move the job to done/."""
     info = record.publish or {}
@@ -126,21 +148,34 @@ def complete_publish(
         "runs": [r.__dict__ for r in runs],
     }
     write_json_atomic(job_dir / defaults.RESULT_FILENAME, result)
+    if hooks:
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "done", result)
     target = layout.done / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
     return target
 
 
-def carry_out(layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
-    """Move the job where its decided ``record`` says; returns the new directory."""
+def carry_out(
+    layout: SpoolLayout,
+    output_root: Path,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
+) -> Path:
+    """Move the job where its decided ``record`` says; returns the new directory.
+
+    ``hooks`` (the spool's completion hooks) are planned before the move (see hook_plan).
+    """
     if record.outcome in (RETRY, REQUEUE):
-        return move_to_retry(layout, job_dir, job_id, uid, record)
+        return move_to_retry(layout, job_dir, job_id, uid, record, hooks)
     if record.outcome == FAILED:
-        return move_to_failed(layout, job_dir, job_id, uid, record)
+        return move_to_failed(layout, job_dir, job_id, uid, record, hooks)
     if record.outcome == PUBLISHING:
         try:
-            return complete_publish(layout, output_root, job_dir, job_id, uid, record)
+            return complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks)
         except PublishError as exc:
             # The run was decided as a success but its output cannot be put in place (a
             # name taken meanwhile, a symlink planted in the output tree, disk trouble).
@@ -167,5 +202,5 @@ def carry_out(layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str
                 if decided is None:
                     raise
                 follow = decided
-            return carry_out(layout, output_root, job_dir, job_id, uid, follow)
+            return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks)
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")
