@@ -30,11 +30,13 @@ from filelock import FileLock, Timeout
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
+from spoolrender.durable import write_atomic
 from spoolrender.errors import JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
+from spoolrender.queues import QUEUE_FILENAME, Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
 
@@ -43,11 +45,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    sort_key: tuple[int, float, str]
-    name: str = field(compare=False)
+    # (rank of its queue in this runner's order, -priority, arrival or due time, name)
+    sort_key: tuple[int, int, float, str]
+    name: str = field(compare=False)  # relative to incoming/ (``urgent/a.yaml``) or retry/
     source: str = field(compare=False)  # "incoming" or "retry"
     job_id: str = field(compare=False)
     uid: str | None = field(compare=False, default=None)
+    queue_dir: str | None = field(compare=False, default=None)  # dropped into incoming/<queue>/
 
 
 @dataclass
@@ -67,6 +71,8 @@ class ScanResult:
     candidates: list[Candidate]
     waiting_uploads: int  # files present but not yet settled
     next_wake: float | None  # monotonic time something may become claimable
+    # Every claimable-now job by route (this runner's or not), for the beacon: see queues.py.
+    waiting: list[dict[str, object]] = field(default_factory=list)
 
 
 class SpoolScanner:
@@ -85,6 +91,8 @@ class SpoolScanner:
         self._cached: dict[str, Candidate] | None = None
         self._last = ScanResult([], 0, None)
         self._listed_at = 0.0
+        self._subscription = Subscription(config.queues, frozenset(config.tags))
+        self._retry_routes: dict[str, Route | None] = {}  # by retry entry name (unique per move)
 
     def note_arrival(self, name: str, complete: bool) -> None:
         """An event: ``name`` appeared in incoming/ (``complete``: closed after writing or
@@ -121,25 +129,29 @@ class SpoolScanner:
                 and (self._last.next_wake is None or now < self._last.next_wake)
             )
             if fresh and self._cached is not None:
-                return ScanResult(list(self._cached.values()), self._last.waiting_uploads, self._last.next_wake)
-        incoming, waiting, wake = self._scan_incoming(spool_now())
-        retry, retry_wake = self._scan_retry()
+                last = self._last
+                return ScanResult(list(self._cached.values()), last.waiting_uploads, last.next_wake, last.waiting)
+        routes: list[tuple[Route, float]] = []
+        incoming, waiting, wake = self._scan_incoming(spool_now(), routes)
+        retry, retry_wake = self._scan_retry(routes)
         wakes = [w for w in (wake, retry_wake) if w is not None]
-        result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
+        result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None, waiting_groups(routes))
         with self._lock:
             self._cached = {c.name: c for c in result.candidates}
         self._last = result
         self._listed_at = now
         return result
 
-    def _scan_incoming(self, spool_now: float | None) -> tuple[list[Candidate], int, float | None]:
+    def _scan_incoming(
+        self, spool_now: float | None, routes: list[tuple[Route, float]]
+    ) -> tuple[list[Candidate], int, float | None]:
         mono = self._clock.monotonic()
         wall = self._clock.wall()
         settle = self._config.settle_seconds
         out: list[Candidate] = []
         waiting = 0
         wake: float | None = None
-        names = list_names(self._layout.incoming)
+        names = list_incoming(self._layout.incoming)
         present = set(names)
         with self._lock:
             for gone in [n for n in self._seen if n not in present]:
@@ -147,7 +159,9 @@ class SpoolScanner:
             self._complete &= present
             complete = set(self._complete)
         for name in names:
-            if not is_candidate_name(name):
+            queue_dir = queue_dir_of(name)
+            base = name.rpartition("/")[2]
+            if not is_candidate_name(base):
                 continue
             path = self._layout.incoming / name
             try:
@@ -157,7 +171,9 @@ class SpoolScanner:
             if not stat.S_ISREG(st.st_mode):
                 # Symlinks, FIFOs, directories: complete as they are; claimed so that they
                 # end in failed/ with a reason instead of lingering unexplained.
-                out.append(Candidate((0, st.st_mtime, name), name, "incoming", id_from_filename(name)))
+                out.append(
+                    Candidate((0, 0, st.st_mtime, name), name, "incoming", id_from_filename(base), None, queue_dir)
+                )
                 continue
             sig = (st.st_ino, st.st_size, st.st_mtime_ns)
             seen = self._seen.get(name)
@@ -168,7 +184,7 @@ class SpoolScanner:
             age = None if spool_now is None else spool_now - st.st_mtime
             settled_by_time = stable_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
-                seen.spec, seen.invalid, seen.invalid_id = self._parse(path, name)
+                seen.spec, seen.invalid, seen.invalid_id = self._parse(path, base)
                 seen.parsed_for = sig
             settled = settled_by_time or (name in complete and not seen.invalid)
             if not settled:
@@ -183,8 +199,16 @@ class SpoolScanner:
                 continue
             priority = spec.priority if spec is not None else 0
             order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
-            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(name)
-            out.append(Candidate((-priority, order, name), name, "incoming", job_id))
+            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(base)
+            rank = 0  # an invalid job (or a queue conflict) is failed by whoever sees it first
+            if spec is not None and not (queue_dir and spec.queue and spec.queue != queue_dir):
+                job_route = route(queue_dir or spec.queue, spec.requires)
+                routes.append((job_route, order))
+                found = self._subscription.rank(job_route)
+                if found is None:
+                    continue  # another runner's job (status says when there is none)
+                rank = found
+            out.append(Candidate((rank, -priority, order, name), name, "incoming", job_id, None, queue_dir))
         return out, waiting, wake
 
     def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool, str | None]:
@@ -200,11 +224,26 @@ class SpoolScanner:
             log.exception("unexpected error parsing %s", name)
             return None, True, None
 
-    def _scan_retry(self) -> tuple[list[Candidate], float | None]:
+    def _retry_route(self, name: str) -> Route | None:
+        """The route of a retry entry (None: unreadable, any runner takes it to fail it)."""
+        if name not in self._retry_routes:
+            job_dir = self._layout.retry / name
+            spec, _, _ = self._parse(job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME)
+            try:
+                queue_dir: str | None = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
+            except OSError:
+                queue_dir = None
+            self._retry_routes[name] = None if spec is None else route(queue_dir or spec.queue, spec.requires)
+        return self._retry_routes[name]
+
+    def _scan_retry(self, routes: list[tuple[Route, float]]) -> tuple[list[Candidate], float | None]:
         now = self._clock.wall()
         out: list[Candidate] = []
         wake: float | None = None
-        for name in list_names(self._layout.retry):
+        names = list_names(self._layout.retry)
+        for gone in set(self._retry_routes) - set(names):
+            del self._retry_routes[gone]
+        for name in names:
             m = RETRY_NAME.fullmatch(name)
             if m is None:
                 continue
@@ -214,7 +253,15 @@ class SpoolScanner:
                 wake = until if wake is None else min(wake, until)
                 continue
             prio = priority_from_key(m.group("prio"))
-            out.append(Candidate((-prio, due, name), name, "retry", m.group("id"), m.group("uid")))
+            job_route = self._retry_route(name)
+            rank = 0
+            if job_route is not None:
+                routes.append((job_route, due))
+                found = self._subscription.rank(job_route)
+                if found is None:
+                    continue
+                rank = found
+            out.append(Candidate((rank, -prio, due, name), name, "retry", m.group("id"), m.group("uid")))
         return out, wake
 
 
@@ -276,6 +323,9 @@ def _claim_incoming(
         # power cut only means the job is found in incoming/ again, or recovered.
         os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
         crash_point("claim-after-rename")
+        if candidate.queue_dir is not None:
+            # The job's queue came from its drop directory: keep it for its retries.
+            write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
     except (FileNotFoundError, Timeout, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
@@ -286,7 +336,8 @@ def _claim_incoming(
         else:
             log.warning("could not claim %s: %s", candidate.name, exc)
         return None
-    return Claim(job_dir, candidate.job_id, uid, token, 1, candidate.name, started, cancel, lock)
+    source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
+    return Claim(job_dir, candidate.job_id, uid, token, 1, source, started, cancel, lock)
 
 
 def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:

@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --drain                 cron: render what is queued, then exit
               spoolrender run --slots 2 --set lease_seconds=120
               spoolrender run --metrics-textfile /var/lib/prometheus/node-exporter/spoolrender.prom
+              spoolrender run --queues urgent,default   urgent first, then default; nothing else
+              spoolrender run --queues urgent,\\* --tags gpu   urgent first, then any queue; jobs may require gpu
               spoolrender run --max-jobs 100          recycled worker: 100 jobs, then exit 5
               spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
             Several runners, on one host or on many sharing the spool, are safe together.
@@ -143,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-runtime", type=_duration, metavar="DURATION",
         help="after DURATION (90s, 15m, 12h, 7d) stop as on SIGTERM: no more claims, running jobs get "
         "grace_seconds, then go back to retry/ without using an attempt; exit 6",
+    )  # fmt: skip
+    p.add_argument(
+        "--queues", metavar="Q1,Q2", help="serve these queues, in this order: the first with claimable work "
+        "wins, then priority and arrival within it; * is every other queue (default: *, all queues by priority)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tags", metavar="T1,T2", help="this runner's capabilities: it takes a job only if it has every "
+        "tag in the job's requires: (default: none, so only jobs that require nothing)",
     )  # fmt: skip
     p.add_argument("--slots", type=int, help="jobs at once (default: from cores and free memory)")
     p.add_argument("--output-root", type=Path, help="where outputs go (default: output_root setting)")
@@ -363,7 +373,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from spoolrender.runner import Runner
 
-        config = _config(args, {"slots": args.slots, "output_root": args.output_root, "watch": args.watch})
+        extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
+        config = _config(args, {**extra, "queues": _names(args.queues), "tags": _names(args.tags)})
         runner = Runner(
             config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
             max_jobs=args.max_jobs, max_runtime=args.max_runtime,
@@ -419,6 +430,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _names(text: str | None) -> list[str] | None:
+    """A comma-separated flag as a list (config checks the names); None when not given."""
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _positive_int(text: str) -> int:

@@ -21,6 +21,7 @@ import yaml
 from spoolrender import defaults
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
+from spoolrender.queues import ALL_QUEUES, name_problem
 
 ENV_PREFIX = "SPOOLRENDER_"
 WATCH_MODES = ("auto", "inotify", "polling")
@@ -130,6 +131,30 @@ def _commands(name: str, value: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _names(kind: str, allow_all: bool) -> Callable[[str, Any], tuple[str, ...]]:
+    """A list of queue or tag names; a string is split at commas (``--queues a,b``)."""
+
+    def check(name: str, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{name}: expected a list of {kind} names, got {value!r}")
+        out: list[str] = []
+        for item in items:
+            item = item.strip() if isinstance(item, str) else item
+            if item == "" and isinstance(value, str):
+                continue
+            why = None if allow_all and item == ALL_QUEUES else name_problem(kind, item)
+            if why is not None:
+                raise ConfigError(f"{name}: {why}")
+            if item not in out:
+                out.append(item)
+        if allow_all and not out:
+            raise ConfigError(f"{name}: name at least one queue (or * for every queue)")
+        return tuple(out)
+
+    return check
+
+
 @dataclass(frozen=True)
 class SpoolConfig:
     """Validated configuration of one spool, as seen by one process."""
@@ -166,6 +191,9 @@ class SpoolConfig:
     max_job_frame_pixels: int | None = None  # auto: from memory_per_job_mb
     # Completion hooks by name (commands and webhooks on done/retry/failed; hook_config.py).
     hooks: dict[str, HookSpec] = field(default_factory=dict)
+    # What a runner serves (run --queues/--tags; queues.py): queues in order, * = any other.
+    queues: tuple[str, ...] = (ALL_QUEUES,)
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -251,6 +279,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_job_frames": _positive_int,
     "max_job_frame_pixels": _optional_count,
     "hooks": lambda name, value: value,  # see __post_init__
+    "queues": _names("queue", allow_all=True),
+    "tags": _names("tag", allow_all=False),
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

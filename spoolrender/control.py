@@ -207,7 +207,9 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
             if where.state == "retry":
                 m = RETRY_NAME.fullmatch(where.path.name)
                 uid = m.group("uid") if m else None
-            candidate = Candidate((0, 0.0, where.path.name), where.path.name, where.state, job_id, uid)
+            # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
+            name = where.path.relative_to(layout.incoming).as_posix() if where.state == "incoming" else where.path.name
+            candidate = Candidate((0, 0, 0.0, name), name, where.state, job_id, uid)
             heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
             claimed = claim(layout, candidate, heartbeat, clock)
             if claimed is None:

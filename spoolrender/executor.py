@@ -30,6 +30,7 @@ from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
 from spoolrender.publish import fsync_file, output_exists, remove_scratch, scratch_dir
+from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
     PUBLISHING,
@@ -130,7 +131,13 @@ class JobExecutor:
             )
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+        queue, conflict = job_queue(job_dir, spec.queue)
+        if conflict is not None:
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", conflict, False))
         base["details"] = {"priority": spec.priority, "output": str(spec.output), "renderer": spec.renderer}
+        base["details"]["queue"] = queue
+        if spec.requires:
+            base["details"]["requires"] = list(spec.requires)
         if attempt > spec.max_attempts:
             return self._finish(
                 claim,

@@ -104,6 +104,7 @@ class Runner:
         self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
         self._started_mono = self.clock.monotonic()
+        self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
         self.runner_id = f"{HOSTNAME}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
@@ -174,9 +175,10 @@ class Runner:
 
     def run(self) -> RunSummary:
         log.info(
-            "runner %s: spool %s, %d slot(s) x %d thread(s) (%s), watch=%s%s",
+            "runner %s: spool %s, %d slot(s) x %d thread(s) (%s), watch=%s%s, queues %s%s",
             self.runner_id, self.config.spool, self.capacity.slots, self.capacity.threads_per_job,
-            self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
+            self.capacity.reason, self.watch_mode, ", drain" if self.drain else "", ",".join(self.config.queues),
+            f", tags {','.join(self.config.tags)}" if self.config.tags else "",
         )  # fmt: skip
         if self.max_jobs is not None or self.max_runtime is not None:
             log.info(
@@ -259,6 +261,7 @@ class Runner:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
         scan = self._scanner.scan(lambda: spool_now(self._probe))
+        self._waiting = scan.waiting
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused or limited:
                 break
@@ -380,6 +383,9 @@ class Runner:
                     "busy": len(self._active),
                     "watch": self.watch_mode,
                     "drain": self.drain,
+                    "queues": list(self.config.queues),
+                    "tags": list(self.config.tags),
+                    "waiting": self._waiting,
                     "version": __version__,
                     "updated": self.clock.wall(),
                 },

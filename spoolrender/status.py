@@ -30,9 +30,12 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
+from spoolrender.queues import list_incoming, queue_report
 
 RECENT_FAILURES = 10
-SCHEMA_VERSION = 1
+# 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
+# one entry); "queues" and "unserved" added (queues.py).
+SCHEMA_VERSION = 2
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -72,7 +75,8 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".")]
         for state in defaults.STATE_DIRS
     }
-    names["incoming"] = [n for n in names["incoming"] if is_candidate_name(n)]
+    # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory).
+    names["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(n.rpartition("/")[2])]
     counts = {state: len(entries) for state, entries in names.items()}
     oldest = None
     for n in names["incoming"]:
@@ -182,6 +186,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
             }
         )
 
+    queues, unserved = queue_report(snap.runners, fs_now)
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
@@ -193,6 +198,8 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "recent_failures": failures,
         "runners": snap.runners,
         "paused": _pause_reason(layout),
+        "queues": queues,
+        "unserved": unserved,
     }
 
 
@@ -236,6 +243,15 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     lines = [f"spool {status['spool']}", summary]
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {status['paused']} (`spoolrender resume` to claim again)", "33"))
+    for u in status.get("unserved", []):
+        needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
+        lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {u['queue']}{needs}: {u['reason']}", "31"))
+    if len(status.get("queues", {})) > 1 or any(q != "default" and q != "*" for q in status.get("queues", {})):
+        rows = [
+            [name, str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
+            for name, q in status["queues"].items()
+        ]
+        lines += ["", paint("QUEUES", "1"), *_table(["QUEUE", "WAITING", "OLDEST", "RUNNERS", "UNSERVED"], rows)]
     if status["running"]:
         rows = []
         for r in status["running"]:
@@ -261,8 +277,9 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status["runners"]:
         rows = [
             [str(r.get("host")), str(r.get("pid")), f"{r.get('busy')}/{r.get('slots')}",
+             ",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else ""),
              f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
             for r in status["runners"]
         ]  # fmt: skip
-        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "LAST SEEN"], rows)]
+        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
     return "\n".join(lines)

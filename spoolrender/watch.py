@@ -80,6 +80,8 @@ class _Wake(FileSystemEventHandler):
         parent = os.path.dirname(path)
         if parent == self._incoming:
             self._on_arrival(os.path.basename(path), complete)
+        elif os.path.dirname(parent) == self._incoming:  # a queue directory: incoming/<queue>/<name>
+            self._on_arrival(f"{os.path.basename(parent)}/{os.path.basename(path)}", complete)
         elif parent == self._retry:
             self._on_arrival("", False)
         self._wake.set()
@@ -102,7 +104,7 @@ def _no_move_pairing_delay() -> None:
 
 
 class SpoolWatcher:
-    """Watches incoming/ and retry/ (not recursively) and sets ``wake`` on any change."""
+    """Watches incoming/ (and its queue directories) and retry/; sets ``wake`` on any change."""
 
     def __init__(self, mode: str, poll_seconds: float) -> None:
         self.mode = mode
@@ -120,7 +122,8 @@ class SpoolWatcher:
         dirs = [incoming, retry]
         handler = _Wake(wake, on_arrival, incoming, retry)
         for d in dirs:
-            self._observer.schedule(handler, os.fspath(d), recursive=False)
+            # incoming/ recursively: its queue directories (queues.py) are drop targets too.
+            self._observer.schedule(handler, os.fspath(d), recursive=d == incoming)
         self._observer.daemon = True
         self._observer.start()
         log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)
