@@ -55,6 +55,7 @@ BENCHMARKS = (
         "concurrency", "Concurrency choice", ("--jobs", "10", "--repeats", "3", "--combos", "1x1,2x1,1x2,3x1,4x1")
     ),
     Benchmark("spool_races", "Races and recovery", ("--jobs", "1000", "--runners", "4", "--repeats", "3")),
+    Benchmark("api_latency", "Python API", ("--incoming", "10000", "--done", "1000", "--jobs", "20")),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

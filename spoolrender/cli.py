@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import getpass
+import contextlib
 import json
 import logging
 import os
-import socket
+import signal
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spoolrender import __version__
 from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config
+from spoolrender.defaults import CONFIG_FILENAME
+from spoolrender.display import printable
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobInvalid, SpoolrenderError
 
 if TYPE_CHECKING:
+    from spoolrender.api import Spool
     from spoolrender.runner import RunSummary
 
 log = logging.getLogger("spoolrender")
@@ -31,6 +35,7 @@ EXIT_JOBS_FAILED = 3  # run --drain: at least one job failed for good during thi
 EXIT_PAUSED = 4  # run --drain: the spool is paused, nothing was claimed
 EXIT_MAX_JOBS = 5  # run --max-jobs: the limit was reached and those jobs finished
 EXIT_MAX_RUNTIME = 6  # run --max-runtime: the time was up (running jobs went back to retry/)
+EXIT_INTERRUPTED = 130  # SIGINT ended a short command (128 + SIGINT, as shells report it)
 
 DESCRIPTION = """\
 Render Remotion videos from YAML job files dropped into a spool directory.
@@ -91,13 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         "init", help="create a spool directory", formatter_class=raw,
         description="Create a spool (or complete a partial one). Existing jobs and config are kept.",
         epilog=textwrap.dedent("""\
-            example:
-              spoolrender init /srv/render/spool --group render
+            examples:
+              spoolrender init /srv/render/spool --group render --remotion-project /srv/my-video
+              spoolrender init spool          (finds ../remotion or the current directory's project)
             Members of the group can then drop job files into incoming/ (setgid, sticky).
+            Without a Remotion project, `renderer: command` jobs still work; init says so.
         """),
     )  # fmt: skip
     p.add_argument("path", nargs="?", type=Path, help="spool directory (default: --spool or ./spool)")
     p.add_argument("--group", help="group allowed to submit jobs (incoming/ becomes group-writable)")
+    p.add_argument(
+        "--remotion-project", type=Path, metavar="DIR",
+        help="your Remotion project (the directory with package.json); recorded as remotion_project. "
+        "Without it init looks beside the spool (../remotion) and in the current directory",
+    )  # fmt: skip
     _add_common(p)
 
     p = sub.add_parser(
@@ -110,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
               generate-job | spoolrender submit - --name recap-42.yaml
         """),
     )  # fmt: skip
-    p.add_argument("file", help="job file, or - for standard input")
+    p.add_argument("file", help="job file (a regular file), or - for standard input; at most max_job_bytes")
     p.add_argument("--name", help="file name in incoming/ (default: the file's name; for stdin a unique one)")
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
     _add_common(p)
@@ -189,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "show", help="one job: state, attempts, errors, logs", formatter_class=raw,
         description="Find a job by id in every state and show its state, attempts, each run's outcome and "
-        "error, its result or failure, and the paths of its render logs.",
+        "error, its result or failure, and the paths of its render logs. --json prints one object: the "
+        "current entry, with `entries` (every entry of the id) and `others` (the other entries described).",
         epilog="examples:\n  spoolrender show intro-42\n  spoolrender show intro-42 --json\n",
     )  # fmt: skip
     p.add_argument("id", help="job id")
@@ -238,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "retry", help="give failed jobs fresh attempts", formatter_class=raw,
-        description="Move failed jobs back to retry/, due now, with their attempt count reset.",
+        description="Move failed jobs back to retry/, due now, with their attempt count reset. A job "
+        "waiting in retry/ for its next attempt is made due now (its attempts are kept).",
         epilog="examples:\n  spoolrender retry intro-42\n  spoolrender retry --all-failed\n",
     )  # fmt: skip
     group = p.add_mutually_exclusive_group(required=True)
@@ -288,7 +302,7 @@ def _setup_logging(args: argparse.Namespace) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         _JsonFormatter() if args.log_format == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        else _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )  # fmt: skip
     handler.addFilter(_WatchdogStopNoise())
     logging.basicConfig(level=level, handlers=[handler])
@@ -299,6 +313,19 @@ class _WatchdogStopNoise(logging.Filter):
     # a read: a harmless race of observer.stop(), not a lost event (listings are the truth).
     def filter(self, record: logging.LogRecord) -> bool:
         return "called when the thread is inactive" not in record.getMessage()
+
+
+class _TextFormatter(logging.Formatter):
+    """One line per record: spool text in messages (reasons, file names) is escaped.
+
+    A render's error line or a dropped file's name can hold terminal escapes or newlines;
+    in a log they would forge lines or drive the reader's terminal. Tracebacks (appended
+    after the message by format()) keep their own lines. JSON logs escape by themselves.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message, double_backslashes=False)
+        return super().formatMessage(record)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -349,26 +376,91 @@ def main(argv: list[str] | None = None) -> int:
     except JobInvalid as exc:
         print("job is invalid:", file=sys.stderr)
         for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+            print(f"  {printable(problem)}", file=sys.stderr)
         return EXIT_ERROR
     except SpoolrenderError as exc:
-        print(f"spoolrender: {exc}", file=sys.stderr)
+        print(f"spoolrender: {printable(exc)}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (`status --watch | head`): nothing left to say to anyone.
+        _silence_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        # Ctrl-C in a short command (a slow `show`, `submit -` waiting for its input):
+        # a person asked to stop; a traceback would only hide that.
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null, so the interpreter's final flush does not raise again.
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _say(text: str) -> None:
+    """One line for people on stdout, control characters escaped (spool text is untrusted)."""
+    print(printable(text))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from spoolrender import project_setup
+    from spoolrender.layout import init_spool
+
+    project: Path | None = None
+    if args.remotion_project is not None:
+        project = args.remotion_project.expanduser().resolve()
+        problem = project_setup.project_problem(project)
+        if problem is not None:
+            raise SpoolrenderError(f"--remotion-project: {problem}")
+    layout = init_spool(_spool_path(args), group=args.group)
+    print(f"spool ready at {printable(layout.root)}")
+    configured = project_setup.configured_project(layout.root / CONFIG_FILENAME)
+    if project is None and configured is not None:
+        print(f"Remotion project: {printable(configured)} (remotion_project, kept)")
+        return EXIT_OK
+    if project is None:
+        project = project_setup.detect_project(layout.root, Path.cwd())
+        if project is None and sys.stdin.isatty() and sys.stdout.isatty():
+            answer = input("Remotion project directory (Enter to skip): ").strip()
+            if answer:
+                project = Path(answer).expanduser().resolve()
+                problem = project_setup.project_problem(project)
+                if problem is not None:
+                    raise SpoolrenderError(problem)
+    if project is None:
+        print(
+            "no Remotion project set: `renderer: remotion` jobs fail until you run "
+            f"`spoolrender init {printable(layout.root)} --remotion-project DIR` (DIR holds your project's "
+            f"package.json) or set remotion_project in {printable(layout.root / CONFIG_FILENAME)}; "
+            "`renderer: command` jobs work without one",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    project_setup.record_project(layout.root, project)
+    print(f"Remotion project: {printable(project)} (recorded as remotion_project)")
+    hint = project_setup.install_hint(project)
+    if hint is not None:
+        print(f"warning: {hint}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _spool(args: argparse.Namespace) -> Spool:
+    from spoolrender.api import Spool
+
+    return Spool(config=_config(args))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
-        from spoolrender.layout import init_spool
-
-        layout = init_spool(_spool_path(args), group=args.group)
-        print(f"spool ready at {layout.root}")
-        return EXIT_OK
+        return _init(args)
     if args.command == "submit":
-        from spoolrender.control import read_submission, submit
+        from spoolrender.control import read_submission
 
-        data, name = read_submission(args.file, args.name)
-        path = submit(_config(args), data, name, check=not args.no_check)
-        print(path)
+        spool = _spool(args)
+        data, name = read_submission(args.file, args.name, spool.config.max_job_bytes)
+        job = spool.submit(data, name=name, check=not args.no_check)
+        _say(str(job.submitted_as))
         return EXIT_OK
     if args.command == "run":
         from spoolrender.runner import Runner
@@ -385,47 +477,42 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "status":
         return _status(args)
     if args.command == "show":
-        from spoolrender.lookup import describe, find_job, format_description
+        from spoolrender.lookup import format_description
 
-        config = _config(args)
-        found = find_job(config, args.id)
-        if not found:
-            raise SpoolrenderError(f"no job with id {args.id!r} in {config.spool}")
-        infos = [describe(config, where) for where in found]
-        print(json.dumps(infos, indent=2, default=str) if args.json else "\n\n".join(map(format_description, infos)))
+        document = _spool(args).show(args.id)
+        if args.json:
+            print(json.dumps(document, indent=2, default=str))
+        else:
+            print("\n\n".join(format_description(info) for info in (document, *document["others"])))
         return EXIT_OK
     if args.command == "cancel":
-        from spoolrender.control import cancel
-
-        who = f"{getpass.getuser()}@{socket.gethostname()}"
-        for line in cancel(_config(args), args.id, who):
-            print(line)
+        for line in _spool(args).cancel(args.id):
+            _say(line)
         return EXIT_OK
     if args.command == "pause":
-        from spoolrender.control import pause
-
-        marker = pause(_config(args), args.reason)
-        print(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
+        marker = _spool(args).pause(args.reason)
+        _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
         return EXIT_OK
     if args.command == "resume":
-        from spoolrender.control import resume
-
-        print("resumed" if resume(_config(args)) else "the spool was not paused")
+        print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
     if args.command == "purge":
-        from spoolrender.control import parse_duration, purge
+        from spoolrender.control import parse_duration
 
         states = (args.state,) if args.state else ("done", "failed")
-        removed = purge(_config(args), parse_duration(args.older_than), states, dry_run=args.dry_run)
+        removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
         for entry in removed:
-            print(entry)
+            _say(entry)
         print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
         return EXIT_OK
     if args.command == "retry":
-        from spoolrender.control import retry_failed
-
-        moved = retry_failed(_config(args), None if args.all_failed else args.id)
-        print(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
+        spool = _spool(args)
+        if args.all_failed:
+            moved = spool.retry_all_failed()
+            _say(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
+        else:
+            for line in spool.retry(args.id):
+                _say(line)
         return EXIT_OK
     if args.command == "serve":
         return _serve(args)
@@ -463,11 +550,15 @@ def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root:
     """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
     limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
     if args.drain or limit is not None:
-        print(
-            f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
-            f"{summary.requeued} put back, {summary.failed} failed"
-            f"{' (spool paused)' if summary.paused else ''} (outputs under {output_root})"
-        )
+        try:
+            print(
+                f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
+                f"{summary.requeued} put back, {summary.failed} failed"
+                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(output_root)})",
+                flush=True,
+            )
+        except BrokenPipeError:
+            _silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
     if args.drain and summary.failed:
         return EXIT_JOBS_FAILED
     if limit is not None:
@@ -498,29 +589,45 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from spoolrender.status import collect_status, format_status
+    from spoolrender.status import format_status
 
-    config = _config(args)
+    spool = _spool(args)
     if args.prometheus:
         from spoolrender.layout import SpoolLayout
         from spoolrender.metrics import spool_metrics_text
 
-        sys.stdout.write(spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds))
+        sys.stdout.write(spool_metrics_text(SpoolLayout(spool.path), spool.config.lease_seconds))
         return EXIT_OK
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    stop = _stop_on_signals() if args.watch is not None else None
     while True:
-        status = collect_status(config)
-        text = json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status, colour=colour)
-        if args.watch is None:
+        document = spool.status().document
+        text = json.dumps(document, indent=2, sort_keys=True) if args.json else format_status(document, colour=colour)
+        if stop is None:
             print(text)
             return EXIT_OK
         # Clear and redraw in place on a terminal; elsewhere, one snapshot after another.
         sys.stdout.write(("\x1b[H\x1b[2J" if sys.stdout.isatty() else "") + text + "\n")
         sys.stdout.flush()
-        try:
-            time.sleep(args.watch)
-        except KeyboardInterrupt:
+        if stop.wait(args.watch):
             return EXIT_OK
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM: a long-running command's explicit way out.
+
+    Explicit handlers, not Python's default KeyboardInterrupt: a command started with
+    SIGINT ignored (`nohup ... &`, some CI and cron set-ups) inherits SIG_IGN and would
+    otherwise never stop on SIGINT, and SIGTERM would kill it without a clean exit.
+    """
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handle)
+    return stop
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,8 @@ boundary where they stop being the caller's business.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpoolrenderError(Exception):
     """Base class of every error spoolrender raises on purpose."""
@@ -62,3 +64,32 @@ class PublishError(SpoolrenderError):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class JobNotFound(SpoolrenderError):
+    """No job with that id is in the spool (never submitted, purged, or a typo)."""
+
+    def __init__(self, job_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no job with id {job_id!r}")
+        self.job_id = job_id
+
+
+class JobFailed(SpoolrenderError):
+    """A job ended in failed/: ``kind`` and ``reason`` come from its failure record."""
+
+    def __init__(self, job_id: str, kind: str, reason: str, failure: dict[str, Any]) -> None:
+        super().__init__(f"job {job_id!r} failed ({kind}): {reason}")
+        self.job_id = job_id
+        self.kind = kind
+        self.reason = reason
+        self.failure = failure
+
+
+class WaitTimeout(SpoolrenderError, TimeoutError):
+    """A job did not finish within the time a caller was willing to wait (it goes on)."""
+
+    def __init__(self, job_id: str, timeout: float, state: str) -> None:
+        super().__init__(f"job {job_id!r} is still {state} after {timeout:g} s")
+        self.job_id = job_id
+        self.timeout = timeout
+        self.state = state

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
-from spoolrender.errors import JobInvalid
+from spoolrender.display import printable
+from spoolrender.errors import JobInvalid, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.queues import list_incoming
-from spoolrender.records import attempts_used, read_runs
+from spoolrender.records import PUBLISHING, attempts_used, read_runs
 
 PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+# The entry of an id that a person means first: a live one (re-runs), then the newest finished.
+LIVE_STATES = ("running", "retry", "incoming")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,13 @@ class Located:
     @property
     def entry(self) -> str:
         return f"{self.state}/{self.path.name}"
+
+    @property
+    def uid(self) -> str | None:
+        """The job's uid (fixed at its first claim); None while it waits in incoming/."""
+        pattern = PATTERNS.get(self.state)
+        m = pattern.fullmatch(self.path.name) if pattern is not None else None
+        return m.group("uid") if m else None
 
 
 # A job file is UTF-8 (jobfile.load_yaml_mapping), so the only way its `id:` can spell
@@ -42,10 +53,11 @@ def incoming_id(config: SpoolConfig, path: Path) -> str:
         data = read_job_bytes(path, config.max_job_bytes)
     except (JobInvalid, OSError):
         return id_from_filename(path.name)
-    return _id_of(config, data, path.name)
+    return job_id_of(config, data, path.name)
 
 
-def _id_of(config: SpoolConfig, data: bytes, name: str) -> str:
+def job_id_of(config: SpoolConfig, data: bytes, name: str) -> str:
+    """The id a runner gives job file ``data`` named ``name`` (an invalid one: its name's)."""
     try:
         return parse_job(data, name, config).id
     except JobInvalid as exc:
@@ -67,15 +79,19 @@ def incoming_has_id(config: SpoolConfig, path: Path, job_id: str) -> bool:
         return named  # unreadable: its id is its file name's
     if not named and job_id.encode() not in data and _ESCAPE not in data:
         return False
-    return _id_of(config, data, path.name) == job_id
+    return job_id_of(config, data, path.name) == job_id
 
 
-def find_job(config: SpoolConfig, job_id: str) -> list[Located]:
-    """Every place a job with ``job_id`` is (several for re-runs and duplicates), oldest state first."""
+def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list[Located]:
+    """Every place a job with ``job_id`` is (several for re-runs and duplicates), oldest state first.
+
+    ``incoming=False`` leaves incoming/ out: finding an id there may read every waiting
+    file (seconds for a backlog of 10k), the other states are listings only.
+    """
     layout = SpoolLayout(config.spool)
     layout.check()
     found = []
-    for name in sorted(list_incoming(layout.incoming)):  # queue directories too
+    for name in sorted(list_incoming(layout.incoming)) if incoming else ():  # queue directories too
         path = layout.incoming / name
         # Not by name alone: an explicit `id:` may differ from the file name.
         if is_candidate_name(path.name) and incoming_has_id(config, path, job_id):
@@ -88,6 +104,36 @@ def find_job(config: SpoolConfig, job_id: str) -> list[Located]:
             if m and m.group("id") == job_id:
                 found.append(Located(job_id, state, layout.state_dir(state) / name))
     return found
+
+
+def by_relevance(found: list[Located]) -> list[Located]:
+    """A job's entries, the one a person means first: live ones, then the newest finished."""
+
+    def mtime(where: Located) -> float:
+        try:
+            return os.stat(where.path).st_mtime
+        except OSError:
+            return 0.0
+
+    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
+    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=mtime)
+    return live + finished[::-1]
+
+
+def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
+    """The ``show --json`` object: the current entry described, plus every entry of the id.
+
+    ``entries`` lists each entry of the id (state, entry), current first, as ``GET
+    /jobs/{id}`` does; ``others`` describes the entries other than the current one
+    (earlier runs of a re-rendered id), so nothing the former list form held is lost.
+    """
+    found = by_relevance(find_job(config, job_id))
+    if not found:
+        raise JobNotFound(job_id, f"no job with id {job_id!r} in {config.spool}")
+    info = describe(config, found[0])
+    info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+    info["others"] = [describe(config, w) for w in found[1:]]
+    return info
 
 
 def describe(config: SpoolConfig, where: Located) -> dict[str, Any]:
@@ -110,25 +156,46 @@ def describe(config: SpoolConfig, where: Located) -> dict[str, Any]:
     return info
 
 
+def run_outcome_label(run: dict[str, Any], state: str, is_last: bool) -> str:
+    """A run's outcome in words: a published run is ``done``, not its record's ``publishing``.
+
+    ``publishing`` is the protocol's decision record ("verified; publish, then move to
+    done/"); by the time a person reads it the job is done, or a later run says why
+    the publish failed, or (still in running/) the publish is in progress.
+    """
+    outcome = str(run.get("outcome"))
+    if outcome != PUBLISHING:
+        return outcome
+    if not is_last:
+        return "rendered"
+    return "done" if state == "done" else "publishing"
+
+
 def format_description(info: dict[str, Any]) -> str:
-    lines = [f"{info['id']}: {info['state']}  ({info['path']})"]
+    """The human view of :func:`describe`; every value from the spool is escaped."""
+    p = printable
+    lines = [f"{p(info['id'])}: {info['state']}  ({p(info['path'])})"]
     if "attempts" in info:
         lines.append(f"attempts used: {info['attempts']}")
     hb = info.get("heartbeat")
     if hb:
         prog = "-" if hb.get("progress") is None else f"{hb['progress'] * 100:.0f}%"
-        lines.append(f"running on {hb['host']} pid {hb['pid']}, run {hb['run']}, progress {prog} ({hb.get('stage')})")
+        lines.append(
+            f"running on {p(hb['host'])} pid {hb['pid']}, run {hb['run']}, progress {prog} ({p(hb.get('stage'))})"
+        )
     if info.get("cancel_requested"):
         lines.append("cancel requested: the owning runner stops it at its next heartbeat")
-    for run in info.get("runs", []):
+    runs = info.get("runs", [])
+    for i, run in enumerate(runs):
         err = run.get("error") or {}
-        why = f"  {err.get('kind')}: {err.get('message')}" if err else ""
-        lines.append(f"  run {run['run']}: {run['outcome']} on {run['host']}{why}")
+        why = f"  {p(err.get('kind'))}: {p(err.get('message'))}" if err else ""
+        label = run_outcome_label(run, info["state"], i == len(runs) - 1)
+        lines.append(f"  run {run['run']}: {label} on {p(run['host'])}{why}")
     if "result" in info:
         r = info["result"]
-        lines.append(f"output: {r['output']} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
+        lines.append(f"output: {p(r['output'])} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
     if "failure" in info:
-        lines.append(f"failed: {info['failure'].get('reason')}")
+        lines.append(f"failed: {p(info['failure'].get('reason'))}")
     for path in info.get("logs", []):
-        lines.append(f"log: {path}")
+        lines.append(f"log: {p(path)}")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
+from spoolrender.display import printable, shorten
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
@@ -33,6 +34,7 @@ from spoolrender.layout import (
 from spoolrender.queues import list_incoming, queue_report
 
 RECENT_FAILURES = 10
+REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
 # 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
 # one entry); "queues" and "unserved" added (queues.py).
 SCHEMA_VERSION = 2
@@ -231,7 +233,12 @@ def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list
 
 
 def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
-    """The human view: a summary line, then one table per section that has rows."""
+    """The human view: a summary line, then one table per section that has rows.
+
+    Every value that comes from the spool (ids, host names, reasons, the pause reason)
+    is escaped: a file name or an error message must not drive the terminal or add a line.
+    """
+    p = printable
 
     def paint(text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
@@ -240,15 +247,15 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     summary = "  ".join(f"{state} {c[state]}" for state in defaults.STATE_DIRS)
     if status["oldest_incoming_age_seconds"] is not None:
         summary += f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
-    lines = [f"spool {status['spool']}", summary]
+    lines = [f"spool {p(status['spool'])}", summary]
     if status.get("paused"):
-        lines.append(paint(f"PAUSED: {status['paused']} (`spoolrender resume` to claim again)", "33"))
+        lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
     for u in status.get("unserved", []):
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
-        lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {u['queue']}{needs}: {u['reason']}", "31"))
+        lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))
     if len(status.get("queues", {})) > 1 or any(q != "default" and q != "*" for q in status.get("queues", {})):
         rows = [
-            [name, str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
+            [p(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
             for name, q in status["queues"].items()
         ]
         lines += ["", paint("QUEUES", "1"), *_table(["QUEUE", "WAITING", "OLDEST", "RUNNERS", "UNSERVED"], rows)]
@@ -257,12 +264,12 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         for r in status["running"]:
             prog = "-" if r["progress"] is None else f"{r['progress'] * 100:.0f}%"
             hb = f"{_age(r['heartbeat_age_seconds'])} ago" + (" STALE" if r["stale"] else "")
-            rows.append([r["id"], str(r["host"] or "?"), str(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
+            rows.append([p(r["id"]), p(r["host"] or "?"), p(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
         table = _table(["ID", "HOST", "PID", "PROGRESS", "ETA", "HEARTBEAT"], rows)
         lines += ["", paint("RUNNING", "1"), *(paint(t, "31") if t.endswith("STALE") else t for t in table)]
     if status["retry"]:
         rows = [
-            [r["id"], "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}", str(r["priority"])]
+            [p(r["id"]), "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}", str(r["priority"])]
             for r in status["retry"][:20]
         ]
         lines += ["", paint("RETRY", "1"), *_table(["ID", "DUE", "PRIORITY"], rows)]
@@ -270,14 +277,14 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
             lines.append(f"  ... and {len(status['retry']) - 20} more")
     if status["recent_failures"]:
         rows = [
-            [f["id"], f["kind"] or "?", ((f["reason"] or "?").splitlines() or ["?"])[0][:150]]
+            [p(f["id"]), p(f["kind"] or "?"), p(shorten(str(f["reason"] or "?"), REASON_WIDTH))]
             for f in status["recent_failures"]
         ]
         lines += ["", paint("RECENT FAILURES", "1"), *(paint(t, "31") for t in _table(["ID", "KIND", "REASON"], rows))]
     if status["runners"]:
         rows = [
-            [str(r.get("host")), str(r.get("pid")), f"{r.get('busy')}/{r.get('slots')}",
-             ",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else ""),
+            [p(r.get("host")), p(r.get("pid")), p(f"{r.get('busy')}/{r.get('slots')}"),
+             p(",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else "")),
              f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
             for r in status["runners"]
         ]  # fmt: skip

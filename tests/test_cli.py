@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
-from conftest import command_job, drop, entries, spoolrender_cmd
+from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
 
 
@@ -62,6 +65,9 @@ def test_submit_validates_and_writes_atomically(spool: SpoolLayout, tmp_path: Pa
     )
     assert result.returncode == 0, result.stderr
     assert entries(spool, "incoming") == ["ok.yaml", "piped.yaml"]
+    for hostile in ("two\nlines", "\x1b[2Jclear", "bidi\u202e", "x" * 251):
+        refused = cli("submit", "--spool", str(spool.root), "-", "--name", hostile, stdin=b"renderer: command\n")
+        assert refused.returncode == 1 and "invalid job file name" in refused.stderr, hostile
     assert not [n for n in (spool.incoming).iterdir() if n.name.startswith(".") and n.name != ".gitkeep"]
 
 
@@ -74,7 +80,7 @@ def test_retry_gives_failed_jobs_fresh_attempts(spool: SpoolLayout) -> None:
     assert result.returncode == 0 and "a" in result.stdout
     assert len(entries(spool, "retry")) == 1
     missing = cli("retry", "nope", "--spool", str(spool.root))
-    assert missing.returncode == 1 and "no failed job with id 'nope'" in missing.stderr
+    assert missing.returncode == 1 and "no job with id 'nope'" in missing.stderr
     result = cli("retry", "--all-failed", "--spool", str(spool.root))
     assert result.returncode == 0
     assert len(entries(spool, "retry")) == 2 and entries(spool, "failed") == []
@@ -107,3 +113,124 @@ def test_submitted_job_is_readable_whatever_the_umask(spool: SpoolLayout) -> Non
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_submit_reads_at_most_the_limit_and_never_blocks_on_a_fifo(spool: SpoolLayout, tmp_path: Path) -> None:
+    root = str(spool.root)
+    (spool.root / "spoolrender.yaml").write_text("max_job_bytes: 4096\n")
+    # An endless stdin (/dev/zero) is cut off one byte past the limit, not read to the end.
+    with open("/dev/zero", "rb") as zero:
+        endless = subprocess.run(
+            spoolrender_cmd("submit", "--spool", root, "-", "--name", "z"), stdin=zero, capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert endless.returncode == 1 and "standard input is over the limit of 4096 bytes" in endless.stderr
+    # Devices and FIFOs given by name are refused at once; a FIFO nobody writes to would
+    # otherwise block the open (or the read) forever.
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    for source in ("/dev/zero", str(fifo)):
+        refused = cli("submit", "--spool", root, source)
+        assert refused.returncode == 1 and "not a regular file" in refused.stderr, source
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"renderer: command\ncommand: props\n" + b"#" * 5000 + b"\n")
+    too_big = cli("submit", "--spool", root, str(big))
+    assert too_big.returncode == 1 and "over the limit of 4096 bytes" in too_big.stderr
+    assert entries(spool, "incoming") == []
+
+
+def test_submit_refuses_an_id_that_is_done_unless_rerun(spool: SpoolLayout, tmp_path: Path) -> None:
+    job = tmp_path / "clip.yaml"
+    job.write_text("renderer: command\ncommand: props\n")
+    assert cli("submit", "--spool", str(spool.root), str(job)).returncode == 0
+    assert subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root))).returncode == 0
+    again = cli("submit", "--spool", str(spool.root), str(job))
+    assert again.returncode == 1 and "'clip' was already rendered (done/clip." in again.stderr
+    assert "rerun: true" in again.stderr
+    job.write_text("renderer: command\ncommand: props\nrerun: true\n")
+    assert cli("submit", "--spool", str(spool.root), str(job)).returncode == 0
+
+
+def remotion_project(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "package.json").write_text(json.dumps({"dependencies": {"remotion": "4.0.541"}}))
+    return directory
+
+
+def test_init_records_the_remotion_project_or_says_there_is_none(tmp_path: Path) -> None:
+    lone = cli("init", str(tmp_path / "srv" / "spool"))
+    assert lone.returncode == 0, lone.stderr
+    assert "no Remotion project set" in lone.stderr and "--remotion-project DIR" in lone.stderr
+    assert "\nremotion_project:" not in (tmp_path / "srv" / "spool" / "spoolrender.yaml").read_text()
+
+    bad = cli("init", str(tmp_path / "srv" / "spool"), "--remotion-project", str(tmp_path / "missing"))
+    assert bad.returncode == 1 and "is not a directory" in bad.stderr
+
+    project = remotion_project(tmp_path / "my video")
+    given = cli("init", str(tmp_path / "srv" / "spool"), "--remotion-project", str(project))
+    assert given.returncode == 0, given.stderr
+    assert "npm ci" in given.stderr  # its node_modules are not installed yet
+    config = load_config(tmp_path / "srv" / "spool", environ={})
+    assert config.remotion_project == project
+    assert "settle_seconds" in (tmp_path / "srv" / "spool" / "spoolrender.yaml").read_text()  # comments kept
+    kept = cli("init", str(tmp_path / "srv" / "spool"))
+    assert kept.returncode == 0 and "(remotion_project, kept)" in kept.stdout
+
+    # Beside the spool, as in this repository: found and recorded explicitly.
+    found = remotion_project(tmp_path / "site" / "remotion")
+    detected = cli("init", str(tmp_path / "site" / "spool"))
+    assert detected.returncode == 0 and f"Remotion project: {found}" in detected.stdout
+    assert load_config(tmp_path / "site" / "spool", environ={}).remotion_project.resolve() == found
+    assert 'remotion_project: "../remotion"' in (tmp_path / "site" / "spool" / "spoolrender.yaml").read_text()
+
+
+def test_retry_makes_a_waiting_job_due_now(spool: SpoolLayout) -> None:
+    write_spool_config(spool, {"backoff_base_seconds": 900, "backoff_cap_seconds": 900})
+    drop(spool, "flaky.yaml", {**command_job(fail_until_attempt=2), "max_attempts": 3})
+    assert subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root))).returncode == 0
+    (waiting,) = entries(spool, "retry")
+    assert int(waiting.split("-", 1)[0]) / 1000 > time.time() + 300
+    twin = cli(
+        "submit",
+        "--spool",
+        str(spool.root),
+        "-",
+        "--name",
+        "twin",
+        stdin=b"id: flaky\nrenderer: command\ncommand: props\n",
+    )
+    assert twin.returncode == 1 and f"'flaky' is already queued or running (retry/{waiting})" in twin.stderr
+    result = cli("retry", "flaky", "--spool", str(spool.root))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"retry/{waiting}: due now (was due later), attempts kept"
+    (due,) = entries(spool, "retry")
+    assert int(due.split("-", 1)[0]) / 1000 <= time.time()
+    assert subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root))).returncode == 0
+    assert len(entries(spool, "done")) == 1
+    running = cli("retry", "flaky", "--spool", str(spool.root))
+    assert running.returncode == 1 and "'flaky' is done: nothing to retry" in running.stderr
+
+
+def test_ctrl_c_in_a_waiting_submit_exits_130_without_a_traceback(spool: SpoolLayout) -> None:
+    proc = subprocess.Popen(
+        spoolrender_cmd("submit", "--spool", str(spool.root), "-", "--name", "never"), stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"renderer: command\n")  # and then nothing: the producer hangs
+    proc.stdin.flush()
+    wait_for(lambda: _reads_stdin(proc.pid), timeout=60)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    proc.stdin.close()
+    with proc.stderr:
+        assert b"Traceback" not in proc.stderr.read()
+    assert entries(spool, "incoming") == []
+
+
+def _reads_stdin(pid: int) -> bool:
+    """True once the process is blocked reading (its Python start-up is over)."""
+    try:
+        return "pipe" in Path(f"/proc/{pid}/wchan").read_text()  # pipe_read, anon_pipe_read...
+    except OSError:
+        return False

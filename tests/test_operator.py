@@ -120,11 +120,20 @@ def test_status_colours_only_on_request() -> None:
 def test_status_watch_refreshes(spool: SpoolLayout) -> None:
     proc = subprocess.Popen(spoolrender_cmd("status", "--watch", "0.2", "--spool", str(spool.root)),
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(1.5)
+    assert proc.stdout is not None
+    drawn = 0
+    while drawn < 3:  # however busy the machine: wait for the snapshots, not a fixed time
+        line = proc.stdout.readline()
+        assert line, "status --watch ended by itself"
+        drawn += line == f"spool {spool.root}\n"
+    drop(spool, "new.yaml", command_job())
+    line = ""
+    while not line.startswith("incoming 1 "):  # a later snapshot shows the new job
+        line = proc.stdout.readline()
+        assert line, "status --watch ended by itself"
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=10)
+    proc.communicate(timeout=30)
     assert proc.returncode == 0
-    assert out.count(f"spool {spool.root}") >= 3
 
 
 def test_show_describes_a_job(busy_spool: SpoolLayout) -> None:
@@ -133,8 +142,10 @@ def test_show_describes_a_job(busy_spool: SpoolLayout) -> None:
     assert result.stdout.splitlines()[0].startswith("bad: failed  (")
     assert "run 1: failed on" in result.stdout and "props.title is missing" in result.stdout
     assert re.search(r"log: .*/failed/bad\.[0-9a-f]{12}/run-0001\.log", result.stdout)
-    (info,) = json.loads(cli("show", "long", "--json", "--spool", str(busy_spool.root)).stdout)
+    info = json.loads(cli("show", "long", "--json", "--spool", str(busy_spool.root)).stdout)
     assert info["state"] == "running" and info["heartbeat"]["progress"] > 0
+    assert info["entries"] == [{"state": "running", "entry": f"running/{Path(info['path']).name}"}]
+    assert info["others"] == []
     missing = cli("show", "nope", "--spool", str(busy_spool.root))
     assert missing.returncode == 1 and "no job with id 'nope'" in missing.stderr
 
@@ -274,3 +285,116 @@ def test_find_job_in_incoming_by_name_or_any_spelling_of_its_id(spool: SpoolLayo
     assert where("plain") == ["incoming/plain.yaml"]
     assert where("bystander") == ["incoming/mention.yaml"]
     assert where("mention") == []
+
+
+def test_status_watch_stops_on_sigint_even_when_ignored_and_on_sigterm(spool: SpoolLayout) -> None:
+    # `nohup ... &`, some CI runners and cron start commands with SIGINT ignored; the
+    # default KeyboardInterrupt then never comes, so the command must handle it itself.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        proc = subprocess.Popen(
+            spoolrender_cmd("status", "--watch", "0.1", "--spool", str(spool.root)), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )  # fmt: skip
+        assert proc.stdout is not None
+        snapshots = 0
+        while snapshots < 2:  # two snapshots drawn: it is in its loop
+            line = proc.stdout.readline()
+            assert line, "status --watch ended by itself"
+            snapshots += line.startswith("spool ")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (signum, err)
+        assert "Traceback" not in err
+
+
+def test_status_watch_exits_quietly_on_a_closed_pipe(spool: SpoolLayout) -> None:
+    proc = subprocess.Popen(
+        spoolrender_cmd("status", "--watch", "0.05", "--spool", str(spool.root)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"spool ")
+    proc.stdout.close()  # as `spoolrender status --watch | head -1` does
+    assert proc.wait(timeout=30) == 0
+    with proc.stderr:
+        assert proc.stderr.read() == b""
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2Jevil\u202e\nFORGED"
+
+
+def test_spool_text_is_escaped_in_every_human_readable_output(spool: SpoolLayout, tmp_path: Path) -> None:
+    root = str(spool.root)
+    # A failing render whose error line carries terminal escapes and a bidi override.
+    drop(spool, "loud.yaml", {**command_job(exit=65, message=HOSTILE.replace("\n", " ")), "max_attempts": 1})
+    log = drain(spool, "-v")
+    assert log.returncode == 3
+    (failed,) = entries(spool, "failed")
+    assert "\x1b]0;owned" in json.loads((spool.failed / failed / "failure.json").read_text())["reason"]
+    # A waiting job whose file name holds the same, newline included.
+    hostile_file = spool.incoming / f"{HOSTILE}.yaml"
+    hostile_file.write_text("id: evil\nrenderer: command\ncommand: props\n")
+    assert cli("pause", "--reason", HOSTILE, "--spool", root).returncode == 0
+    outputs = {
+        "runner log": log.stderr,
+        "status": cli("status", "--spool", root).stdout,
+        "show failed": cli("show", "loud", "--spool", root).stdout,
+        "show incoming": cli("show", "evil", "--spool", root).stdout,
+        "cancel": cli("cancel", "evil", "--spool", root).stdout,
+        "show cancelled": cli("show", "evil", "--spool", root).stdout,
+    }
+    for what, text in outputs.items():
+        assert text.strip(), what
+        assert not any(c in text for c in "\x1b\x07\u202e"), (what, text)
+        assert not any(line.startswith("FORGED") for line in text.splitlines()), (what, text)
+    assert "\\x1b]0;owned\\x07\\x1b[2Jevil\\u202e" in outputs["status"]  # reason and pause reason
+    assert "\\x1b]0;owned\\x07\\x1b[2Jevil\\u202e\\nFORGED.yaml" in outputs["show incoming"]
+    assert "\\nFORGED.yaml: moved to failed/evil." in outputs["cancel"]
+    # JSON stays exact: it escapes by itself, and a program reads the real name.
+    shown = json.loads(cli("show", "evil", "--json", "--spool", root).stdout)
+    assert shown["failure"]["reason"].startswith("cancelled by ")
+    assert json.loads(cli("status", "--json", "--spool", root).stdout)["paused"] == HOSTILE.strip()
+
+
+def test_status_cuts_long_reasons_at_a_word_with_an_ellipsis() -> None:
+    reason = "the composition threw " + "an unexpected error " * 10 + "at frame 12"
+    status = {
+        "spool": "/s", "counts": dict.fromkeys(("incoming", "running", "retry", "done", "failed"), 0),
+        "oldest_incoming_age_seconds": None, "paused": None, "running": [], "retry": [], "runners": [],
+        "recent_failures": [
+            {"id": "x", "kind": "k", "reason": reason, "entry": "x.1", "failed_at": 0},
+            {"id": "y", "kind": "k", "reason": "first line\nsecond line", "entry": "y.1", "failed_at": 0},
+            {"id": "z", "kind": "k", "reason": "short and whole", "entry": "z.1", "failed_at": 0},
+        ],
+    }  # fmt: skip
+    rows = format_status(status).splitlines()[-3:]
+    cut = rows[0].split("  k  ", 1)[1].strip()
+    assert cut.endswith("…") and len(cut) <= 120
+    assert reason.startswith(cut[:-1]) and reason[len(cut) - 1] == " "  # whole words only
+    assert rows[1].endswith("first line…")
+    assert rows[2].endswith("short and whole")
+
+
+def test_show_names_the_final_outcome_of_a_run(spool: SpoolLayout) -> None:
+    drop(spool, "fine.yaml", command_job())
+    assert drain(spool).returncode == 0
+    text = cli("show", "fine", "--spool", str(spool.root)).stdout
+    assert re.search(r"^  run 1: done on ", text, re.MULTILINE), text
+    assert "publishing" not in text
+    # The records keep the protocol's word: a program reading them sees what happened.
+    shown = json.loads(cli("show", "fine", "--json", "--spool", str(spool.root)).stdout)
+    assert shown["state"] == "done" and shown["runs"][0]["outcome"] == "publishing"
+
+
+def test_printable_escapes_every_kind_of_control_character() -> None:
+    from spoolrender.display import printable, shorten
+
+    assert printable("plain: ok — ünïcode 映像") == "plain: ok — ünïcode 映像"
+    assert printable("a\nb\rc\td") == "a\\nb\\rc\\td"
+    assert printable("\x1b[31m\x9b31m\x7f") == "\\x1b[31m\\x9b31m\\x7f"  # ESC, C1 CSI, DEL
+    assert printable("\u202eevil\u2028") == "\\u202eevil\\u2028"  # bidi override, line separator
+    assert printable("bad\udcffbyte") == "bad\\xffbyte"  # an undecodable byte of a file name
+    assert printable("back\\slash") == "back\\\\slash"  # so "\\n" in output always was a newline
+    assert printable("C:\\x \x1b", double_backslashes=False) == "C:\\x \\x1b"  # logs
+    assert shorten("word " * 10, 12) == "word word…"
+    assert shorten("x" * 30, 10) == "x" * 9 + "…"
