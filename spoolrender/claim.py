@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -33,11 +34,12 @@ from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_atomic
 from spoolrender.errors import JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, acquire_job_lock
+from spoolrender.heartbeat import HOSTNAME, ActiveJob, HeartbeatWriter, acquire_job_lock
+from spoolrender.hosts import online_hosts
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
 from spoolrender.queues import QUEUE_FILENAME, Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
-from spoolrender.records import next_run_number
+from spoolrender.records import RETRY, next_run_number, read_runs
 from spoolrender.renderers.base import CancelToken
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,12 @@ class _Seen:
 
 
 @dataclass(frozen=True)
+class _RetryInfo:
+    route: Route | None
+    failed_on: str | None  # host of the last attempt, when it failed transiently
+
+
+@dataclass(frozen=True)
 class ScanResult:
     candidates: list[Candidate]
     waiting_uploads: int  # files present but not yet settled
@@ -92,7 +100,8 @@ class SpoolScanner:
         self._last = ScanResult([], 0, None)
         self._listed_at = 0.0
         self._subscription = Subscription(config.queues, frozenset(config.tags))
-        self._retry_routes: dict[str, Route | None] = {}  # by retry entry name (unique per move)
+        self._retry_routes: dict[str, _RetryInfo] = {}  # by retry entry name (unique per move)
+        self._others: list[dict[str, Any]] | None = None  # other hosts' online beacons, per listing
 
     def note_arrival(self, name: str, complete: bool) -> None:
         """An event: ``name`` appeared in incoming/ (``complete``: closed after writing or
@@ -132,8 +141,10 @@ class SpoolScanner:
                 last = self._last
                 return ScanResult(list(self._cached.values()), last.waiting_uploads, last.next_wake, last.waiting)
         routes: list[tuple[Route, float]] = []
-        incoming, waiting, wake = self._scan_incoming(spool_now(), routes)
-        retry, retry_wake = self._scan_retry(routes)
+        fs_now = spool_now()
+        self._others = None
+        incoming, waiting, wake = self._scan_incoming(fs_now, routes)
+        retry, retry_wake = self._scan_retry(routes, fs_now)
         wakes = [w for w in (wake, retry_wake) if w is not None]
         result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None, waiting_groups(routes))
         with self._lock:
@@ -224,8 +235,9 @@ class SpoolScanner:
             log.exception("unexpected error parsing %s", name)
             return None, True, None
 
-    def _retry_route(self, name: str) -> Route | None:
-        """The route of a retry entry (None: unreadable, any runner takes it to fail it)."""
+    def _retry_info(self, name: str) -> _RetryInfo:
+        """A retry entry's route (None: unreadable, any runner takes it to fail it) and the
+        host its last attempt failed on; read once per entry (its name changes with every move)."""
         if name not in self._retry_routes:
             job_dir = self._layout.retry / name
             spec, _, _ = self._parse(job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME)
@@ -233,10 +245,32 @@ class SpoolScanner:
                 queue_dir: str | None = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
             except OSError:
                 queue_dir = None
-            self._retry_routes[name] = None if spec is None else route(queue_dir or spec.queue, spec.requires)
+            failed_on = None
+            with contextlib.suppress(OSError):
+                runs = read_runs(job_dir)
+                if runs and runs[-1].outcome == RETRY:
+                    failed_on = runs[-1].host
+            job_route = None if spec is None else route(queue_dir or spec.queue, spec.requires)
+            self._retry_routes[name] = _RetryInfo(job_route, failed_on)
         return self._retry_routes[name]
 
-    def _scan_retry(self, routes: list[tuple[Route, float]]) -> tuple[list[Candidate], float | None]:
+    def _served_elsewhere(self, job_route: Route, fs_now: float | None) -> bool:
+        """Whether an online runner on another host could take a job of ``job_route``."""
+        if fs_now is None:
+            return False
+        if self._others is None:  # once per listing, and only when a retry failed here
+            self._others = [
+                b for host, beacons in online_hosts(self._layout, fs_now, self._config.lease_seconds).items()
+                if host != HOSTNAME for b in beacons
+            ]  # fmt: skip
+        return any(
+            Subscription(tuple(b.get("queues") or ["*"]), frozenset(b.get("tags") or ())).rank(job_route) is not None
+            for b in self._others
+        )
+
+    def _scan_retry(
+        self, routes: list[tuple[Route, float]], fs_now: float | None
+    ) -> tuple[list[Candidate], float | None]:
         now = self._clock.wall()
         out: list[Candidate] = []
         wake: float | None = None
@@ -253,7 +287,20 @@ class SpoolScanner:
                 wake = until if wake is None else min(wake, until)
                 continue
             prio = priority_from_key(m.group("prio"))
-            job_route = self._retry_route(name)
+            info = self._retry_info(name)
+            job_route = info.route
+            elsewhere_until = due + self._config.retry_elsewhere_seconds
+            if (
+                info.failed_on == HOSTNAME
+                and job_route is not None
+                and now < elsewhere_until
+                and self._served_elsewhere(job_route, fs_now)
+            ):
+                # It just failed on this host: leave it to another host for a while
+                # (hosts.py); take it afterwards if nobody did.
+                until = self._clock.monotonic() + (elsewhere_until - now)
+                wake = until if wake is None else min(wake, until)
+                continue
             rank = 0
             if job_route is not None:
                 routes.append((job_route, due))

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
             Several runners, on one host or on many sharing the spool, are safe together.
             exit status: 0 stopped by a signal, or drained; 3 (--drain) some job failed for good;
-            4 (--drain) spool paused; 5 --max-jobs reached; 6 --max-runtime reached.
+            4 (--drain) spool paused or this host blocked; 5 --max-jobs reached; 6 --max-runtime reached.
             With --drain, 3 wins over 5 and 6: a cron job hears about failures first.
         """),
     )  # fmt: skip
@@ -232,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         "resume", help="let runners claim again", formatter_class=raw,
         description="Remove the pause marker.", epilog="example:\n  spoolrender resume\n",
     )  # fmt: skip
+    _add_common(p)
+
+    p = sub.add_parser(
+        "unblock", help="let a blocked host claim again", formatter_class=raw,
+        description="A host where many different jobs failed recently (host_block_jobs within "
+        "host_block_window_seconds) is blocked: its runners claim nothing for host_block_seconds, and "
+        "`status` says why. Once you fixed the host (disk, fonts, driver), clear the block and its failure "
+        "history now.",
+        epilog="example:\n  spoolrender unblock render-03\n",
+    )  # fmt: skip
+    p.add_argument("host", help="host name, as `status` shows it")
     _add_common(p)
 
     p = sub.add_parser(
@@ -493,6 +504,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         marker = _spool(args).pause(args.reason)
         _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
         return EXIT_OK
+    if args.command == "unblock":
+        from spoolrender.hosts import unblock
+        from spoolrender.layout import SpoolLayout
+
+        layout = SpoolLayout(_config(args).spool)
+        layout.check()
+        was = unblock(layout, args.host)
+        print(f"host {printable(args.host)} " + ("unblocked: its runners claim again" if was else "was not blocked"))
+        return EXIT_OK
     if args.command == "resume":
         print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
@@ -563,7 +583,7 @@ def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root:
         return EXIT_JOBS_FAILED
     if limit is not None:
         return limit
-    if args.drain and summary.paused and not summary.claimed:
+    if args.drain and (summary.paused or summary.blocked) and not summary.claimed:
         return EXIT_PAUSED
     return EXIT_OK
 

@@ -194,6 +194,11 @@ class SpoolConfig:
     # What a runner serves (run --queues/--tags; queues.py): queues in order, * = any other.
     queues: tuple[str, ...] = (ALL_QUEUES,)
     tags: tuple[str, ...] = ()
+    # Host health (hosts.py): retry elsewhere, block a host that fails many jobs.
+    retry_elsewhere_seconds: float = defaults.RETRY_ELSEWHERE_S
+    host_block_jobs: int = defaults.HOST_BLOCK_JOBS
+    host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
+    host_block_seconds: float = defaults.HOST_BLOCK_S
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -281,6 +286,10 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "hooks": lambda name, value: value,  # see __post_init__
     "queues": _names("queue", allow_all=True),
     "tags": _names("tag", allow_all=False),
+    "retry_elsewhere_seconds": _non_negative_number,
+    "host_block_jobs": _positive_int,
+    "host_block_window_seconds": _positive_number,
+    "host_block_seconds": _positive_number,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

@@ -82,3 +82,9 @@ HOOK_ATTEMPTS_MAX = 100
 HOOK_BACKOFF_BASE_S = 10.0  # the wait after a failed delivery doubles from here...
 HOOK_BACKOFF_CAP_S = 900.0  # ...up to here (with jitter): 10 attempts span about an hour
 HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept in its log
+
+# --- host health (hosts.py) ----------------------------------------------------------
+RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the retry this long
+HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
+HOST_BLOCK_WINDOW_S = 600.0
+HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`

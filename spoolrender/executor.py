@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import Timeout
+
 from spoolrender import defaults
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
@@ -26,6 +28,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
+from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
@@ -227,6 +230,11 @@ class JobExecutor:
     def _failure(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
     ) -> RunEnd:
+        if error["transient"]:
+            try:
+                record_failure(self._layout, self._config, HOSTNAME, claim.job_id, error["kind"])
+            except (OSError, Timeout) as exc:  # host health must never stop a job's own record
+                log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:
             delay = backoff_delay(
                 attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng

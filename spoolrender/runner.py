@@ -39,6 +39,7 @@ from spoolrender.durable import set_fsync, write_json_atomic
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
+from spoolrender.hosts import blocked as host_blocked
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
@@ -68,6 +69,7 @@ class RunSummary:
     lost: int = 0
     requeued: int = 0
     paused: bool = False
+    blocked: bool = False  # this host was blocked for failing many jobs (hosts.py)
     # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
     stopped_by: str = "signal"
 
@@ -104,6 +106,7 @@ class Runner:
         self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
         self._started_mono = self.clock.monotonic()
+        self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
@@ -260,6 +263,21 @@ class Runner:
         if paused and not self.summary.paused:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
+        block = host_blocked(self.layout, HOSTNAME)
+        reason = None if block is None else str(block.get("reason"))
+        if reason != self._blocked:
+            if block is not None:
+                log.error(
+                    "host %s is blocked, not claiming: %s (for %.0f s more, or until `spoolrender unblock %s`)",
+                    HOSTNAME, reason, float(block.get("until") or 0) - self.clock.wall(), HOSTNAME,
+                )  # fmt: skip
+            else:
+                log.info("host %s is no longer blocked: claiming again", HOSTNAME)
+            self._blocked = reason
+            self._next_beacon = 0.0  # tell status at once
+        if reason is not None:
+            self.summary.blocked = True
+            paused = True  # from here on, a blocked host behaves like a paused spool
         scan = self._scanner.scan(lambda: spool_now(self._probe))
         self._waiting = scan.waiting
         for candidate in scan.candidates:
@@ -276,7 +294,8 @@ class Runner:
         with self._lock:
             idle = not self._active
         if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
-            log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
+            why = "this host is blocked" if self._blocked else "the spool is paused"
+            log.info("drained: %s", why if paused else "nothing left to claim")
             self.summary.stopped_by = "drained"
             return None
         timeout = self._next_sweep - self.clock.monotonic()
@@ -386,6 +405,7 @@ class Runner:
                     "queues": list(self.config.queues),
                     "tags": list(self.config.tags),
                     "waiting": self._waiting,
+                    "blocked": self._blocked,
                     "version": __version__,
                     "updated": self.clock.wall(),
                 },

@@ -22,6 +22,7 @@ from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
 from spoolrender.heartbeat import read_heartbeat
+from spoolrender.hosts import all_blocked
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
@@ -36,7 +37,7 @@ from spoolrender.queues import list_incoming, queue_report
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
 # 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
-# one entry); "queues" and "unserved" added (queues.py).
+# one entry); "queues", "unserved" (queues.py) and "blocked_hosts" (hosts.py) added.
 SCHEMA_VERSION = 2
 
 
@@ -202,6 +203,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "paused": _pause_reason(layout),
         "queues": queues,
         "unserved": unserved,
+        "blocked_hosts": all_blocked(layout),
     }
 
 
@@ -250,6 +252,10 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     lines = [f"spool {p(status['spool'])}", summary]
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
+    for b in status.get("blocked_hosts", []):
+        left = _age(float(b.get("until") or 0) - status["generated_at"])
+        lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
+                           f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
     for u in status.get("unserved", []):
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))

@@ -71,6 +71,11 @@ def _drop_heartbeat(job_dir: Path) -> None:
             path.unlink()
 
 
+def attempt_hosts(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """Where every attempt ran, in order: ``{"attempt", "host", "outcome"}`` (retry elsewhere)."""
+    return [{"attempt": r.attempt, "host": r.host, "outcome": r.outcome} for r in runs if r.attempt is not None]
+
+
 def move_to_retry(
     layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
 ) -> Path:
@@ -101,6 +106,7 @@ def move_to_failed(
         "attempts": attempts_used(runs),
         "failed_at": record.ended,
         "host": record.host,
+        "attempt_hosts": attempt_hosts(runs),
         "runs": [r.__dict__ for r in runs],
     }
     # Written before the move: failed/ entries are complete the moment they appear.
@@ -141,6 +147,7 @@ def complete_publish(
         "bytes": published.bytes,
         "attempts": attempts_used(runs),
         "host": record.host,
+        "attempt_hosts": attempt_hosts(runs),
         "started": record.started,
         "finished": record.ended,
         "duration_seconds": None if record.started is None else round(record.ended - record.started, 3),
