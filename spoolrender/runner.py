@@ -185,8 +185,8 @@ class Runner:
         )  # fmt: skip
         if self.max_jobs is not None or self.max_runtime is not None:
             log.info(
-                "limits: %s job(s), %s",
-                "no limit on" if self.max_jobs is None else self.max_jobs,
+                "limits: %s, %s",
+                "no job limit" if self.max_jobs is None else f"at most {self.max_jobs} job(s)",
                 "no runtime limit" if self.max_runtime is None else f"at most {self.max_runtime:g} s of claiming",
             )
         self._started_mono = self.clock.monotonic()
