@@ -33,6 +33,14 @@ if [ "${1:-}" = --test ]; then
   command -v bindfs >/dev/null 2>&1 || test_packages+=(bindfs)
   [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || test_packages+=(faketime)
   command -v strace >/dev/null 2>&1 || test_packages+=(strace)
+  # tests/reliability/test_netfs_hosts.py: a spool on sshfs served by sshd in a network
+  # namespace (iproute2 for `ip netns`).
+  command -v sshfs >/dev/null 2>&1 || test_packages+=(sshfs)
+  [ -x /usr/sbin/sshd ] || test_packages+=(openssh-server)
+  command -v ip >/dev/null 2>&1 || test_packages+=(iproute2)
+  # tests/test_uploads.py: real scp, sftp and rsync uploads into a real sshd on loopback.
+  command -v scp >/dev/null 2>&1 || test_packages+=(openssh-client)
+  command -v rsync >/dev/null 2>&1 || test_packages+=(rsync)
 fi
 if [ ${#test_packages[@]} -gt 0 ]; then
   say "installing Debian packages for the tests: ${test_packages[*]}"

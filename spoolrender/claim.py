@@ -5,17 +5,19 @@ A scan yields the candidates in queue order: higher ``priority`` first, then ear
 ``not_before``/arrival (incoming) or due time (retry), then name.
 
 Uploads in progress are never claimed: names starting with ``.`` or ending in ``.part``,
-``.tmp`` or ``~`` are skipped, and any other file is claimed only once it is complete:
-an inotify close-after-write or rename-into event says so at once; otherwise its size
-and mtime must be unchanged for ``settle_seconds`` (timed on our monotonic clock, or
-measured against the spool filesystem's own clock, so a backlog found at start-up does
-not wait). A file that does not parse is only declared invalid once settled by time,
-because an upload still in progress does not parse either.
+``.tmp`` or ``~`` are skipped, and any other file is claimed only once it is complete,
+as :mod:`spoolrender.intake` judges from the local writer check, inotify's per-name
+bookkeeping and the settle time (timed on our monotonic clock, or measured against the
+spool filesystem's own clock). A file that does not parse is only declared invalid once
+settled by time, because an upload still in progress does not parse either. An entry
+that cannot be claimed (a directory without write permission cannot be moved: EACCES)
+is tried again with a growing delay, and the runner reports why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -26,21 +28,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_atomic
-from spoolrender.errors import JobInvalid
+from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.heartbeat import HOSTNAME, ActiveJob, HeartbeatWriter, acquire_job_lock
+from spoolrender.heartbeat import HOSTNAME, ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
 from spoolrender.hosts import online_hosts
+from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
 from spoolrender.queues import QUEUE_FILENAME, Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
 from spoolrender.records import RETRY, next_run_number, read_runs
 from spoolrender.renderers.base import CancelToken
+from spoolrender.seal import JobFileState
+from spoolrender.writers import Writer, WriterCheck, lease_probe
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,21 @@ class _Seen:
     invalid: bool = False
     invalid_id: str | None = None  # the id an invalid file is filed under (its readable `id:`)
     parsed_for: tuple[int, int, int] | None = None
+    at_startup: bool = False  # present at the scanner's first listing
+    # The writer check's verdict holds while the signature does, unless it found a writer:
+    # a deep queue costs one check per file, not one per listing. The runner's lease probe
+    # just before each claim catches a writer that opened the file since.
+    writer: Writer | None = None
+    why: str = ""  # the last verdict's reason (logged when it changes)
+
+
+@dataclass
+class Blocked:
+    """An entry whose claim failed for a reason that will not go away by itself soon."""
+
+    reason: str
+    failures: int
+    next_try: float  # monotonic
 
 
 @dataclass(frozen=True)
@@ -86,12 +104,25 @@ class ScanResult:
 class SpoolScanner:
     """Lists incoming/ and retry/ and says what can be claimed now, in order."""
 
-    def __init__(self, layout: SpoolLayout, config: SpoolConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        layout: SpoolLayout,
+        config: SpoolConfig,
+        clock: Clock,
+        *,
+        local: bool = True,
+        closers_alive: Callable[[int, int], bool] | None = None,
+    ) -> None:
         self._layout = layout
         self._config = config
         self._clock = clock
+        self._local = local  # the spool is on a local filesystem: no writers elsewhere
+        self._closers_alive = closers_alive or (lambda dev, ino: False)
         self._seen: dict[str, _Seen] = {}
-        self._complete: set[str] = set()
+        self.uploads = UploadTracker()
+        self._blocked: dict[str, Blocked] = {}
+        self._retry_held: dict[str, float] = {}  # retry entry -> monotonic time to look again
+        self._first_listing = True
         self._lock = threading.Lock()
         self._arrived = True
         # The last listing's candidates in queue order, by name: a dict keeps the order and
@@ -103,21 +134,71 @@ class SpoolScanner:
         self._retry_routes: dict[str, _RetryInfo] = {}  # by retry entry name (unique per move)
         self._others: list[dict[str, Any]] | None = None  # other hosts' online beacons, per listing
 
-    def note_arrival(self, name: str, complete: bool) -> None:
-        """An event: ``name`` appeared in incoming/ (``complete``: closed after writing or
-        renamed in), or (empty name) something appeared in retry/. The next scan lists."""
+    def note_event(self, name: str, event: str) -> None:
+        """An event for ``name`` in incoming/ (created, modified, closed, moved_in), or
+        (empty name) something appeared in retry/. The next scan lists."""
+        if name:
+            self.uploads.note(name, event)
         with self._lock:
-            self._arrived = True
-            if name and complete:
-                self._complete.add(name)
+            if event == "modified":
+                # Not an arrival (a close follows every write; its event lists again), but
+                # a listed candidate that is being written is no candidate any more.
+                if self._cached is not None:
+                    self._cached.pop(name, None)
+            else:
+                self._arrived = True
 
     def forget(self, name: str) -> None:
         """``name`` was claimed (by us or, as a lost race showed, by someone else)."""
         with self._lock:
             self._seen.pop(name, None)
-            self._complete.discard(name)
+            self._blocked.pop(name, None)
             if self._cached is not None:
                 self._cached.pop(name, None)
+        self.uploads.forget(name)
+
+    def writer_holds(self, candidate: Candidate) -> bool:
+        """The authoritative check just before the claim: does a local process hold the
+        candidate's job file open for writing? Then it stays where it is, waiting."""
+        if candidate.source == "incoming":
+            path = self._layout.incoming / candidate.name
+        else:
+            path = self._layout.retry / candidate.name / defaults.JOB_FILENAME
+        # The lease alone: ~0.1 ms per claim. Where it cannot decide (another user's file
+        # under an unprivileged runner, a filesystem without leases) the listing's /proc
+        # verdict, at most one listing old, stands.
+        if lease_probe(path) is not Writer.HELD:
+            return False
+        log.info("not claiming %s/%s yet: a local process still writes it", candidate.source, candidate.name)
+        with self._lock:
+            if self._cached is not None:
+                self._cached.pop(candidate.name, None)
+            seen = self._seen.get(candidate.name)
+            if seen is not None:
+                seen.writer = Writer.HELD
+            if candidate.source == "retry":
+                self._retry_held[candidate.name] = self._clock.monotonic() + self._config.poll_seconds
+            self._arrived = True  # list again: the next listing re-checks it
+        return True
+
+    def claim_failed(self, name: str, reason: str) -> None:
+        """The claim of ``name`` failed (not a lost race): back off, 1 s doubling to 5 min."""
+        with self._lock:
+            old = self._blocked.get(name)
+            failures = 1 if old is None else old.failures + 1
+            delay = min(defaults.BLOCKED_RETRY_MAX_S, defaults.BLOCKED_RETRY_MIN_S * 2 ** (failures - 1))
+            self._blocked[name] = Blocked(reason, failures, self._clock.monotonic() + delay)
+            if self._cached is not None:
+                self._cached.pop(name, None)
+        if failures == 1 or failures % 10 == 0:
+            log.warning(
+                "cannot claim incoming/%s: %s (tried %d times; next try in %g s)", name, reason, failures, delay
+            )
+
+    def blocked(self) -> dict[str, str]:
+        """Entries that cannot be claimed now, and why (for the runner's beacon/status)."""
+        with self._lock:
+            return {name: b.reason for name, b in self._blocked.items()}
 
     def scan(self, spool_now: Callable[[], float | None]) -> ScanResult:
         """Claimable candidates in queue order.
@@ -164,15 +245,22 @@ class SpoolScanner:
         wake: float | None = None
         names = list_incoming(self._layout.incoming)
         present = set(names)
+        startup, self._first_listing = self._first_listing, False
         with self._lock:
             for gone in [n for n in self._seen if n not in present]:
                 del self._seen[gone]
-            self._complete &= present
-            complete = set(self._complete)
+            for gone in [n for n in self._blocked if n not in present]:
+                del self._blocked[gone]
+            blocked = dict(self._blocked)
+        self.uploads.retain(present)
+        writers = WriterCheck()  # one /proc scan at most for the whole listing
         for name in names:
             queue_dir = queue_dir_of(name)
             base = name.rpartition("/")[2]
             if not is_candidate_name(base):
+                continue
+            if name in blocked and mono < blocked[name].next_try:
+                wake = blocked[name].next_try if wake is None else min(wake, blocked[name].next_try)
                 continue
             path = self._layout.incoming / name
             try:
@@ -189,18 +277,37 @@ class SpoolScanner:
             sig = (st.st_ino, st.st_size, st.st_mtime_ns)
             seen = self._seen.get(name)
             if seen is None or seen.signature != sig:
-                seen = _Seen(sig, mono)
+                seen = _Seen(sig, mono, at_startup=startup or (seen is not None and seen.at_startup))
                 self._seen[name] = seen
-            stable_for = mono - seen.first_seen
+            quiet_for = mono - seen.first_seen
             age = None if spool_now is None else spool_now - st.st_mtime
-            settled_by_time = stable_for >= settle or (age is not None and age >= settle)
+            settled = quiet_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
                 seen.spec, seen.invalid, seen.invalid_id = self._parse(path, base)
                 seen.parsed_for = sig
-            settled = settled_by_time or (name in complete and not seen.invalid)
-            if not settled:
+            if seen.writer in (None, Writer.HELD):
+                seen.writer = writers.check(path, st)
+            verdict = judge(
+                activity=self.uploads.activity(name),
+                writer=seen.writer,
+                local=self._local,
+                empty=st.st_size == 0,
+                settled=settled,
+                quiet_for=max(quiet_for, age or 0.0),
+                at_startup=seen.at_startup,
+                closers_alive=self._closers_alive(st.st_dev, st.st_ino),
+                settle=settle,
+                recheck=self._config.poll_seconds,
+            )
+            if verdict.why != seen.why:
+                seen.why = verdict.why
+                log.debug("incoming/%s: %s", name, verdict.why)
+            # A fast signal makes a parsable file complete; one that does not parse may
+            # be an upload that has not finished, so only time declares it invalid.
+            if not verdict.complete or (seen.invalid and not settled):
                 waiting += 1
-                until = seen.first_seen + settle
+                after = verdict.recheck_after if verdict.complete is False else settle - quiet_for
+                until = mono + max(0.0, after if after is not None else settle)
                 wake = until if wake is None else min(wake, until)
                 continue
             spec = seen.spec
@@ -277,9 +384,15 @@ class SpoolScanner:
         names = list_names(self._layout.retry)
         for gone in set(self._retry_routes) - set(names):
             del self._retry_routes[gone]
+        with self._lock:
+            held = {n: t for n, t in self._retry_held.items() if t > self._clock.monotonic()}
+            self._retry_held = held
         for name in names:
             m = RETRY_NAME.fullmatch(name)
             if m is None:
+                continue
+            if name in held:  # its job file is still being written (a discarded run)
+                wake = held[name] if wake is None else min(wake, held[name])
                 continue
             due = int(m.group("due")) / 1000
             if due > now:
@@ -324,8 +437,10 @@ class Claim:
     source_name: str  # the file name the job's default id derives from
     started: float
     cancel: CancelToken
-    lock: FileLock | None
+    lock: JobLock | None
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
+    job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
+    sealed: bool = False  # an earlier run was decided: the job file may not change any more
 
     @property
     def key(self) -> str:
@@ -334,7 +449,7 @@ class Claim:
     def release(self) -> None:
         if self.lock is not None:
             with contextlib.suppress(OSError):
-                self.lock.release(force=True)
+                self.lock.release()
             self.lock = None
 
 
@@ -364,27 +479,43 @@ def _claim_incoming(
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
         heartbeat.add(_active_job(job_dir, token, 1, started, cancel))
+        if candidate.queue_dir is not None:
+            # The job's queue came from its drop directory: kept for its retries. Written
+            # before the claim, into our own directory, so a failure here loses nothing.
+            write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
         # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
         # power cut only means the job is found in incoming/ again, or recovered.
         os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
         crash_point("claim-after-rename")
-        if candidate.queue_dir is not None:
-            # The job's queue came from its drop directory: keep it for its retries.
-            write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
-    except (FileNotFoundError, Timeout, OSError) as exc:
+    except (FileNotFoundError, ClaimLost, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
-            lock.release(force=True)
+            lock.release()
         shutil.rmtree(job_dir, ignore_errors=True)
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError | ClaimLost):
+            # ENOENT for the job file: another runner was faster. ENOENT for our own
+            # directory: we stalled past the lease and recovery cleared the claim; the
+            # job file is still in incoming/ (or was re-queued), never lost.
             log.debug("lost the race for %s to another runner", candidate.name)
-        else:
-            log.warning("could not claim %s: %s", candidate.name, exc)
+            return None
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
+            # Moving it will fail the same way next time (a directory of mode 555 cannot be
+            # renamed: its ".." entry would change): let the scanner back off.
+            hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(candidate, layout)) else ""
+            raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
+        log.warning("could not claim %s: %s", candidate.name, exc)
         return None
     source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
     return Claim(job_dir, candidate.job_id, uid, token, 1, source, started, cancel, lock)
+
+
+def _lmode(candidate: Candidate, layout: SpoolLayout) -> int:
+    try:
+        return os.lstat(layout.incoming / candidate.name).st_mode
+    except OSError:
+        return 0
 
 
 def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
@@ -405,11 +536,15 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         return None
     crash_point("retry-claim-after-rename")
     try:
+        # Lock, records and heartbeat only ever *inside* the directory we renamed: if we
+        # stalled here past the lease, another runner has moved the job on, and ENOENT
+        # says so; nothing may recreate the directory as an empty phantom.
         lock = acquire_job_lock(job_dir, token)
-    except Timeout:
-        lock = None  # cannot happen for a fresh token's lock file; the lease would cover it
-    started = clock.wall()
-    run = next_run_number(job_dir)
+        started = clock.wall()
+        run = next_run_number(job_dir)
+    except (ClaimLost, FileNotFoundError):
+        log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
+        return None
     heartbeat.add(_active_job(job_dir, token, run, started, cancel))
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.

@@ -48,9 +48,28 @@ MAX_JOB_FRAMES = 30 * 3600  # one hour at 30 fps
 BYTES_PER_FRAME_PIXEL = 64
 
 # --- timing -------------------------------------------------------------------------
-SETTLE_S = 5.0  # a file unchanged this long (no close/rename event seen) is complete
+# A file unchanged this long (no close/rename event) is complete. On a local spool the
+# writer check decides (spoolrender.intake); this protects against other hosts' writers.
+# Measured (bench/upload_intake.py --gaps, README "Uploads"): scp/sftp send files under
+# ~200 KiB in one burst at any -l; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp
+# -l 400), 20.4 s (scp/sftp -l 100); rsync --inplace --bwlimit=50 leaves a 2 KB file no
+# gap, 60 KB 1.1 s, 250 KB 4.8 s, 900 KiB 5.1 s. Job files are small (samples < 1 KiB) and a
+# longer default delays every job on a polled network filesystem: 5 s, documented per
+# client in the README ("Uploads").
+SETTLE_S = 5.0
+# A name that inotify says is being written (modified, never closed) while the local
+# writer check cannot tell (an unprivileged runner, another user's upload) waits for its
+# close; this long quiet means the close event was lost.
+UNCLOSED_WRITE_S = 600.0
+# An entry in incoming/ whose claim fails (a mode-555 directory cannot be moved: EACCES)
+# is tried again after this delay, doubling per failure up to the maximum.
+BLOCKED_RETRY_MIN_S = 1.0
+BLOCKED_RETRY_MAX_S = 300.0
 HEARTBEAT_INTERVAL_S = 5.0
 LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
+# A runner beacon from another host unchanged this long is removed from `status`
+# (same-host runners are expired as soon as their process is provably gone).
+RUNNER_EXPIRY_S = 24 * 3600.0
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 BACKOFF_BASE_S = 30.0

@@ -22,6 +22,11 @@ class SpoolLayoutError(SpoolrenderError):
     """The spool directory is missing, incomplete or not writable."""
 
 
+class UnsupportedFilesystem(SpoolLayoutError):
+    """The spool or output filesystem lacks an operation the protocol relies on
+    (exclusive create, rename that replaces, link or symlink that refuse an existing name)."""
+
+
 class JobInvalid(SpoolrenderError):
     """A job file cannot be run as written: a permanent error, one line per problem.
 
@@ -93,3 +98,17 @@ class WaitTimeout(SpoolrenderError, TimeoutError):
         self.job_id = job_id
         self.timeout = timeout
         self.state = state
+
+
+class ClaimLost(SpoolrenderError):
+    """A job this runner claimed is not its own any more: another runner took it over.
+
+    Raised where the claim's ``running/`` directory is found gone (ENOENT), which means
+    the job was recovered elsewhere while this runner stalled; the caller drops the job
+    without touching it, and never recreates the directory.
+    """
+
+
+class ClaimBlocked(SpoolrenderError):
+    """An entry in incoming/ cannot be claimed for a reason other than a lost race (a
+    directory without write permission cannot be moved: EACCES); the scanner backs off."""

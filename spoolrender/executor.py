@@ -21,7 +21,7 @@ from typing import Any
 
 from filelock import Timeout
 
-from spoolrender import defaults
+from spoolrender import defaults, seal
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
@@ -105,6 +105,12 @@ class JobExecutor:
         """Run ``claim`` to its next state."""
         try:
             return self._execute(claim)
+        except FileNotFoundError:
+            if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
+                raise
+            # Our running/ directory moved away under us (we stalled past the lease and
+            # another runner recovered the job): a lost claim, not a spool failure.
+            return self._lost(claim)
         finally:
             self._heartbeat.remove(claim.token)
             claim.release()
@@ -123,21 +129,43 @@ class JobExecutor:
             "started": claim.started,
             "attempt": attempt,
         }
+        if not os.path.lexists(job_dir / defaults.JOB_FILENAME):
+            # A claim without its job file was moved away (and maybe recreated by an old
+            # runner): lost, never "invalid", which would fail a job that lives elsewhere.
+            return self._lost(claim)
         cancel_request = _cancel_request(job_dir)
         if cancel_request is not None:  # asked while the job waited, or before a recovery
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
+        job_file = job_dir / defaults.JOB_FILENAME
         try:
-            spec = parse_job(
-                read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes),
-                claim.source_name,
-                self._config,
-            )
+            data = read_job_bytes(job_file, self._config.max_job_bytes)
+            claim.job_file = seal.observe(job_file, data)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+        sealed = seal.sealed_hash(runs)
+        claim.sealed = sealed is not None
+        if sealed is not None and sealed != claim.job_file.sha256:
+            return self._finish(
+                claim,
+                base,
+                FAILED,
+                error=_error(seal.JOB_CHANGED, seal.refused_change(sealed, f"is now {claim.job_file.short()}"), False),
+            )
+        if not claim.sealed and seal.still_writing(job_file):
+            return self._discard(claim, base, "is still open for writing by a local process")
+        try:
+            spec = parse_job(data, claim.source_name, self._config)
+        except JobInvalid as exc:
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+        base["details"] = {
+            "priority": spec.priority,
+            "output": str(spec.output),
+            "renderer": spec.renderer,
+            seal.SEAL_KEY: claim.job_file.sha256,  # the seal, once this run is decided
+        }
         queue, conflict = job_queue(job_dir, spec.queue)
         if conflict is not None:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", conflict, False))
-        base["details"] = {"priority": spec.priority, "output": str(spec.output), "renderer": spec.renderer}
         base["details"]["queue"] = queue
         if spec.requires:
             base["details"]["requires"] = list(spec.requires)
@@ -216,7 +244,9 @@ class JobExecutor:
         st = request.output.stat()
         base["details"].update(result.details)
         publish = {
-            "temp": str(request.output),
+            # Relative to the output root: whoever carries this decision out (another host
+            # mounting the output root elsewhere) resolves it against its own root.
+            "temp": str(request.output.relative_to(self._config.output_root)),
             "output": str(spec.output),
             "replace": spec.rerun,
             "bytes": st.st_size,
@@ -247,7 +277,30 @@ class JobExecutor:
             }
         return self._finish(claim, base, FAILED, error=error)
 
+    def _discard(self, claim: Claim, base: dict[str, Any], problem: str) -> RunEnd:
+        """The upload was not finished when the job was claimed: this run never counts."""
+        log.warning(
+            "job %s: discarding run %d: the job file %s; it runs again once the upload has finished",
+            claim.job_id, claim.run, problem,
+        )  # fmt: skip
+        error = _error(seal.UPLOAD_IN_PROGRESS, f"the job file {problem}", True)
+        due = self._clock.wall() + self._config.settle_seconds
+        return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=due)
+
     def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> RunEnd:
+        if outcome != REQUEUE and claim.job_file is not None:
+            # The job file must still be what this run validated and rendered from.
+            problem = seal.change_since(
+                claim.job_dir / defaults.JOB_FILENAME, claim.job_file, self._config.max_job_bytes
+            )
+            if problem is not None and not claim.sealed:
+                return self._discard(claim, base, problem)
+            if problem is not None:
+                # Sealed by an earlier run: an edit of a queued job, refused for good.
+                sealed = seal.sealed_hash(read_runs(claim.job_dir)) or claim.job_file.sha256
+                error = _error(seal.JOB_CHANGED, seal.refused_change(sealed, problem), False)
+                outcome = FAILED
+                fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         try:
             won = decide(claim.job_dir, record)

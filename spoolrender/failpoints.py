@@ -1,16 +1,24 @@
-"""Crash points for the reliability tests: SIGKILL this process at a named step.
+"""Crash and pause points for the reliability tests: SIGKILL or SIGSTOP this process at a named step.
 
 ``SPOOLRENDER_CRASH_AT=<name>`` makes the first pass through :func:`crash_point` with that
 name kill the process with SIGKILL, exactly as a power cut or the OOM killer would, at
 the worst moments of the protocol (between a decision and the move that carries it out,
-between publishing an output and recording it, ...). Unset, a call costs one dict lookup.
-The names are listed in :data:`CRASH_POINTS`; tests/reliability/ kills at each of them.
+between publishing an output and recording it, ...).
+
+``SPOOLRENDER_PAUSE_AT=<name>[,<name>...]`` makes the first pass through each named point
+stop the whole process with SIGSTOP, as a VM pause, a swap storm or a hung NFS server
+would: a test can then let other runners act and wake it with SIGCONT, to force the
+interleavings that a kill cannot (a late claimer, a recoverer racing a stalled claim).
+
+Unset, a call costs one dict lookup. The names are listed in :data:`CRASH_POINTS`;
+tests/reliability/ kills and pauses at them.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 CRASH_POINTS = (
     "claim-before-rename",  # incoming claim: running/ dir, lock and heartbeat made, file not yet moved
@@ -20,10 +28,25 @@ CRASH_POINTS = (
     "after-publish",  # output linked into place, job not yet in done/
     "after-move",  # job directory renamed, directories not yet fsynced
 )
+# Points only reached in a race that a dedicated test sets up (paused or killed there).
+RACE_POINTS = (
+    "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned
+    "abandoned-claim-parked",  # that entry renamed into .spoolrender/abandoned/, not yet cleared
+    "id-holder-lookup",  # reserve_id: between listing two state directories for the holder
+)
 
 _TARGET = os.environ.get("SPOOLRENDER_CRASH_AT")
+_PAUSE = {name for name in os.environ.get("SPOOLRENDER_PAUSE_AT", "").split(",") if name}
+_paused: set[str] = set()
+_pause_lock = threading.Lock()
 
 
 def crash_point(name: str) -> None:
     if _TARGET is not None and name == _TARGET:
         os.kill(os.getpid(), signal.SIGKILL)
+    if _PAUSE and name in _PAUSE:
+        with _pause_lock:
+            first = name not in _paused
+            _paused.add(name)
+        if first:
+            os.kill(os.getpid(), signal.SIGSTOP)

@@ -1,6 +1,6 @@
 """Heartbeats (a running job's proof of life) and judging whether an owner is dead.
 
-While a job runs, its runner holds ``running/<job>/lock`` (a filelock flock) and rewrites
+While a job runs, its runner holds ``running/<job>/lock-<token>`` (an flock) and rewrites
 ``running/<job>/heartbeat`` every few seconds with a counter that always changes.
 
 Two ways to prove an owner dead:
@@ -13,6 +13,7 @@ Two ways to prove an owner dead:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -23,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.durable import write_atomic
+from spoolrender.errors import ClaimLost
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,11 @@ class Heartbeat:
     updated: float | None = None  # owner's wall clock, informational
     runner: str | None = None
     pgid: int | None = None  # the render's process group, killed if the job is recovered
+    # Which boot of the host, and when the group's leader started (clock ticks since that
+    # boot): a recoverer kills ``pgid`` only if both still match, never a group that
+    # reused the number after a reboot or a pid wrap-around.
+    boot: str | None = None
+    pgid_start: int | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(self.__dict__, sort_keys=True).encode("utf-8")
@@ -66,6 +71,8 @@ class Heartbeat:
             updated=raw.get("updated"),
             runner=raw.get("runner"),
             pgid=None if raw.get("pgid") is None else int(raw["pgid"]),
+            boot=None if raw.get("boot") is None else str(raw["boot"]),
+            pgid_start=None if raw.get("pgid_start") is None else int(raw["pgid_start"]),
         )
 
 
@@ -84,31 +91,56 @@ def lock_path(job_dir: Path, token: str) -> Path:
     return job_dir / f"{defaults.LOCK_FILENAME}-{token}"
 
 
-def _job_lock(job_dir: Path, token: str) -> FileLock:
-    # preserve_lock_file: unlinking a lock file on release lets two processes end up
-    # holding locks on two different inodes of one name. No soft-lock fallback: where
-    # flock is unsupported (some NFS) a marker file would outlive a SIGKILLed owner, and
-    # the heartbeat lease already covers that case.
-    return FileLock(
-        lock_path(job_dir, token),
-        timeout=0,
-        thread_local=False,
-        is_singleton=False,
-        preserve_lock_file=True,
-        fallback_to_soft=False,
-    )
+class JobLock:
+    """The flock a claim holds on ``running/<job>/lock-<token>`` for as long as it owns the job.
 
-
-def acquire_job_lock(job_dir: Path, token: str) -> FileLock | None:
-    """Take the job's lock for as long as we own the job.
-
-    Raises filelock.Timeout if someone holds it; returns None where the filesystem
-    cannot lock at all (liveness then rests on the heartbeat lease alone).
+    Not filelock's FileLock: its acquire creates missing parent directories, so a runner
+    that stalled after its claim (SIGSTOP, a VM pause, an NFS hang) and woke after another
+    runner had moved the job away would recreate ``running/<job>/`` as an empty phantom.
+    Here the lock file is created only inside a directory that exists; ENOENT means the
+    claim was lost. No soft-lock fallback either: where flock is unsupported (some NFS) a
+    marker file would outlive a SIGKILLed owner, and the heartbeat lease covers that case.
     """
-    lock = _job_lock(job_dir, token)
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock; ClaimLost if the directory is gone or someone else holds it."""
+        try:
+            # O_CREAT but never mkdir; O_NOFOLLOW: a planted symlink is not our lock file.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError as exc:
+            raise ClaimLost(f"{self.path.parent.name} is gone: another runner took the job over") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise ClaimLost(f"{self.path.parent.name}: another process holds this claim's lock") from exc
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        # The file stays: unlinking a lock file on release lets two processes end up
+        # holding locks on two different inodes of one name.
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor releases the flock
+
+
+def acquire_job_lock(job_dir: Path, token: str) -> JobLock | None:
+    """Take the claim's lock for as long as we own the job.
+
+    Raises ClaimLost if the job's directory is gone (or the lock is held); returns None
+    where the filesystem cannot lock at all (liveness then rests on the heartbeat lease).
+    """
+    lock = JobLock(lock_path(job_dir, token))
     try:
         lock.acquire()
-    except Timeout:
+    except ClaimLost:
         raise
     except OSError as exc:
         log.warning("cannot lock %s (%s); relying on the heartbeat lease", job_dir.name, exc)
@@ -120,21 +152,45 @@ def lock_is_free(job_dir: Path, token: str) -> bool:
     """True if nobody holds the claim's flock (on this host that means the owner is dead).
 
     A missing lock file proves nothing (the owner writes its heartbeat only after taking
-    the lock, so it should exist): False, and the lease decides.
+    the lock, so it should exist): False, and the lease decides. The probe opens the file
+    without O_CREAT, so it can never recreate a directory that was moved away meanwhile,
+    and on its own descriptor: flock conflicts between descriptors even within one
+    process, so a lock we hold ourselves never looks free.
     """
-    if not lock_path(job_dir, token).exists():
-        return False
-    # A fresh, non-singleton FileLock per probe: a singleton would be reentrant inside
-    # this process, and we must never be fooled by a lock we hold ourselves.
-    probe = _job_lock(job_dir, token)
     try:
-        probe.acquire()
-    except Timeout:
-        return False
+        fd = os.open(lock_path(job_dir, token), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
-    probe.release()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also drops our probe's lock at once
     return True
+
+
+def boot_id() -> str | None:
+    """This boot of the host (Linux); None where it cannot be read."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot; None if it does not exist.
+
+    Raw ticks from /proc, not psutil's create_time(): that one adds the boot time, which
+    the kernel recomputes from the wall clock and which can shift by a second.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            # The command name (field 2) may contain spaces and parentheses: split after
+            # its closing parenthesis; starttime is field 22, the 20th after it.
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class LivenessTracker:
@@ -145,12 +201,17 @@ class LivenessTracker:
     runs (cron-started ``run --drain`` taking a few seconds each) add up to a lease and
     still recover a dead host's jobs. Several runners on one host share the file; each
     merges what it finds, keeping the earliest sighting of an unchanged heartbeat.
+
+    Each observation is ``(signature, first seen, last seen)``. Another process's earlier
+    sighting is adopted only if it reaches up to our own first one: a signature can come
+    back (a heartbeat file missing now and again is the same "no file" each time), and an
+    old sighting from before it changed in between must not count as one long silence.
     """
 
     def __init__(self, clock: Clock, state_file: Path | None = None) -> None:
         self._clock = clock
         self._state_file = state_file
-        self._seen: dict[str, tuple[str, float]] = {}
+        self._seen: dict[str, tuple[str, float, float]] = {}
 
     def silent_for(self, name: str, signature: object) -> float:
         """Seconds this observer has seen ``signature`` unchanged for entry ``name``."""
@@ -158,36 +219,41 @@ class LivenessTracker:
         sig = json.dumps(signature)
         previous = self._seen.get(name)
         if previous is None or previous[0] != sig:
-            self._seen[name] = (sig, now)
+            self._seen[name] = (sig, now, now)
             return 0.0
+        self._seen[name] = (sig, previous[1], now)
         return now - previous[1]
 
     def forget_except(self, names: Iterable[str]) -> None:
+        """Keep observations of ``names`` only: entries gone, or our own jobs (which we do not
+        observe, and whose stale sightings we must not write back for others to adopt)."""
         keep = set(names)
         for name in list(self._seen):
             if name not in keep:
                 del self._seen[name]
 
     def load(self) -> None:
-        """Merge the host's shared observations into ours (earliest sighting wins)."""
+        """Merge the host's shared observations into ours (earliest continuous sighting wins)."""
         if self._state_file is None:
             return
         try:
             data = json.loads(self._state_file.read_bytes())
-            if data.get("boot") != _boot_id():
+            if data.get("boot") != boot_id():
                 return  # another boot: its monotonic times mean nothing now
-            theirs = {str(k): (str(v[0]), float(v[1])) for k, v in data["seen"].items()}
+            theirs = {str(k): (str(v[0]), float(v[1]), float(v[-1])) for k, v in data["seen"].items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return
-        for name, (sig, first) in theirs.items():
+        for name, (sig, first, last) in theirs.items():
             mine = self._seen.get(name)
-            if mine is None or (mine[0] == sig and first < mine[1]):
-                self._seen[name] = (sig, first)
+            if mine is None:
+                self._seen[name] = (sig, first, last)
+            elif mine[0] == sig and first < mine[1] <= last:
+                self._seen[name] = (sig, first, max(last, mine[2]))
 
     def save(self) -> None:
         if self._state_file is None:
             return
-        data = {"boot": _boot_id(), "seen": {k: list(v) for k, v in self._seen.items()}}
+        data = {"boot": boot_id(), "seen": {k: list(v) for k, v in self._seen.items()}}
         try:
             self._state_file.parent.mkdir(parents=True, exist_ok=True)
             # Atomic replace, no fsync: losing observations in a power cut only delays
@@ -195,13 +261,6 @@ class LivenessTracker:
             write_atomic(self._state_file, json.dumps(data).encode(), durable=False)
         except OSError as exc:
             log.warning("cannot save liveness observations: %s", exc)
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 @dataclass
@@ -218,6 +277,10 @@ class ActiveJob:
     stage: str | None = None
     counter: int = 0
     pgid: int | None = None
+    pgid_start: int | None = None
+
+
+_BOOT = boot_id()
 
 
 class HeartbeatWriter:
@@ -229,6 +292,8 @@ class HeartbeatWriter:
         self._runner_id = runner_id
         self._jobs: dict[str, ActiveJob] = {}
         self._lock = threading.Lock()
+        # Held while a heartbeat file is written: remove() waits for it (see there).
+        self._writing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,8 +312,16 @@ class HeartbeatWriter:
         self.beat(job)
 
     def remove(self, token: str) -> None:
+        """Stop beating ``token``; on return nothing writes into its directory any more.
+
+        The wait matters: the caller may delete the directory next (a lost claim race), and
+        a beat already under way would otherwise create a file in it during the deletion,
+        leaving an empty claim in running/.
+        """
         with self._lock:
             self._jobs.pop(token, None)
+        with self._writing:
+            pass
 
     def set_progress(self, token: str, progress: float | None, stage: str | None) -> None:
         with self._lock:
@@ -257,16 +330,40 @@ class HeartbeatWriter:
                 job.progress, job.stage = progress, stage
 
     def set_pgid(self, token: str, pgid: int | None) -> None:
+        start = None if pgid is None else process_start(pgid)
         with self._lock:
             job = self._jobs.get(token)
             if job is not None:
-                job.pgid = pgid
+                job.pgid, job.pgid_start = pgid, start
         if job is not None:
             self.beat(job)  # at once: a recoverer must know the group if we die now
 
     def beat(self, job: ActiveJob) -> bool:
         """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
+        with self._writing:
+            gone = self._write(job)
+        if gone:
+            with self._lock:
+                still_ours = self._jobs.pop(job.token, None) is not None
+            if not still_ours:
+                return True  # the owner itself moved the job out of running/ meanwhile
+            # Our running/ directory is gone: another runner judged us dead and took the
+            # job. Stop working on it; fencing makes sure we never publish it.
+            log.warning("job %s was taken away from this runner (heartbeat dir gone)", job.job_dir.name)
+            job.on_lost()
+            return False
+        # Polled here, with the heartbeat, because the request may come from any host
+        # sharing the spool: a file in the job's directory is what all of them can see.
+        if job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():
+            log.info("job %s: cancel requested", job.job_dir.name)
+            job.on_cancel()
+        return True
+
+    def _write(self, job: ActiveJob) -> bool:
+        """Write the heartbeat file of ``job`` if it is still ours; True if its directory is gone."""
         with self._lock:
+            if self._jobs.get(job.token) is not job:
+                return False  # removed meanwhile: its directory is not ours to write into
             job.counter += 1
             hb = Heartbeat(
                 host=HOSTNAME,
@@ -280,6 +377,8 @@ class HeartbeatWriter:
                 updated=self._clock.wall(),
                 runner=self._runner_id,
                 pgid=job.pgid,
+                boot=_BOOT,
+                pgid_start=job.pgid_start,
             )
             job_dir = job.job_dir
         try:
@@ -287,23 +386,10 @@ class HeartbeatWriter:
             # lost in a power cut only makes the job look dead sooner, which is the truth.
             write_atomic(job_dir / defaults.HEARTBEAT_FILENAME, hb.to_json(), durable=False)
         except FileNotFoundError:
-            with self._lock:
-                still_ours = self._jobs.pop(job.token, None) is not None
-            if not still_ours:
-                return True  # the owner itself moved the job out of running/ meanwhile
-            # Our running/ directory is gone: another runner judged us dead and took the
-            # job. Stop working on it; fencing makes sure we never publish it.
-            log.warning("job %s was taken away from this runner (heartbeat dir gone)", job_dir.name)
-            job.on_lost()
-            return False
+            return True
         except OSError as exc:
             log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
-        # Polled here, with the heartbeat, because the request may come from any host
-        # sharing the spool: a file in the job's directory is what all of them can see.
-        if job.on_cancel is not None and (job_dir / defaults.CANCEL_FILENAME).exists():
-            log.info("job %s: cancel requested", job_dir.name)
-            job.on_cancel()
-        return True
+        return False
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

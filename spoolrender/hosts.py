@@ -131,7 +131,7 @@ def online_hosts(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> di
         except OSError:
             continue
         beacon = _read(path)
-        if beacon is None or age > lease_seconds or beacon.get("blocked"):
+        if beacon is None or age > lease_seconds or beacon.get("host_blocked"):
             continue
         out.setdefault(str(beacon.get("host")), []).append(beacon)
     return out

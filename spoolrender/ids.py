@@ -14,20 +14,56 @@ import logging
 import os
 
 from spoolrender.errors import JobInvalid
+from spoolrender.failpoints import crash_point
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names, new_token
 
 log = logging.getLogger(__name__)
 
 
-def _where_is(layout: SpoolLayout, uid: str) -> str | None:
-    """The state (and entry) holding job ``uid``, e.g. ``done/x.abc``; None if nowhere."""
-    patterns = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
-    for state, pattern in patterns.items():
-        for name in list_names(layout.state_dir(state)):
-            m = pattern.fullmatch(name)
+# The order one lookup lists the states in. A job moves while we list: retry/ -> running/
+# (a claim), running/ -> retry/, done/ or failed/ (a run ends), failed/ -> retry/ (`spoolrender
+# retry`). Listed in this order, with retry/ both first and last, a job that makes any one of
+# these moves during a lookup is still seen in one listing or another; it can hide only
+# by moving twice within one lookup, which is why two lookups must also agree.
+_LOOKUP_ORDER = ("retry", "running", "done", "failed", "retry")
+_PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+_MAX_LOOKUPS = 20
+
+
+def _look_once(layout: SpoolLayout, uid: str) -> str | None:
+    for state in _LOOKUP_ORDER:
+        listed = list_names(layout.state_dir(state))
+        crash_point("id-holder-lookup")  # tests freeze here to move the holder mid-lookup
+        for name in listed:
+            m = _PATTERNS[state].fullmatch(name)
             if m and m.group("uid") == uid:
                 return f"{state}/{name}"
     return None
+
+
+def _where_is(layout: SpoolLayout, uid: str) -> str | None:
+    """The state (and entry) holding job ``uid``, e.g. ``done/x.abc``; None if nowhere.
+
+    Listings are not a snapshot: the holder may move between two of them. Lookups are
+    repeated until two in a row agree; a holder that keeps moving is alive, and the last
+    place it was seen is returned, never "nowhere".
+    """
+    previous = _look_once(layout, uid)
+    seen = previous
+    for _ in range(_MAX_LOOKUPS):
+        current = _look_once(layout, uid)
+        if current == previous:
+            return current
+        seen = current or seen
+        previous = current
+    return seen
+
+
+def _blocks(where: str | None, rerun: bool) -> bool:
+    """True if a holder found at ``where`` keeps its id from a job with ``rerun``."""
+    if where is None or where.startswith("failed/"):
+        return False
+    return not (where.startswith("done/") and rerun)
 
 
 def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool, origin: str = "field 'id'") -> None:
@@ -50,33 +86,59 @@ def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool, origi
         if holder == uid:
             return
         where = _where_is(layout, holder)
-        if where is not None and not where.startswith("failed/"):
-            state = where.split("/", 1)[0]
-            if state == "done" and rerun:
-                pass  # re-run asked for: take the id over below
-            elif state == "done":
-                raise JobInvalid(
-                    [
-                        f"{origin}: {job_id!r} was already rendered ({where}); "
-                        "use another id, or set rerun: true to render it again"
-                    ]
-                )
-            else:
-                raise JobInvalid([f"{origin}: {job_id!r} is already queued or running ({where})"])
+        if _blocks(where, rerun):
+            raise _held(job_id, where, origin)
         # The holder is gone (failed, purged) or being re-run: take the reservation over,
         # compare-and-swap style, since another job may be doing the same right now.
-        if _take_over(layout, job_id, holder, uid):
-            log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
-            return
+        if not _take_over(layout, job_id, holder, uid):
+            continue
+        # Look once more, now that the id is ours: a holder that was sent round again
+        # (`spoolrender retry`, a claim from retry/) between our lookup and the swap has
+        # already passed its own reserve_id and must keep its id: give it back.
+        again = _where_is(layout, holder)
+        if _blocks(again, rerun):
+            _take_over(layout, job_id, uid, holder)
+            raise _held(job_id, again, origin)
+        log.debug("id %s taken over from %s (%s)", job_id, holder, where or "gone")
+        return
     raise JobInvalid([f"{origin}: could not reserve {job_id!r} (contended)"])
 
 
+def _held(job_id: str, where: str | None, origin: str) -> JobInvalid:
+    if where is not None and where.startswith("done/"):
+        return JobInvalid(
+            [
+                f"{origin}: {job_id!r} was already rendered ({where}); "
+                "use another id, or set rerun: true to render it again"
+            ]
+        )
+    return JobInvalid([f"{origin}: {job_id!r} is already queued or running ({where})"])
+
+
 def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
-    """Give ``job_id`` up if ``uid`` holds it (a failed job), so it can be submitted again."""
+    """Give ``job_id`` up if ``uid`` holds it (a failed job), so it can be submitted again.
+
+    Never a reservation that is not ``uid``'s: a readlink() then unlink() would delete one
+    that another job took over in between. The link is moved aside in one rename, and put
+    back (link() refuses to overwrite) if it turns out to be someone else's.
+    """
     link = layout.ids / job_id
-    with contextlib.suppress(OSError):
-        if os.readlink(link) == uid:
-            os.unlink(link)
+    tomb = layout.ids / f".{job_id}.{new_token()}.old"
+    try:
+        if os.readlink(link) != uid:
+            return  # the common case of someone else's reservation: do not touch it at all
+        os.rename(link, tomb)
+    except OSError:
+        return
+    try:
+        if os.readlink(tomb) != uid:
+            try:
+                os.link(tomb, link, follow_symlinks=False)
+            except FileExistsError:
+                log.warning("id %s: a reservation changed hands while being released", job_id)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tomb)
 
 
 def _take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> bool:

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -46,7 +47,11 @@ def remove_scratch(output_root: Path, job_key: str) -> None:
     except FileNotFoundError:
         pass
     except OSError:  # ENOTEMPTY: a failed or cancelled render left files
-        shutil.rmtree(path, ignore_errors=True)
+        # Another runner's sweep may delete the same orphaned dir at the same time. On
+        # sshfs (path-based FUSE) rmtree's fstat() of a directory deleted meanwhile then
+        # fails (ENOENT, ESTALE), which ignore_errors does not cover in Python 3.11.
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int | None:
@@ -108,6 +113,30 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _is_same_file(temp: Path, st: os.stat_result, dir_fd: int, name: str, existing: os.stat_result) -> bool:
+    """True if ``name`` (in ``dir_fd``) is the file ``temp``: a link made by an earlier try.
+
+    The inode number says so on local filesystems and NFS. sshfs (FUSE over SFTP, which
+    has no inode numbers) gives each name a number of its own, so there equal size, mtime
+    and bytes must say it; a name that holds exactly our bytes is our output either way.
+    """
+    if (existing.st_dev, existing.st_ino) == (st.st_dev, st.st_ino):
+        return True
+    if not stat.S_ISREG(existing.st_mode) or (existing.st_size, existing.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+        return False
+    ours = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        with open(temp, "rb") as a, os.fdopen(ours, "rb", closefd=False) as b:
+            while True:
+                chunk = a.read(1 << 20)
+                if chunk != b.read(1 << 20):
+                    return False
+                if not chunk:
+                    return True
+    finally:
+        os.close(ours)
+
+
 def publish_output(
     output_root: Path, rel: PurePosixPath, temp: Path, *, replace: bool, expect_inode: int | None = None
 ) -> Published:
@@ -143,7 +172,7 @@ def publish_output(
                 os.unlink(temp)
         except FileExistsError:
             existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if existing.st_ino == st.st_ino:  # our own link from an interrupted publish
+            if _is_same_file(temp, st, fd, name, existing):  # our own link from an interrupted publish
                 os.unlink(temp)
             else:
                 raise PublishError(

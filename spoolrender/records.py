@@ -84,11 +84,18 @@ def run_numbers(job_dir: Path) -> list[int]:
 
 
 def read_runs(job_dir: Path) -> list[RunRecord]:
-    """Every decided run of the job, oldest first; unreadable files are skipped with a warning."""
+    """Every decided run of the job, oldest first; unreadable files are skipped with a warning.
+
+    FileNotFoundError when the directory is gone, as from :func:`run_numbers`: also when
+    it moves between the listing and a read (run files are never deleted one by one), which
+    is a job carried on by another runner, not an unreadable record.
+    """
     runs = []
     for n in run_numbers(job_dir):
         try:
             runs.append(RunRecord.from_dict(json.loads(run_path(job_dir, n).read_bytes())))
+        except FileNotFoundError:
+            raise
         except (OSError, ValueError, TypeError) as exc:
             log.warning("unreadable run record %s: %s", run_path(job_dir, n), exc)
     return runs

@@ -10,6 +10,12 @@ owner that was only paused and wakes up finds the decision made and backs off:
   decision out (roll forward), including publishing an output that was verified;
 - otherwise decide it as a failed attempt ("runner died"): to retry/ with backoff while
   attempts are left, else to failed/.
+
+An entry without ``job.yaml`` is a claim abandoned before its job file was moved in. It
+is never deleted where it lies: a claimer that only stalled may complete its rename at
+any moment. It is first renamed into ``.spoolrender/abandoned/`` (after which the
+claimer's rename fails with ENOENT and the file stays in incoming/), and a job file that
+made it in before that rename is re-queued to retry/, not deleted.
 """
 
 from __future__ import annotations
@@ -26,12 +32,22 @@ from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError
-from spoolrender.heartbeat import HOSTNAME, Heartbeat, LivenessTracker, lock_is_free, read_heartbeat
+from spoolrender.failpoints import crash_point
+from spoolrender.heartbeat import (
+    HOSTNAME,
+    Heartbeat,
+    LivenessTracker,
+    boot_id,
+    lock_is_free,
+    process_start,
+    read_heartbeat,
+)
 from spoolrender.jobfile import parse_job, read_job_bytes
-from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.publish import SCRATCH_DIR, remove_scratch
 from spoolrender.records import (
     FAILED,
+    REQUEUE,
     RETRY,
     RunRecord,
     attempts_used,
@@ -43,6 +59,8 @@ from spoolrender.records import (
 from spoolrender.transitions import backoff_delay, carry_out
 
 log = logging.getLogger(__name__)
+
+ABANDONED_DIR = "abandoned"  # in .spoolrender/: claims taken out of running/ before clearing
 
 
 class Recoverer:
@@ -68,7 +86,7 @@ class Recoverer:
         scratch = list_names(scratch_root)
         names = list_names(self._layout.running)
         self._tracker.load()
-        self._tracker.forget_except(names)
+        self._tracker.forget_except(set(names) - own_keys)
         recovered = []
         for name in names:
             if name in own_keys:
@@ -88,10 +106,14 @@ class Recoverer:
             except OSError as exc:
                 log.warning("could not recover %s: %s", name, exc)
         self._tracker.save()
+        for parked in list_names(self._layout.private / ABANDONED_DIR):
+            # Left by a recoverer that died between parking a claim and clearing it.
+            with contextlib.suppress(FileNotFoundError):
+                self._clear_parked(self._layout.private / ABANDONED_DIR / parked)
         for key in set(scratch) - set(names) - own_keys:
             # Left by a runner killed after its job left running/ (done, failed, retry):
             # nothing in it is needed any more.
-            shutil.rmtree(scratch_root / key, ignore_errors=True)
+            remove_scratch(self._config.output_root, key)
             log.debug("removed orphaned scratch dir %s", key)
         return recovered
 
@@ -109,11 +131,19 @@ class Recoverer:
         return None
 
     def recover(self, job_dir: Path, job_id: str, uid: str, token: str, why: str) -> bool:
-        if not (job_dir / defaults.JOB_FILENAME).exists():
-            # The owner died between preparing the claim and moving the file in: the job
-            # file is still in incoming/ (or claimed by someone else). Nothing to recover.
-            shutil.rmtree(job_dir)
-            log.info("removed abandoned claim %s (%s)", job_dir.name, why)
+        if not os.path.lexists(job_dir / defaults.JOB_FILENAME):  # lexists: a symlink is a job too
+            # The owner died (or stalled) between preparing the claim and moving the file
+            # in: the job file is still in incoming/, or arrives right now.
+            crash_point("abandoned-claim-before-remove")
+            parking = self._layout.private / ABANDONED_DIR
+            parking.mkdir(exist_ok=True)
+            parked = parking / f"{job_dir.name}.{new_token()}"
+            # Out of running/ in one rename before anything is deleted: from here on the
+            # stalled claimer's rename into running/<job>/job.yaml fails with ENOENT.
+            os.rename(job_dir, parked)
+            crash_point("abandoned-claim-parked")
+            log.info("cleared abandoned claim %s (%s)", job_dir.name, why)
+            self._clear_parked(parked)
             return True
         hb = read_heartbeat(job_dir)
         if hb is not None and hb.token == token:
@@ -139,20 +169,53 @@ class Recoverer:
         log.info("job %s recovered to %s/", job_id, target.parent.name)
         return True
 
-    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str) -> RunRecord:
-        runs = read_runs(job_dir)
-        attempt = attempts_used(runs) + 1
-        max_attempts = self._config.max_attempts
-        priority = defaults.DEFAULT_PRIORITY
+    def _clear_parked(self, parked: Path) -> None:
+        """Re-queue the job file a parked claim caught, or delete the empty claim.
+
+        Nothing can enter a parked directory (its running/ name is gone), so a parked
+        claim without ``job.yaml`` stays without one: deleting it loses nothing. One with
+        it is sent to retry/ under its uid, with a requeue record that uses no attempt;
+        of several runners doing this at once, the run file and the rename pick one.
+        """
+        m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
+        if m is None or not os.path.lexists(parked / defaults.JOB_FILENAME):
+            shutil.rmtree(parked, ignore_errors=True)
+            return
+        job_id, uid = m.group("id"), m.group("uid")
+        run = next_run_number(parked)
+        now = self._clock.wall()
+        _, priority = self._job_limits(parked)
+        record = RunRecord(
+            run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=m.group("token"), ended=now, due=now,
+            error={"kind": "claim-abandoned", "message": "claimed by a runner that stalled before starting it",
+                   "transient": True},
+            details={"priority": priority},
+        )  # fmt: skip
+        if not decide(parked, record):
+            decided = read_run(parked, run)
+            if decided is None:
+                return
+            record = decided
+        target = carry_out(self._layout, self._config.output_root, parked, job_id, uid, record)
+        log.warning("job %s: its claim was abandoned after the job file moved in; re-queued to %s/",
+                    job_id, target.parent.name)  # fmt: skip
+
+    def _job_limits(self, job_dir: Path) -> tuple[int, int]:
+        """The job's max_attempts and priority, or the spool's defaults if it does not parse."""
         try:
             spec = parse_job(
                 read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes),
                 job_dir.name,
                 self._config,
             )
-            max_attempts, priority = spec.max_attempts, spec.priority
         except (JobInvalid, OSError):
-            pass
+            return self._config.max_attempts, defaults.DEFAULT_PRIORITY
+        return spec.max_attempts, spec.priority
+
+    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str) -> RunRecord:
+        runs = read_runs(job_dir)
+        attempt = attempts_used(runs) + 1
+        max_attempts, priority = self._job_limits(job_dir)
         now = self._clock.wall()
         error = {"kind": "runner-died", "message": why, "transient": True}
         due = None
@@ -182,13 +245,22 @@ def _stop_orphaned_render(hb: Heartbeat) -> None:
 
     A runner killed with SIGKILL cannot stop its render, which would go on burning CPU
     and writing into a scratch directory nobody will publish. The group id came from
-    the owner's heartbeat; a group of ours is never a target.
+    the owner's heartbeat, and is killed only if it provably still is that render: the
+    same boot of this host, and a group leader that started at the recorded time (after
+    a reboot or a pid wrap-around the number may name an unrelated group). A heartbeat
+    without both (an older version's) kills nothing; a group of ours is never a target.
     """
     if hb.host != HOSTNAME or not hb.pgid or hb.pgid == os.getpgrp():
         return
-    with contextlib.suppress(OSError):
+    if hb.boot is None or hb.pgid_start is None or hb.boot != boot_id():
+        return
+    try:
+        if os.getpgid(hb.pgid) != hb.pgid or process_start(hb.pgid) != hb.pgid_start:
+            return  # gone, or its number now belongs to another process
         os.killpg(hb.pgid, signal.SIGKILL)
-        log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)
+    except OSError:
+        return
+    log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)
 
 
 def _file_signature(job_dir: Path) -> tuple[int, int, int] | None:

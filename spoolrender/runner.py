@@ -30,14 +30,17 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from spoolrender import __version__
+from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
+from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
-from spoolrender.durable import set_fsync, write_json_atomic
-from spoolrender.errors import SpoolLayoutError, SpoolrenderError
+from spoolrender.durable import set_fsync
+from spoolrender.errors import ClaimBlocked, SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
+from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.hosts import blocked as host_blocked
 from spoolrender.layout import SpoolLayout
@@ -45,7 +48,7 @@ from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.transitions import log_transition
-from spoolrender.watch import SpoolWatcher, choose_watch_mode
+from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
 if TYPE_CHECKING:
     from spoolrender.hooks import HookDispatcher
@@ -101,6 +104,10 @@ class Runner:
             config.output_root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
+        # Refuse at once a filesystem that lacks an operation the protocol needs (some
+        # network and FUSE filesystems), instead of failing jobs obscurely later.
+        check_filesystem(self.layout.private, "spool")
+        check_filesystem(config.output_root, "output root")
         self.drain = drain
         self.max_jobs = max_jobs
         self.max_runtime = max_runtime
@@ -115,11 +122,19 @@ class Runner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._force = threading.Event()
-        self._scanner = SpoolScanner(self.layout, config, self.clock)
+        # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
+        self._closers = CloserTracker(on_change=self._writer_exited)
+        self._scanner = SpoolScanner(
+            self.layout,
+            config,
+            self.clock,
+            local=not is_network_filesystem(config.spool),
+            closers_alive=self._closers.alive,
+        )
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
-        tracker = LivenessTracker(self.clock, self.layout.private / "liveness" / f"{HOSTNAME}.json")
+        tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self._executors = [
@@ -138,8 +153,7 @@ class Runner:
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
-        self._probe = self.layout.private / f"clock-{self.runner_id}"
-        self._beacon = self.layout.runners / f"{self.runner_id}.json"
+        self._probe = probe_path(self.layout, self.runner_id)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
@@ -174,6 +188,11 @@ class Runner:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
+    def _writer_exited(self) -> None:
+        # A process that closed an upload has exited: that upload may be complete now.
+        self._scanner.note_event("", "")
+        self._wake.set()
+
     # --- main loop -------------------------------------------------------------------
 
     def run(self) -> RunSummary:
@@ -191,7 +210,11 @@ class Runner:
             )
         self._started_mono = self.clock.monotonic()
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
-        watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_arrival)
+        watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_event)
+        # `resume` (from any host) wakes us at once instead of at the next rescan.
+        watcher.watch_pause_marker(self.layout.private, self._wake)
+        if self.watch_mode == "inotify" and self._closers.start(self.layout.incoming):
+            log.debug("following who closes uploads in %s (fanotify)", self.layout.incoming)
         self._heartbeat.start()
         if self._hooks is not None:
             self._hooks.start()
@@ -204,7 +227,10 @@ class Runner:
                 # what still fails stays on disk for the next runner.
                 self._hooks.stop(force=self._force.is_set())
             watcher.stop()
+            self._closers.stop()
             self._heartbeat.stop()
+            # Beacon gone before the last metrics: they must count this runner offline.
+            remove_beacon(self.layout, self.runner_id)
             self._write_metrics()
             if self._metrics_textfile is not None and not self.drain:
                 # A runner that stopped on purpose must not look alive (and stale) in
@@ -213,9 +239,8 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
-            for path in (self._beacon, self._probe, self._hooks_probe):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            with contextlib.suppress(OSError):
+                self._hooks_probe.unlink()
         log.info("runner %s stopped: %s", self.runner_id, self.summary)
         return self.summary
 
@@ -258,6 +283,9 @@ class Runner:
             self._next_beacon = now + self.config.heartbeat_seconds
         if now >= self._next_sweep:
             self._recoverer.sweep(set(self._active))
+            fs_now = spool_now(self._probe)
+            if fs_now is not None:
+                expire_runners(self.layout, fs_now, self.config.lease_seconds)
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -283,7 +311,13 @@ class Runner:
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused or limited:
                 break
-            claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            if self._scanner.writer_holds(candidate):
+                continue  # an upload still in progress: it waits in place
+            try:
+                claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+            except ClaimBlocked as exc:
+                self._scanner.claim_failed(candidate.name, str(exc))
+                continue
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
@@ -391,23 +425,21 @@ class Runner:
     def _write_beacon(self) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless.
         with contextlib.suppress(OSError):
-            write_json_atomic(
-                self._beacon,
+            write_beacon(
+                self.layout,
+                self.runner_id,
                 {
-                    "runner": self.runner_id,
-                    "host": HOSTNAME,
-                    "pid": os.getpid(),
                     "slots": self.capacity.slots,
                     "threads_per_job": self.capacity.threads_per_job,
                     "busy": len(self._active),
                     "watch": self.watch_mode,
+                    "blocked": self._scanner.blocked(),
                     "drain": self.drain,
                     "queues": list(self.config.queues),
                     "tags": list(self.config.tags),
                     "waiting": self._waiting,
-                    "blocked": self._blocked,
+                    "host_blocked": self._blocked,
                     "version": __version__,
                     "updated": self.clock.wall(),
                 },
-                durable=False,
             )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.beacons import runner_is_dead
 from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -97,6 +98,10 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
             continue
         seen = _mtime(layout.runners / name)
         age = None if seen is None else max(0.0, fs_now - seen)
+        if runner_is_dead(beacon, age):
+            continue  # SIGKILLed or long gone: left for a runner to expire, never listed
+        for identity in ("boot", "started"):  # only for telling dead runners (schema v1 has none)
+            beacon.pop(identity, None)
         beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
         beacon["online"] = age is not None and age <= lease_seconds
         runners.append(beacon)
@@ -215,6 +220,11 @@ def _pause_reason(layout: SpoolLayout) -> str | None:
     return text.strip() or "paused"
 
 
+def _printable(text: str) -> str:
+    # A file name is anyone's input: never send its control characters to a terminal.
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -295,4 +305,11 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
             for r in status["runners"]
         ]  # fmt: skip
         lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
+    # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
+    # growing delay, listed here so that someone can fix or remove them.
+    online = [r for r in status["runners"] if r["online"]]
+    blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
+    if blocked:
+        rows = [[f"incoming/{_printable(name)}", _printable(why)] for name, why in blocked]
+        lines += ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]
     return "\n".join(lines)

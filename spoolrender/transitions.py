@@ -131,10 +131,12 @@ def complete_publish(
 ) -> Path:
     """Publish the verified output named in a PUBLISHING record, then move the job to done/."""
     info = record.publish or {}
+    # ``temp`` is relative to the output root (absolute in records of older versions):
+    # joined with *our* output root, it works on a host that mounts it elsewhere.
     published: Published = publish_output(
         output_root,
         PurePosixPath(info["output"]),
-        Path(info["temp"]),
+        output_root / info["temp"],
         replace=bool(info.get("replace")),
         expect_inode=info.get("inode"),
     )

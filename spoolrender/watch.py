@@ -20,12 +20,15 @@ from watchdog.events import (
     DirCreatedEvent,
     FileClosedEvent,
     FileCreatedEvent,
+    FileModifiedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
     FileSystemMovedEvent,
 )
 from watchdog.observers.inotify import InotifyObserver
 from watchdog.observers.polling import PollingObserver
+
+from spoolrender import defaults
 
 log = logging.getLogger(__name__)
 
@@ -46,44 +49,63 @@ def filesystem_type(path: Path) -> str:
     return fstype
 
 
+def is_network_filesystem(path: Path) -> bool:
+    """True if other hosts (or a FUSE server) may write ``path``'s files behind our back."""
+    fstype = filesystem_type(path)
+    # Any FUSE filesystem too (some report plain "fuse"): whatever serves it may change
+    # files behind the kernel's back, where inotify sees nothing.
+    return fstype in NETWORK_FILESYSTEMS or fstype == "fuse" or fstype.startswith("fuse.")
+
+
 def choose_watch_mode(mode: str, spool: Path) -> str:
     if mode != "auto":
         return mode
-    fstype = filesystem_type(spool)
-    # Any FUSE filesystem too (some report plain "fuse"): whatever serves it may change
-    # files behind the kernel's back, where inotify sees nothing.
-    remote = fstype in NETWORK_FILESYSTEMS or fstype == "fuse" or fstype.startswith("fuse.")
-    return "polling" if remote else "inotify"
+    return "polling" if is_network_filesystem(spool) else "inotify"
 
 
 class _Wake(FileSystemEventHandler):
     def __init__(
-        self, wake: threading.Event, on_arrival: Callable[[str, bool], None], incoming: Path, retry: Path
+        self,
+        wake: threading.Event,
+        on_event: Callable[[str, str], None],
+        incoming: Path,
+        retry: Path,
+        *,
+        writes: bool,
     ) -> None:
         self._wake = wake
-        self._on_arrival = on_arrival
+        self._on_event = on_event
         self._incoming = os.fsdecode(incoming)
         self._retry = os.fsdecode(retry)
+        self._writes = writes
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        # Something new in incoming/ or retry/ (created, closed after writing, renamed in)
-        # is an arrival; renames *out* (claims) and deletions are not. Close-after-write
-        # and rename-into-incoming also mean an upload is complete.
+        # Per name in incoming/: created and modified mean a writer is at work, closed
+        # (after writing) and renamed-in that it finished (spoolrender.intake keeps the
+        # books). Renames *out* (claims), deletions, opens and closes without writing are
+        # not news: our own reads produce those. Only inotify reports writes and closes
+        # as they happen; the polling observer's "created"/"modified" are diffs of two
+        # listings with no close to follow, so there they only wake the runner.
         if isinstance(event, FileSystemMovedEvent):
-            path, complete = os.fsdecode(event.dest_path), True
+            path, kind = os.fsdecode(event.dest_path), "moved_in"
         elif isinstance(event, FileClosedEvent):
-            path, complete = os.fsdecode(event.src_path), True
+            path, kind = os.fsdecode(event.src_path), "closed"
         elif isinstance(event, FileCreatedEvent | DirCreatedEvent):
-            path, complete = os.fsdecode(event.src_path), False
+            path, kind = os.fsdecode(event.src_path), "created"
+        elif isinstance(event, FileModifiedEvent):
+            path, kind = os.fsdecode(event.src_path), "modified"
         else:
-            path, complete = "", False
+            path, kind = "", ""
         parent = os.path.dirname(path)
-        if parent == self._incoming:
-            self._on_arrival(os.path.basename(path), complete)
-        elif os.path.dirname(parent) == self._incoming:  # a queue directory: incoming/<queue>/<name>
-            self._on_arrival(f"{os.path.basename(parent)}/{os.path.basename(path)}", complete)
+        if parent == self._incoming or (path and os.path.dirname(parent) == self._incoming):
+            # incoming/<name>, or incoming/<queue>/<name> in a queue directory (queues.py)
+            name = os.path.relpath(path, self._incoming)
+            if kind == "moved_in" or self._writes:
+                self._on_event(name, kind)
+            else:
+                self._on_event("", "")
         elif parent == self._retry:
-            self._on_arrival("", False)
+            self._on_event("", "")
         self._wake.set()
 
 
@@ -116,11 +138,9 @@ class SpoolWatcher:
             # upload that is complete), not as a plain creation that must settle.
             self._observer = InotifyObserver(generate_full_events=True)
 
-    def start(
-        self, incoming: Path, retry: Path, wake: threading.Event, on_arrival: Callable[[str, bool], None]
-    ) -> None:
+    def start(self, incoming: Path, retry: Path, wake: threading.Event, on_event: Callable[[str, str], None]) -> None:
         dirs = [incoming, retry]
-        handler = _Wake(wake, on_arrival, incoming, retry)
+        handler = _Wake(wake, on_event, incoming, retry, writes=self.mode != "polling")
         for d in dirs:
             # incoming/ recursively: its queue directories (queues.py) are drop targets too.
             self._observer.schedule(handler, os.fspath(d), recursive=d == incoming)
@@ -128,6 +148,24 @@ class SpoolWatcher:
         self._observer.start()
         log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)
 
+    def watch_pause_marker(self, private: Path, wake: threading.Event) -> None:
+        """Also wake on `pause`/`resume`: the marker appearing in or leaving ``private``.
+
+        The same observer (so the polling mode notices at its next poll); only events
+        naming the marker wake, not the clock probes every runner rewrites there.
+        """
+        self._observer.schedule(_PauseMarkerWake(wake), os.fspath(private), recursive=False)
+
     def stop(self) -> None:
         self._observer.stop()
         self._observer.join(timeout=5)
+
+
+class _PauseMarkerWake(FileSystemEventHandler):
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path, getattr(event, "dest_path", "")]
+        if any(os.path.basename(os.fsdecode(p)) == defaults.PAUSE_FILENAME for p in paths if p):
+            self._wake.set()

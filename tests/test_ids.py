@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from spoolrender import ids
+from spoolrender import ids, layout
 from spoolrender.errors import JobInvalid
 from spoolrender.ids import release_id, reserve_id
 from spoolrender.layout import SpoolLayout, final_name, new_token, retry_name, running_name
@@ -172,4 +173,102 @@ def test_takeover_does_not_overwrite_a_reservation_made_meanwhile(
     assert holder(spool, "clip") == UID_A
     with pytest.raises(JobInvalid, match="already queued or running"):
         reserve_id(spool, "clip", UID_C, rerun=False)
+    assert holder(spool, "clip") == UID_B
+
+
+def _entry(layout: SpoolLayout, state: str, job_id: str, uid: str) -> Path:
+    name = {
+        "running": running_name(job_id, uid, TOKEN),
+        "retry": retry_name(job_id, uid, 1_800_000_000.0, 0),
+        "failed": final_name(job_id, uid),
+    }[state]
+    return layout.state_dir(state) / name
+
+
+def _move(layout: SpoolLayout, src: str, dst: str, job_id: str, uid: str) -> None:
+    """Move job ``uid`` between two states the way runners do (one rename of its entry)."""
+    os.rename(_entry(layout, src, job_id, uid), _entry(layout, dst, job_id, uid))
+
+
+# A claim, a run ending in retry/, and `spoolrender retry` of a holder that died in failed/
+# before releasing its id: each leaves the holder live.
+MOVES = [("retry", "running"), ("running", "retry"), ("failed", "retry")]
+
+
+@pytest.mark.parametrize("move", MOVES, ids=[f"{a}->{b}" for a, b in MOVES])
+@pytest.mark.parametrize("after_listing", range(8))
+def test_holder_moving_during_the_lookup_is_never_missed(
+    spool: SpoolLayout, monkeypatch: pytest.MonkeyPatch, move: tuple[str, str], after_listing: int
+) -> None:
+    """Issue 12 item 1: the holder moves between two directory listings of the duplicate's
+    lookup (forced: right after its n-th listing). A retry claim (retry -> running) made
+    after the first lookup's running/ listing made the old lookup see it nowhere: the
+    duplicate took the id over while the holder, past its own reserve_id, rendered too."""
+    src, dst = move
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    _entry(spool, src, "clip", UID_A).mkdir()  # in failed/: died before releasing its id
+    real = layout.list_names
+    calls: list[Path] = []
+
+    def list_names(directory: Path) -> list[str]:
+        listed = real(directory)
+        calls.append(directory)
+        if len(calls) == after_listing + 1:
+            _move(spool, src, dst, "clip", UID_A)
+            if dst == "running":
+                reserve_id(spool, "clip", UID_A, rerun=False)  # the holder passes its own check
+        return listed
+
+    monkeypatch.setattr(ids, "list_names", list_names)
+    with pytest.raises(JobInvalid, match="already queued or running"):
+        reserve_id(spool, "clip", UID_B, rerun=False)
+    assert holder(spool, "clip") == UID_A
+
+
+def test_holder_sent_round_again_during_the_takeover_keeps_its_id(
+    spool: SpoolLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder sat in failed/ (its release lost in a crash) when the duplicate looked; before
+    the duplicate's swap, `spoolrender retry` sent it round and a runner claimed it, its
+    reserve_id passing on the old link. The duplicate must give the id back."""
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    put_final(spool, "failed", "clip", UID_A)
+    real = ids._take_over
+    swaps: list[str] = []
+
+    def take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> bool:
+        if not swaps:
+            _move(spool, "failed", "retry", "clip", UID_A)
+            _move(spool, "retry", "running", "clip", UID_A)
+            reserve_id(spool, "clip", UID_A, rerun=False)
+        swaps.append(uid)
+        return real(layout, job_id, expected, uid)
+
+    monkeypatch.setattr(ids, "_take_over", take_over)
+    with pytest.raises(JobInvalid, match="already queued or running"):
+        reserve_id(spool, "clip", UID_B, rerun=False)
+    assert holder(spool, "clip") == UID_A
+    assert swaps == [UID_B, UID_A]  # taken, then given back
+
+
+def test_release_never_deletes_a_reservation_taken_over_meanwhile(
+    spool: SpoolLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's release read the link (its own), then B took the id over before the unlink."""
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    put_final(spool, "failed", "clip", UID_A)
+    real = os.readlink
+    seen: list[str] = []
+
+    def readlink(path: os.PathLike[str] | str, *args: object, **kwargs: object) -> str:
+        target = real(path)
+        if not seen and Path(path).name == "clip":
+            seen.append(target)
+            reserve_id(spool, "clip", UID_B, rerun=False)  # B takes the failed holder's id over
+        return target
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    release_id(spool, "clip", UID_A)
+    monkeypatch.undo()
+    assert seen == [UID_A]
     assert holder(spool, "clip") == UID_B

@@ -6,15 +6,26 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from conftest import entries
 
 from spoolrender.clock import ManualClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import create_exclusive
-from spoolrender.heartbeat import HOSTNAME, Heartbeat, acquire_job_lock, lock_path
+from spoolrender.errors import ClaimLost
+from spoolrender.heartbeat import (
+    HOSTNAME,
+    ActiveJob,
+    Heartbeat,
+    HeartbeatWriter,
+    LivenessTracker,
+    acquire_job_lock,
+    lock_is_free,
+    lock_path,
+)
 from spoolrender.layout import SpoolLayout, new_token, running_name
 from spoolrender.publish import scratch_dir
-from spoolrender.records import PUBLISHING, RETRY, RunRecord, run_path
+from spoolrender.records import PUBLISHING, RETRY, RunRecord, decide, run_path
 from spoolrender.recovery import Recoverer
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
@@ -198,8 +209,12 @@ def test_short_cron_drains_add_up_to_a_lease(spool: SpoolLayout) -> None:
         time.sleep(0.3)
     assert entries(spool, "running") == [], "never recovered"
     assert drains >= 2  # no single drain saw the whole lease
-    (entry,) = entries(spool, "retry")
-    assert entry.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])
+    # Recovered to retry/ (due within the tiny test backoff, so the same drain may already
+    # have run it on to done/ or failed/): exactly once, and its first run is the dead one.
+    (where,) = [spool.state_dir(s) / e for s in ("retry", "done", "failed") for e in entries(spool, s)]
+    assert where.name.endswith(job_dir.name.rsplit(".", 1)[0].split(".", 1)[1])
+    first = json.loads((where / "run-0001.json").read_text())
+    assert first["error"]["kind"] == "runner-died"
 
 
 def test_wall_clock_jumps_never_make_a_live_owner_look_dead(spool: SpoolLayout, config: SpoolConfig) -> None:
@@ -215,3 +230,44 @@ def test_wall_clock_jumps_never_make_a_live_owner_look_dead(spool: SpoolLayout, 
     clock.jump_wall(86400)  # a day ahead: still only the monotonic lease counts
     clock.advance(config.lease_seconds)
     assert rec.sweep(set()) == [job_dir.name]
+
+
+def test_nothing_recreates_a_running_entry_that_moved_away(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """Issue 12 item 2, the whole class: every write a claim's owner (or an observer) makes
+    into running/<job>/ fails with ENOENT once the entry moved; none creates it again."""
+    job_dir = foreign_job(spool, host=HOSTNAME)
+    token = job_dir.name.rsplit(".", 1)[1]
+    job_dir.rename(spool.retry / "moved-away")  # recovered by another runner meanwhile
+    with pytest.raises(ClaimLost):
+        acquire_job_lock(job_dir, token)
+    assert not lock_is_free(job_dir, token)
+    lost: list[str] = []
+    writer = HeartbeatWriter(ManualClock(), 1.0, "r")
+    writer.add(ActiveJob(job_dir, token, 1, 0.0, on_lost=lambda: lost.append("lost")))
+    assert lost == ["lost"]
+    record = RunRecord(run=1, outcome=RETRY, host=HOSTNAME, pid=1, token=token, ended=0.0)
+    with pytest.raises(FileNotFoundError):
+        decide(job_dir, record)
+    assert not job_dir.exists() and entries(spool, "running") == []
+
+
+def test_a_signature_seen_again_after_a_change_is_not_one_long_silence(tmp_path: Path) -> None:
+    """A heartbeat file missing now and again is the same "no file" each time. A stale sighting
+    of it written back by another process on the host (the owner itself, which never
+    observes its own job) must not make the observer count the time in between as silence:
+    test_faults' deleted-and-corrupted heartbeat got a live job taken away that way."""
+    clock = ManualClock()
+    state = tmp_path / "liveness.json"
+    observer, owner = LivenessTracker(clock, state), LivenessTracker(clock, state)
+    assert observer.silent_for("x", None) == 0.0  # heartbeat missing for a moment
+    observer.save()
+    owner.load()  # the owner merges it and writes it back on each of its sweeps
+    clock.advance(0.5)
+    assert observer.silent_for("x", ["token", 7]) == 0.0  # rewritten: alive
+    clock.advance(0.5)
+    assert observer.silent_for("x", None) == 0.0  # missing again, a new streak
+    observer.save()
+    owner.save()  # the stale sighting from a second ago
+    observer.load()
+    clock.advance(1.5)
+    assert observer.silent_for("x", None) == 1.5  # not 2.5

@@ -1,4 +1,5 @@
-"""Chaos: runners SIGKILLed at random moments and restarted while they work a spool.
+"""Chaos: runners SIGKILLed at random moments and restarted, and others frozen (SIGSTOP)
+past the lease and woken again, while they work a spool.
 
 Shared by the bounded test (tests/reliability/test_chaos.py) and the long run
 (tests/reliability/long_run.py). Jobs are real renders by the command renderer (a
@@ -44,15 +45,19 @@ CONFIG = {
 class ChaosReport:
     jobs: int
     kills: int
+    freezes: int
     runner_died_runs: int
     renders: int
     audit: Audit
     seconds: float
+    alarms: list[str]  # ERROR lines in the runners' log: each would page a person
+    leftovers: list[str]  # beacons and clock probes of runners that are all gone
 
     def row(self) -> dict[str, object]:
         return {
             "jobs": self.jobs,
             "kills": self.kills,
+            "freezes": self.freezes,
             "lost": len(self.audit.lost),
             "duplicated": len(self.audit.duplicated),
             "partial files": len(self.audit.partial_files),
@@ -60,6 +65,8 @@ class ChaosReport:
             "orphans": len(self.audit.orphans),
             "recovered runs": self.runner_died_runs,
             "renders": self.renders,
+            "errors logged": len(self.alarms),
+            "leftovers": len(self.leftovers),
             "seconds": round(self.seconds, 1),
         }
 
@@ -70,7 +77,28 @@ def _start(spool: Path, log: Path, env: dict[str, str] | None = None) -> subproc
                                 env={**os.environ, **(env or {})})  # fmt: skip
 
 
-def run_chaos(base: Path, *, jobs: int, runners: int, kills: int, seed: int, timeout: float = 600) -> ChaosReport:
+def _leftovers(layout: SpoolLayout) -> list[str]:
+    """Beacons, clock probes and temporary files left in .spoolrender/ by runners."""
+    private = [n for n in os.listdir(layout.private) if n.startswith("clock-") or n.endswith(".tmp")]
+    return os.listdir(layout.runners) + private
+
+
+def _is_busy(layout: SpoolLayout, proc: subprocess.Popen[bytes]) -> bool:
+    for name in os.listdir(layout.runners):
+        if name.split("-")[-2:-1] == [str(proc.pid)]:
+            try:
+                return int(json.loads((layout.runners / name).read_bytes())["busy"]) > 0
+            except (OSError, ValueError, KeyError):
+                return False
+    return False
+
+
+def run_chaos(
+    base: Path, *, jobs: int, runners: int, kills: int, seed: int, freezes: int = 0, timeout: float = 600
+) -> ChaosReport:
+    """``kills`` random SIGKILLs (each victim restarted) and ``freezes`` random SIGSTOPs of
+    1.5 leases (a VM pause: the victim's jobs are recovered elsewhere meanwhile, and it
+    wakes up to find them gone), in random order."""
     rng = random.Random(seed)
     layout = init_spool(base / "spool")
     (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(CONFIG))
@@ -87,15 +115,35 @@ def run_chaos(base: Path, *, jobs: int, runners: int, kills: int, seed: int, tim
     log = base / "runners.log"
     started = time.monotonic()
     procs = [_start(layout.root, log) for _ in range(runners)]
-    done_kills = 0
+    done_kills = done_freezes = 0
+    frozen: dict[int, float] = {}  # runner index -> monotonic time to wake it
+    lease = float(CONFIG["lease_seconds"])  # type: ignore[arg-type]
     try:
-        while done_kills < kills and time.monotonic() - started < timeout:
+        while (done_kills < kills or done_freezes < freezes) and time.monotonic() - started < timeout:
             time.sleep(rng.uniform(0.05, 0.6))
-            victim = rng.randrange(runners)
+            for i, wake_at in list(frozen.items()):
+                if time.monotonic() >= wake_at:
+                    procs[i].send_signal(signal.SIGCONT)
+                    del frozen[i]
+            # Only runners that are rendering (their beacon says busy): a kill during the
+            # import of Python or the first scan would test little.
+            rendering = [i for i in range(runners) if i not in frozen and _is_busy(layout, procs[i])]
+            if not rendering:
+                if not any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry")):
+                    break  # nothing left to disturb
+                continue
+            victim = rng.choice(rendering)
+            if done_freezes < freezes and (done_kills >= kills or rng.random() < freezes / (kills + freezes)):
+                procs[victim].send_signal(signal.SIGSTOP)
+                frozen[victim] = time.monotonic() + 1.5 * lease
+                done_freezes += 1
+                continue
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
             done_kills += 1
             procs[victim] = _start(layout.root, log)
+        for i in frozen:
+            procs[i].send_signal(signal.SIGCONT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             busy = any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry"))
@@ -111,8 +159,16 @@ def run_chaos(base: Path, *, jobs: int, runners: int, kills: int, seed: int, tim
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-    # One last drain recovers anything the final SIGTERMs left in running/.
+    # One last drain recovers anything the final SIGTERMs left in running/, and expires the
+    # beacons of the SIGKILLed runners.
     subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
+    alarms = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+    # Temporary files of a beacon write cut short by a kill go once untouched for a lease:
+    # drains (as cron would start them) until then.
+    cleanup_deadline = time.monotonic() + 10 * float(CONFIG["lease_seconds"])  # type: ignore[arg-type]
+    while (leftovers := _leftovers(layout)) and time.monotonic() < cleanup_deadline:
+        time.sleep(0.5)
+        subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
     seconds = time.monotonic() - started
     result = audit(layout, set(expected), output_ok=expected, max_attempts=CONFIG["max_attempts"])  # type: ignore[arg-type]
     died = 0
@@ -129,7 +185,7 @@ def run_chaos(base: Path, *, jobs: int, runners: int, kills: int, seed: int, tim
             ):
                 result.attempt_violations.append(f"{state}/{name}: runs {[r.outcome for r in runs]}")
     renders = len(marker.read_text().splitlines()) if marker.exists() else 0
-    return ChaosReport(jobs, done_kills, died, renders, result, seconds)
+    return ChaosReport(jobs, done_kills, done_freezes, died, renders, result, seconds, alarms, leftovers)
 
 
 def report_json(report: ChaosReport) -> str:

@@ -34,13 +34,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--kills", type=int, default=80)
+    parser.add_argument("--freezes", type=int, default=0, help="SIGSTOPs past the lease per chaos round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="spoolrender-long-") as tmp:
         base = Path(tmp)
         for r in range(args.rounds):
-            report = run_chaos(base / f"chaos{r}", jobs=args.jobs, runners=args.runners, kills=args.kills, seed=r)
+            report = run_chaos(
+                base / f"chaos{r}", jobs=args.jobs, runners=args.runners, kills=args.kills, seed=r,
+                freezes=args.freezes,
+            )  # fmt: skip
             rows.append({"part": f"chaos round {r + 1}", **report.row()})
         crash_failures = 0
         for r in range(args.rounds):
@@ -62,15 +66,16 @@ def main() -> None:
             handled, outside = -1, -1
         rows.append({"part": "hostile corpus", "hostile handled": f"{handled}/{len(CASES) + len(SPECIAL)}",
                      "writes outside root": outside, "seconds": round(time.monotonic() - t0, 1)})  # fmt: skip
-    columns = ["part", "jobs", "kills", "lost", "duplicated", "partial files", "bad outputs", "orphans",
-               "recovered runs", "renders", "hostile handled", "writes outside root", "seconds"]  # fmt: skip
+    columns = ["part", "jobs", "kills", "freezes", "lost", "duplicated", "partial files", "bad outputs", "orphans",
+               "recovered runs", "renders", "errors logged", "leftovers", "hostile handled", "writes outside root",
+               "seconds"]  # fmt: skip
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
     print(f"machine: {os.cpu_count()} cores")
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
     print(f"reproduce: .venv/bin/python tests/reliability/long_run.py --jobs {args.jobs} --runners {args.runners} "
-          f"--kills {args.kills} --rounds {args.rounds}")  # fmt: skip
+          f"--kills {args.kills} --freezes {args.freezes} --rounds {args.rounds}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,4 +15,18 @@ def test_random_sigkills_lose_nothing_and_publish_once(tmp_path: Path) -> None:
     assert report.kills == 12
     assert report.audit.states["done"] == 150
     assert report.renders >= 150
+    assert report.alarms == [] and report.leftovers == []
+    print(report.row())
+
+
+@pytest.mark.slow
+def test_random_kills_and_freezes_past_the_lease_lose_nothing(tmp_path: Path) -> None:
+    """Issue 12: runners frozen past the lease (their jobs recovered meanwhile) wake up among
+    SIGKILLs: no phantom in failed/, nothing lost or published twice, no ERROR logged, and
+    no beacon or clock probe of a dead runner left behind."""
+    report = run_chaos(tmp_path, jobs=150, runners=3, kills=8, freezes=6, seed=20261201, timeout=300)
+    assert report.audit.ok, report.audit.problems()
+    assert (report.kills, report.freezes) == (8, 6)
+    assert report.audit.states["done"] == 150 and report.audit.states["failed"] == 0
+    assert report.alarms == [] and report.leftovers == []
     print(report.row())

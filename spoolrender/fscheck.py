@@ -1,0 +1,181 @@
+"""Start-up probes: does the spool's filesystem do what the protocol relies on?
+
+spoolrender's guarantees rest on a few filesystem operations being atomic and exclusive
+(docs/reliability.md). Network and FUSE filesystems do not all provide them: an SFTP
+server without the posix-rename extension cannot replace a file by rename, sshfs mounted
+with ``-o disable_hardlink`` (or a server without the hardlink extension) has no
+``link()``, some servers refuse symlinks. Such a spool would fail later and obscurely (a
+run that can never be decided, ids that can never be reserved), so a runner probes once
+when it starts, in a private directory it removes again, and refuses to start with a
+reason that names the missing operation and what it is needed for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from spoolrender.errors import UnsupportedFilesystem
+from spoolrender.heartbeat import HOSTNAME
+from spoolrender.watch import filesystem_type
+
+log = logging.getLogger(__name__)
+
+PROBE_PREFIX = ".fscheck-"  # hidden: never taken for a job, an output or a runner
+
+
+def check_filesystem(directory: Path, role: str) -> None:
+    """Probe ``directory`` (the spool's private dir, or the output root).
+
+    Raises UnsupportedFilesystem naming the first operation that does not behave as the
+    protocol needs. ``role`` names the directory in the message ("spool", "output root").
+    """
+    probe = directory / f"{PROBE_PREFIX}{HOSTNAME}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
+    try:
+        for check in _CHECKS:
+            try:
+                problem = check(probe)
+            except OSError as exc:  # a step around the operation under test failed
+                problem = f"a probe ({check.__name__.lstrip('_')}) failed with {_describe(exc)}"
+            if problem is not None:
+                raise UnsupportedFilesystem(
+                    f"{role} {directory} ({filesystem_type(directory)}) cannot hold a spoolrender "
+                    f'{role}: {problem}. See docs/reliability.md, "Which filesystems work".'
+                )
+        with contextlib.suppress(OSError):  # only informative
+            _warn_about_hidden_files(probe, role, directory)
+    finally:
+        # The probe is ours alone (a unique name); whatever a failed check left goes too.
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _describe(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "error")
+    return f"{name} ({exc.strerror})"
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _exclusive_create(probe: Path) -> str | None:
+    # Temporary files of atomic writes and decisions are created with O_EXCL.
+    path = probe / "excl"
+    try:
+        _write(path, b"first")
+    except OSError as exc:
+        return f"creating a file with O_CREAT|O_EXCL failed with {_describe(exc)}"
+    try:
+        _write(path, b"second")
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        return f"O_CREAT|O_EXCL on an existing file failed with {_describe(exc)} instead of EEXIST"
+    return "O_CREAT|O_EXCL opened an existing file (exclusive create is not exclusive)"
+
+
+def _rename_replaces(probe: Path) -> str | None:
+    # Records, heartbeats and the config are replaced by rename(): readers must see the
+    # old or the new file, and there must never be a moment without one.
+    new, old = probe / "new", probe / "old"
+    _write(new, b"new")
+    _write(old, b"old")
+    try:
+        os.rename(new, old)
+    except OSError as exc:
+        return (
+            f"rename() onto an existing file failed with {_describe(exc)}: records and heartbeats are "
+            "replaced atomically by rename (on SFTP this needs the server's posix-rename extension)"
+        )
+    if new.exists() or old.read_bytes() != b"new":
+        return "rename() onto an existing file did not replace it"
+    # Claims and state changes move a whole job directory in one rename.
+    (probe / "dir").mkdir()
+    try:
+        os.rename(probe / "dir", probe / "moved")
+    except OSError as exc:
+        return f"rename() of a directory failed with {_describe(exc)}: jobs move between states by rename"
+    return None
+
+
+def _link_is_exclusive(probe: Path) -> str | None:
+    # Runs are decided, and outputs published, by link(): of two processes exactly one
+    # must get the name, and an existing name must never be replaced.
+    src, dst = probe / "old", probe / "linked"
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        return (
+            f"link() failed with {_describe(exc)}: runs are decided and outputs published with hard "
+            "links (on SFTP this needs the server's hardlink extension; sshfs must not be mounted "
+            "with -o disable_hardlink)"
+        )
+    if dst.read_bytes() != b"new":
+        return "link() made a name with other content"
+    try:
+        os.link(probe / "excl", dst)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        return f"link() onto an existing name failed with {_describe(exc)} instead of EEXIST"
+    return "link() replaced an existing name (it must fail with EEXIST)"
+
+
+def _symlink_is_exclusive(probe: Path) -> str | None:
+    # Job ids are reserved with symlink() in .spoolrender/ids/: exactly one of two
+    # processes reserving the same id may succeed, and the target names the holder.
+    link = probe / "reserved"
+    try:
+        os.symlink("holder-uid", link)
+    except OSError as exc:
+        return f"symlink() failed with {_describe(exc)}: job ids are reserved with symbolic links"
+    try:
+        if os.readlink(link) != "holder-uid":
+            return "readlink() did not return the symlink's target"
+    except OSError as exc:
+        return f"readlink() failed with {_describe(exc)}"
+    try:
+        os.symlink("other-uid", link)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        return f"symlink() onto an existing name failed with {_describe(exc)} instead of EEXIST"
+    return "symlink() replaced an existing name (it must fail with EEXIST)"
+
+
+_CHECKS: tuple[Callable[[Path], str | None], ...] = (
+    _exclusive_create,
+    _rename_replaces,
+    _link_is_exclusive,
+    _symlink_is_exclusive,
+)
+
+
+def _warn_about_hidden_files(probe: Path, role: str, directory: Path) -> None:
+    """FUSE filesystems without ``hard_remove`` keep an open file that is unlinked as a
+    hidden ``.fuse_hidden*`` name until it is closed: harmless, but worth knowing when a
+    directory cannot be removed."""
+    path = probe / "open-unlinked"
+    _write(path, b"x")
+    with open(path, "rb"):
+        os.unlink(path)
+        hidden = [n for n in os.listdir(probe) if n.startswith(".fuse_hidden")]
+        if hidden:
+            log.info(
+                "%s %s: a file unlinked while still open stays behind as %s until it is "
+                "closed (FUSE without hard_remove)", role, directory, hidden[0],
+            )  # fmt: skip

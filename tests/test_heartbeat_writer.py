@@ -1,0 +1,63 @@
+"""HeartbeatWriter.remove(): once it returns, nothing writes into the job's directory.
+
+Found over sshfs (tests/reliability/test_netfs_hosts.py): a runner that lost a claim race
+removed its claim directory while the heartbeat thread was writing that claim's first
+heartbeat; the write landed after the rmtree had listed the directory, the directory
+stayed, and another host removed it as an "abandoned claim" a lease later.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spoolrender.heartbeat as heartbeat_module
+from spoolrender.clock import ManualClock
+from spoolrender.durable import write_atomic
+from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, read_heartbeat
+
+
+def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_dir = tmp_path / "running" / "j.tok.tok"
+    job_dir.mkdir(parents=True)
+    writer = HeartbeatWriter(ManualClock(), 60.0, "runner")  # no thread: beats by hand
+    job = ActiveJob(job_dir, "tok", 1, 0.0, on_lost=lambda: None)
+    writer.add(job)  # the first beat, written at once
+    first = read_heartbeat(job_dir)
+    assert first is not None and first.counter == 1
+
+    entered, release = threading.Event(), threading.Event()
+    real_write = write_atomic
+
+    def slow_write(target: Path, data: bytes, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)  # a slow network filesystem, paused mid-beat
+        real_write(target, data, **kwargs)
+
+    monkeypatch.setattr(heartbeat_module, "write_atomic", slow_write)
+    beating = threading.Thread(target=writer.beat, args=(job,))
+    beating.start()
+    assert entered.wait(30)
+    removed = threading.Event()
+
+    def remove() -> None:
+        writer.remove("tok")
+        removed.set()
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    assert not removed.wait(0.5)  # remove() waits for the write in flight...
+    release.set()
+    beating.join(30)
+    remover.join(30)
+    assert removed.is_set()  # ...and returns once it is done
+    in_flight = read_heartbeat(job_dir)
+    assert in_flight is not None and in_flight.counter == 2
+
+    monkeypatch.setattr(heartbeat_module, "write_atomic", real_write)
+    writer.beat(job)  # a late beat of a removed job (the heartbeat thread's snapshot)
+    after = read_heartbeat(job_dir)
+    assert after is not None and after.counter == 2  # wrote nothing
