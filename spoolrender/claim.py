@@ -35,7 +35,7 @@ from spoolrender.durable import write_atomic
 from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
-from spoolrender.hosts import online_hosts
+from spoolrender.hosts import NOT_THE_HOSTS_FAULT, online_hosts
 from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
@@ -355,8 +355,14 @@ class SpoolScanner:
             failed_on = None
             with contextlib.suppress(OSError):
                 runs = read_runs(job_dir)
-                if runs and runs[-1].outcome == RETRY:
-                    failed_on = runs[-1].host
+                # Only the host's own failures: a "runner-died" record names the recoverer.
+                last = runs[-1] if runs else None
+                if (
+                    last is not None
+                    and last.outcome == RETRY
+                    and (last.error or {}).get("kind") not in NOT_THE_HOSTS_FAULT
+                ):
+                    failed_on = last.host
             job_route = None if spec is None else route(queue_dir or spec.queue, spec.requires)
             self._retry_routes[name] = _RetryInfo(job_route, failed_on)
         return self._retry_routes[name]

@@ -72,8 +72,13 @@ def _drop_heartbeat(job_dir: Path) -> None:
 
 
 def attempt_hosts(runs: list[RunRecord]) -> list[dict[str, Any]]:
-    """Where every attempt ran, in order: ``{"attempt", "host", "outcome"}`` (retry elsewhere)."""
-    return [{"attempt": r.attempt, "host": r.host, "outcome": r.outcome} for r in runs if r.attempt is not None]
+    """Where every attempt ran, in order: ``{"attempt", "host", "outcome", "kind"}`` (retry
+    elsewhere). For kind ``runner-died`` the host is the one that recovered the attempt."""
+    return [
+        {"attempt": r.attempt, "host": r.host, "outcome": r.outcome, "kind": (r.error or {}).get("kind")}
+        for r in runs
+        if r.attempt is not None
+    ]
 
 
 def move_to_retry(
