@@ -57,6 +57,9 @@ BENCHMARKS = (
     Benchmark("spool_races", "Races and recovery", ("--jobs", "1000", "--runners", "4", "--repeats", "3")),
     Benchmark("api_latency", "Python API", ("--incoming", "10000", "--done", "1000", "--jobs", "20")),
     Benchmark("upload_intake", "Upload intake", ("--uploads", "56", "--parallel", "8", "--drops", "50", "--gaps")),
+    Benchmark(
+        "serve_browse", "Dashboard paging at scale", ("--done", "100000", "--incoming", "10000", "--failed", "1000")
+    ),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

@@ -72,3 +72,23 @@ if [ "$(cat remotion/node_modules/.spoolrender-lock 2>/dev/null)" != "$lock_hash
   (cd remotion && npm ci --no-audit --no-fund --loglevel=error)
   echo "$lock_hash" > remotion/node_modules/.spoolrender-lock
 fi
+
+# --test: a Remotion project on another Remotion 4 version than remotion/ (the newest
+# version that remotion, @remotion/cli, @remotion/renderer and @remotion/bundler all have
+# on the registry), shaped like Remotion's starters: only remotion and @remotion/cli are
+# listed, the renderer and bundler come with the CLI. tests/test_projects.py links its
+# projects' node_modules here. Installed once; later runs only check the stamp.
+if [ "${1:-}" = --test ]; then
+  other_version=4.0.527
+  other=.cache/remotion-$other_version
+  if [ ! -f "$other/node_modules/.spoolrender-installed" ]; then
+    say "installing Remotion $other_version for the project-shape tests ($other)"
+    mkdir -p "$other"
+    cat > "$other/package.json" <<JSON
+{"name": "remotion-$other_version", "private": true, "dependencies": {"remotion": "$other_version",
+ "@remotion/cli": "$other_version", "react": "19.2.0", "react-dom": "19.2.0"}}
+JSON
+    (cd "$other" && npm install --no-audit --no-fund --loglevel=error)
+    touch "$other/node_modules/.spoolrender-installed"
+  fi
+fi

@@ -1,17 +1,22 @@
 """The Remotion bundle cache: bundle the project once per content, for every process on the host.
 
-Key: a SHA-256 over the Remotion project's sources, package files, lockfile and bundle
-script, so editing a composition or upgrading a package builds a new bundle and nothing
-else does (a cron-started ``run --drain`` reuses the bundle of the previous run).
+Key (:func:`~spoolrender.renderers.remotion_project.bundle_key`): the project's Remotion
+version, its package, lock and config files, spoolrender's bundling scripts, and its
+sources, so editing a composition, remotion.config.ts or upgrading Remotion builds a new
+bundle and nothing else does (a cron-started ``run --drain`` reuses the bundle of the
+previous run).
 
-Build: under a per-key filelock (two processes needing the same bundle build it once;
-the second waits and reuses it), into a private temporary directory that is renamed into
-place only when the build succeeded, so a failed or killed build is never cached.
+Build: ``bundle.mjs`` (shipped in this package) runs the project's own ``remotion
+bundle`` when @remotion/cli is installed, so remotion.config.ts counts, and stores the
+config's render defaults in the bundle. Under a per-host filelock (two processes needing
+the same bundle build it once; the second waits and reuses it), into a private temporary
+directory that is renamed into place only when the build succeeded, so a failed or killed
+build is never cached.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
 import os
 import shutil
@@ -22,46 +27,18 @@ from filelock import FileLock
 
 from spoolrender.errors import RenderError
 from spoolrender.layout import new_token
+from spoolrender.renderers.remotion_project import WORKER_DIR, bundle_key, check_project, setup_error
 
 log = logging.getLogger(__name__)
 
-HASHED_FILES = (
-    "package.json",
-    "package-lock.json",
-    "tsconfig.json",
-    "remotion.config.ts",
-    "worker/bundle.mjs",
-)
-HASHED_DIRS = ("src", "public")
 BUILD_TIMEOUT_S = 600
-
-
-def project_hash(project: Path) -> str:
-    digest = hashlib.sha256()
-    paths: list[Path] = [project / name for name in HASHED_FILES]
-    for d in HASHED_DIRS:
-        root = project / d
-        if root.is_dir():
-            paths.extend(p for p in root.rglob("*") if p.is_file())
-    for path in sorted(paths):
-        if not path.is_file():
-            continue
-        # The relative name is hashed too: renaming a file changes the bundle.
-        digest.update(str(path.relative_to(project)).encode() + b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()[:24]
 
 
 def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) -> Path:
     """The bundle directory for ``project``'s current content, building it if needed."""
-    if not (project / "node_modules").is_dir():
-        raise RenderError(
-            f"{project}/node_modules is missing: run `npm ci` in the Remotion project (scripts/setup.sh does)",
-            transient=True,
-            kind="setup",
-        )
-    key = project_hash(project)
+    project = project.resolve()
+    version = check_project(project)
+    key = bundle_key(project, version, cache_dir.expanduser())
     bundles = cache_dir.expanduser() / "bundles"
     target = bundles / key
     if (target / "index.html").is_file():
@@ -77,9 +54,10 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
         env = {**os.environ, "TMPDIR": str(bundles)}
         try:
             proc = subprocess.run(
-                ["node", str(project / "worker" / "bundle.mjs"), "--out", str(building)],
+                ["node", str(WORKER_DIR / "bundle.mjs"), "--project", str(project), "--out", str(building)],
                 cwd=project,
                 env=env,
+                stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=BUILD_TIMEOUT_S,
                 check=False,
@@ -93,13 +71,32 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
                 fh.write(proc.stdout + proc.stderr)
         if proc.returncode != 0 or not (building / "index.html").is_file():
             shutil.rmtree(building, ignore_errors=True)
-            tail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()[-3:]
-            raise RenderError(
-                f"bundling the Remotion project failed (exit {proc.returncode}): {' | '.join(tail)}",
-                transient=True,
-                kind="bundle",
-            )
+            raise _bundle_failure(proc)
         # Only a complete build gets the key's name: rename is atomic, so readers see
         # no bundle or a whole one.
         os.rename(building, target)
         return target
+
+
+def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
+    """The error of a failed build, from bundle.mjs's one JSON line. A ``setup`` failure
+    (a package or the CLI missing) is permanent; a compile error may be fixed by the next
+    deploy of the project, so it is retried."""
+    event: dict[str, object] = {}
+    for line in reversed(proc.stdout.decode("utf-8", "replace").splitlines()):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            event = parsed
+            break
+    message = str(event.get("message") or "")
+    if event.get("kind") == "setup":
+        return setup_error(message)
+    if not message:
+        tail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()[-3:]
+        message = " | ".join(tail)
+    return RenderError(
+        f"bundling the Remotion project failed (exit {proc.returncode}): {message}", transient=True, kind="bundle"
+    )

@@ -275,9 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=raw,
         description="Serve the spool over HTTP: GET /jobs, /jobs/ID, /jobs/ID/log and /status (JSON, the "
         "schema of `status --json`), /events (server-sent events: state changes and progress), /metrics "
-        "(Prometheus) and a live dashboard at /. It only reads the spool and runs no runner, so it works on "
-        "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel) stay "
-        "off unless serve_token is set in the spool config; they need Authorization: Bearer <serve_token>.",
+        "(Prometheus), /history (the plots' samples), the done jobs' videos (/jobs/ID/output, seekable) and a "
+        "live dashboard at / (job pages, every state page by page, actions, plots). It runs no runner, so it works on "
+        "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel, /pause, "
+        "/resume) stay off unless serve_token_file (a file only you and the spool's group can read) or "
+        "serve_token is set in the spool config; they need Authorization: Bearer <token>.",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender serve                              http://127.0.0.1:8765/ (this host only)
@@ -300,8 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comment line on idle event streams, so proxies keep them open (default 15)")  # fmt: skip
     p.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME",
-        help="also answer requests for this Host name (e.g. behind a reverse proxy); repeatable",
+        help="also answer requests for this Host name (e.g. behind a reverse proxy); repeatable. Without it "
+        "only the address literal a client connected to (and localhost on loopback) is answered, on every "
+        "--listen address, 0.0.0.0 and [::] included (DNS rebinding protection)",
     )  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a request's line and headers must arrive within this, in total (default 10)")  # fmt: skip
+    p.add_argument("--max-per-client", type=int, default=16, metavar="N",
+                   help="connections at once per client address (default 16; raise it behind a proxy)")  # fmt: skip
+    p.add_argument("--history-interval", type=float, default=60.0, metavar="SECONDS",
+                   help="one sample of the spool's history (the dashboard's plots; kept 48 h in "
+                        ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
     return parser
 
@@ -590,18 +601,31 @@ def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root:
 
 def _serve(args: argparse.Namespace) -> int:
     from spoolrender.layout import SpoolLayout
-    from spoolrender.serve import ServeOptions, SpoolServer, parse_listen
+    from spoolrender.serve.listen import ServeOptions, parse_listen
+    from spoolrender.serve.server import SpoolServer
 
     if not (0 < args.poll <= 60 and 0 < args.keepalive <= 3600):
         raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")
     config = _config(args)
     SpoolLayout(config.spool).check()  # a typo in --spool fails now, not on the first request
-    options = ServeOptions(poll_seconds=args.poll, keepalive_seconds=args.keepalive, allow_hosts=tuple(args.allow_host))
+    if not (0 < args.header_timeout <= 600 and args.max_per_client >= 1 and 1 <= args.history_interval <= 3600):
+        raise SpoolrenderError(
+            "--header-timeout must be in (0, 600] seconds, --max-per-client at least 1, "
+            "--history-interval in [1, 3600] seconds"
+        )
+    options = ServeOptions(
+        poll_seconds=args.poll,
+        keepalive_seconds=args.keepalive,
+        allow_hosts=tuple(args.allow_host),
+        header_seconds=args.header_timeout,
+        max_per_client=args.max_per_client,
+        history_seconds=args.history_interval,
+    )
     try:
         server = SpoolServer(parse_listen(args.listen), config, options)
     except OSError as exc:
         raise SpoolrenderError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from exc
-    writes = "on (serve_token is set)" if config.serve_token else "off (no serve_token)"
+    writes = "on (a serve token is set)" if server.token else "off (no serve_token_file or serve_token)"
     print(f"serving {server.url} for spool {config.spool}; write actions {writes}", flush=True)
     server.install_signal_handlers()
     server.serve()

@@ -89,6 +89,10 @@ def _optional_token(name: str, value: Any) -> str | None:
     return value
 
 
+def _optional_path(name: str, value: Any) -> Path | None:
+    return None if value is None else _path(name, value)
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name}: expected true or false, got {value!r}")
@@ -182,6 +186,7 @@ class SpoolConfig:
     browser_executable: str = defaults.BROWSER_EXECUTABLE
     cache_dir: Path = Path("~/.cache/spoolrender")
     serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
+    serve_token_file: Path | None = None  # or the token in this file (not world-readable)
     fsync: bool = True  # false: faster, but a power cut may lose acknowledged changes
     # Caps on what one job file may ask for (jobfile checks them; see defaults.py).
     # "auto" (None): the default cap, raised to the spool's own default if that is higher.
@@ -210,15 +215,17 @@ class SpoolConfig:
         object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
         # Relative paths in a spool's config mean "relative to the spool", so that every
         # host (and the systemd unit, whatever its working directory) agrees.
-        for name in ("output_root", "remotion_project"):
+        for name in ("output_root", "remotion_project", "serve_token_file"):
             path = getattr(self, name)
-            if not path.is_absolute():
+            if path is not None and not path.is_absolute():
                 object.__setattr__(self, name, self.spool / path)
         if self.lease_seconds < 2 * self.heartbeat_seconds:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds:g}) must be at least twice "
                 f"heartbeat_seconds ({self.heartbeat_seconds:g}), or live jobs look dead"
             )
+        if self.serve_token is not None and self.serve_token_file is not None:
+            raise ConfigError("set serve_token or serve_token_file, not both")
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ConfigError("backoff_cap_seconds must be >= backoff_base_seconds")
         # The spool's own defaults must be jobs it accepts.
@@ -278,6 +285,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "browser_executable": _string,
     "cache_dir": _path,
     "serve_token": _optional_token,
+    "serve_token_file": _optional_path,
     "fsync": _bool,
     "max_job_attempts": _optional_count,
     "max_job_timeout_seconds": _optional_seconds,
@@ -319,6 +327,11 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
     return data
+
+
+def config_file_settings(spool: Path) -> dict[str, Any]:
+    """The settings written in ``spool``'s own config file (no defaults, environment or flags)."""
+    return _read_file(Path(spool) / defaults.CONFIG_FILENAME)
 
 
 def load_config(

@@ -52,7 +52,8 @@ DEFAULT_CONFIG_TEXT = """\
 # remotion_project: ../remotion  # the Remotion project (relative to this spool)
 # browser_executable: /usr/bin/chromium
 # cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
-# serve_token: <secret>        # enables `spoolrender serve` write actions (submit, retry, cancel)
+# serve_token_file: /etc/spoolrender/serve-token  # enables `spoolrender serve` write actions
+#                              # (submit, retry, cancel); the file: chmod 600 (never world-readable)
 # fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
 # commands:                    # argv templates for `renderer: command` jobs (never a shell)
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]

@@ -163,21 +163,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         for name in sorted(names["running"])
     ]
 
-    retry = []
-    for name in sorted(names["retry"]):
-        m = RETRY_NAME.fullmatch(name)
-        if m is None:
-            continue
-        due = int(m.group("due")) / 1000
-        retry.append(
-            {
-                "id": m.group("id"),
-                "entry": name,
-                "due": due,
-                "due_in_seconds": round(due - now, 1),
-                "priority": priority_from_key(m.group("prio")),
-            }
-        )
+    retry = [r for r in (retry_info(name, now) for name in sorted(names["retry"])) if r is not None]
 
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
@@ -205,14 +191,29 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "retry": retry,
         "recent_failures": failures,
         "runners": snap.runners,
-        "paused": _pause_reason(layout),
+        "paused": pause_reason(layout),
         "queues": queues,
         "unserved": unserved,
         "blocked_hosts": all_blocked(layout),
     }
 
 
-def _pause_reason(layout: SpoolLayout) -> str | None:
+def retry_info(name: str, now: float) -> dict[str, Any] | None:
+    """One ``retry`` item of the status document (None: not a retry entry name)."""
+    m = RETRY_NAME.fullmatch(name)
+    if m is None:
+        return None
+    due = int(m.group("due")) / 1000
+    return {
+        "id": m.group("id"),
+        "entry": name,
+        "due": due,
+        "due_in_seconds": round(due - now, 1),
+        "priority": priority_from_key(m.group("prio")),
+    }
+
+
+def pause_reason(layout: SpoolLayout) -> str | None:
     try:
         text = (layout.private / defaults.PAUSE_FILENAME).read_text(encoding="utf-8", errors="replace")
     except OSError:

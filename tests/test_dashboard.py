@@ -7,6 +7,7 @@ event stream feeds it. A screenshot taken mid-render is kept as a test artefact.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from browser.cdp import CHROMIUM, Chromium
 from browser.server import running_server
+from browser.videos import FFMPEG, video_spool
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.heartbeat import read_heartbeat
@@ -99,3 +101,317 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
         assert "render-intro" in activity and "running → done" in activity
         print(f"dashboard screenshot after the render: {page.screenshot(FINISHED)}")
         assert page.errors() == []
+
+
+JOB_SHOT = ARTIFACT.with_name("job-page.png")
+FAILED_SHOT = ARTIFACT.with_name("job-page-failed.png")
+
+
+def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    write_spool_config(spool, {"slots": 1})
+    drop(spool, "broken.yaml", command_job(exit=65, message="props.title is missing <b>bold?</b>"))
+    drain = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert drain.returncode == 3, drain.stderr
+
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        start_runner()
+        drop(spool, "render-intro.yaml", command_job(sleep=10))
+        wait_for(lambda: 0 < progress_now(spool) < 0.4, timeout=30)
+
+        # From the overview's running table to the job page, by clicking the id.
+        page = browser.new_page(server.url)
+        page.wait_for(f"document.body.dataset.ready === '1' && document.querySelector('{BAR}') !== null")
+        page.evaluate("document.querySelector('#running a.job-link').click()")
+        page.wait_for("location.pathname === '/job' && document.body.dataset.ready === '1'")
+        assert page.evaluate("location.search") == "?id=render-intro"
+        assert page.evaluate("document.querySelector('#state').textContent") == "running"
+        assert page.evaluate("document.querySelector('#job-id').textContent") == "render-intro"
+
+        # Live: the bar moves and the log grows without a reload.
+        page.evaluate("window.__sameDocument = true")
+        first = float(page.wait_for("document.querySelector('#progress .bar').getAttribute('aria-valuenow')"))
+        page.wait_for(
+            f"Number(document.querySelector('#progress .bar').getAttribute('aria-valuenow')) >= {first} + 20",
+            timeout=20,
+        )
+        page.wait_for("document.querySelector('#log-state').textContent.includes('live')")
+        lines_before = page.wait_for("document.querySelector('#log-text').textContent.split('PROGRESS').length - 1")
+        page.wait_for(
+            f"document.querySelector('#log-text').textContent.split('PROGRESS').length - 1 > {lines_before}",
+            timeout=20,
+        )
+        page.wait_for("document.querySelector('#jobfile').textContent.includes('renderer: command')")
+        settings = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#settings tr')]"
+            ".map(r => [r.querySelector('th').textContent, r.querySelector('td').textContent]))"
+        )
+        assert settings["renderer"] == "command" and settings["id"] == "render-intro"
+        print(f"job page screenshot: {page.screenshot(JOB_SHOT)}")
+
+        # It finishes: the page follows to done, with the run in the table.
+        page.wait_for("document.querySelector('#state').textContent === 'done'", timeout=30)
+        runs = page.wait_for(
+            "(() => { const r = [...document.querySelectorAll('#runs tbody tr')].map(r => r.textContent);"
+            " return r.length ? r : null; })()"
+        )
+        assert len(runs) == 1 and "done" in runs[0]
+        assert page.evaluate("document.querySelector('#log-text').textContent").count("PROGRESS 1.00") == 1
+        assert page.evaluate("window.__sameDocument") is True
+        assert page.errors() == []
+
+        # A failed job's page: every run with its error, the reason as text, never HTML.
+        page = browser.new_page(server.url + "job?id=broken")
+        page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#runs tbody tr') !== null")
+        assert page.evaluate("document.querySelector('#state').textContent") == "failed"
+        reason = page.evaluate("document.querySelector('#reason').textContent")
+        assert "props.title is missing <b>bold?</b>" in reason
+        assert page.evaluate("document.querySelector('#reason b, #runs b')") is None
+        page.wait_for("document.querySelector('#log-text').textContent.includes('props.title is missing')")
+        print(f"failed job page screenshot: {page.screenshot(FAILED_SHOT)}")
+        assert page.errors() == []
+
+        # An unknown id says so; a hostile one is refused before the page loads.
+        page = browser.new_page(server.url + "job?id=nope")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert "No job with id nope" in page.evaluate("document.querySelector('#problem').textContent")
+        assert server.get("/job?id=../../etc/passwd").status == 400
+
+
+VIDEO_SHOT = ARTIFACT.with_name("job-page-video.png")
+
+
+@pytest.mark.skipif(FFMPEG is None, reason="Remotion's ffmpeg missing (scripts/setup.sh installs it)")
+def test_job_page_plays_the_rendered_video(tmp_path: Path) -> None:
+    layout = video_spool(tmp_path / "spool")
+    with running_server(layout.root, tmp_path / "serve.log") as server, Chromium() as browser:
+        page = browser.new_page(server.url + "job?id=intro")
+        page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#output-video') !== null")
+        video = "document.querySelector('#output-video')"
+        assert page.evaluate(f"{video}.getAttribute('poster')") == "/jobs/intro/poster"
+        page.wait_for(f"{video}.readyState >= 1", timeout=20)  # metadata: the server answered
+        assert abs(page.evaluate(f"{video}.duration") - 3.0) < 0.2
+        page.evaluate(f"{video}.muted = true; {video}.play()")
+        page.wait_for(f"{video}.currentTime > 1.0", timeout=30)  # the first second played
+        # Seeking needs range answers: jump near the end and play on from there.
+        page.evaluate(f"{video}.currentTime = 2.5")
+        page.wait_for(f"{video}.currentTime >= 2.5 && !{video}.seeking", timeout=20)
+        assert page.evaluate(f"{video}.error") is None
+        page.evaluate(f"{video}.pause()")
+        print(f"video job page screenshot: {page.screenshot(VIDEO_SHOT)}")
+        assert page.errors() == []
+
+
+BROWSE_SHOT = ARTIFACT.with_name("browse-done.png")
+DASH = "\N{EN DASH}"  # as the page writes ranges
+
+
+def finished_entries(layout: SpoolLayout, state: str, count: int, start_time: float) -> None:
+    """``count`` finished jobs written straight into done/ or failed/, in the layout the runner
+    writes (job.yaml, a run record, result.json or failure.json), one second apart: running
+    10k real renders would take an hour; the server only reads these files."""
+    for i in range(count):
+        job_id, uid = f"job-{i:07d}", f"{i:012x}"
+        d = layout.state_dir(state) / f"{job_id}.{uid}"
+        d.mkdir()
+        (d / "job.yaml").write_text("renderer: command\ncommand: props\n")
+        kind = ("command-exit", "timeout", "browser-crashed")[i % 3]
+        stamp = d / ("result.json" if state == "done" else "failure.json")
+        if state == "done":
+            stamp.write_text(json.dumps({"id": job_id, "uid": uid, "output": f"out/{job_id}.txt", "bytes": i}))
+        else:
+            stamp.write_text(json.dumps({"id": job_id, "uid": uid, "kind": kind, "reason": f"reason {i}"}))
+        os.utime(stamp, (start_time + i, start_time + i))
+
+
+def test_browse_ten_thousand_done_jobs(spool: SpoolLayout, tmp_path: Path) -> None:
+    start = float(int(time.time()) - 20_000)  # whole seconds: the filters take whole seconds here
+    finished_entries(spool, "done", 10_000, start)
+    finished_entries(spool, "failed", 30, start)
+    with running_server(spool.root, tmp_path / "serve.log") as server, Chromium() as browser:
+        # From the overview's count tile to the list of done jobs.
+        page = browser.new_page(server.url)
+        page.wait_for("document.body.dataset.ready === '1'")
+        page.evaluate("document.querySelector('.count[data-state=\"done\"]').click()")
+        page.wait_for("location.pathname === '/browse' && document.body.dataset.ready === '1'")
+        rows = "[...document.querySelectorAll('#list tbody tr')].map(r => r.dataset.job)"
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}50 of 10000"
+        assert page.evaluate(rows)[:2] == ["job-0009999", "job-0009998"]  # newest first
+
+        def turn(button: str, expected_range: str) -> list[str]:
+            loaded = page.evaluate("document.body.dataset.loaded")
+            page.evaluate(f"document.querySelector('#{button}').click()")
+            page.wait_for(f"document.body.dataset.loaded !== '{loaded}'")
+            assert page.evaluate("document.querySelector('#range').textContent") == expected_range
+            result: list[str] = page.evaluate(rows)
+            return result
+
+        turn("next", f"51{DASH}100 of 10000")
+        turn("next", f"101{DASH}150 of 10000")
+        third = turn("next", f"151{DASH}200 of 10000")
+        api = server.get_json("/jobs?state=done&limit=50&offset=150")
+        assert third == [j["id"] for j in api["jobs"]]
+        assert turn("prev", f"101{DASH}150 of 10000")[0] == "job-0009899"
+        assert page.evaluate("location.search") == "?state=done&offset=100"  # a view can be linked
+
+        # The last page, by URL: 50 rows and no further.
+        page = browser.new_page(server.url + "browse?state=done&offset=9950")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate(rows)[-1] == "job-0000000"
+        assert page.evaluate("document.querySelector('#next').disabled") is True
+
+        # Filters through the form: id substring, then a time window (one job per second).
+        page.evaluate("document.querySelector('#f-q').value = '00042'")
+        matching = sum("00042" in f"job-{i:07d}" for i in range(10_000))
+        loaded = page.evaluate("document.body.dataset.loaded")
+        page.evaluate("document.querySelector('#filters button[type=submit]').click()")
+        page.wait_for(f"document.body.dataset.loaded !== '{loaded}'")
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}50 of {matching}"
+        assert all("00042" in job for job in page.evaluate(rows))
+        window = server.get_json(f"/jobs?state=done&since={start + 100:.0f}&until={start + 159:.0f}")
+        assert window["total"] == 60 and window["jobs"][0]["id"] == "job-0000159"
+
+        # The failed ones, by error kind; reasons as text.
+        page = browser.new_page(server.url + "browse?state=failed&kind=timeout")
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate("document.querySelector('#range').textContent") == f"1{DASH}10 of 10"
+        assert all("timeout" in t for t in page.evaluate("[...document.querySelectorAll('#list td.details')]"
+                                                          ".map(d => d.textContent)"))  # fmt: skip
+        page = browser.new_page(server.url + "browse?state=done")
+        page.wait_for("document.body.dataset.ready === '1'")
+        print(f"browse screenshot: {page.screenshot(BROWSE_SHOT)}")
+        assert page.errors() == []
+
+        # The server keeps up: a page of 10k done jobs, timed (printed, not asserted; bench/ has goals).
+        t0 = time.monotonic()
+        for offset in range(0, 10_000, 2_000):
+            assert server.get(f"/jobs?state=done&limit=50&offset={offset}").status == 200
+        print(f"GET /jobs?state=done (10k done): {(time.monotonic() - t0) / 5 * 1000:.0f} ms per page")
+
+
+ACTIONS_SHOT = ARTIFACT.with_name("job-page-actions.png")
+TOKEN = "dashboard-token-0123456789"
+
+
+def test_actions_with_a_token(spool: SpoolLayout, tmp_path: Path) -> None:
+    token_file = spool.root / "serve-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    write_spool_config(spool, {"serve_token_file": "serve-token"})
+    drop(spool, "broken.yaml", command_job(exit=65, message="props.title is missing"))
+    drain = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert drain.returncode == 3, drain.stderr
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        page = browser.new_page(server.url + "job?id=broken")
+        page.wait_for(
+            "document.body.dataset.ready === '1' && document.querySelector('#auth').dataset.state === 'locked'"
+        )
+        assert page.evaluate("document.querySelector('#retry-btn').hidden") is False
+        assert page.evaluate("document.querySelector('#retry-btn').disabled") is True  # locked until a token
+        assert "serve token" in page.evaluate("document.querySelector('#action-note').textContent")
+
+        def unlock(token: str) -> None:
+            page.evaluate(f"document.querySelector('#auth-token').value = {json.dumps(token)}")
+            page.evaluate("document.querySelector('#auth-form button').click()")
+
+        unlock("wrong-token-wrong-token")
+        page.wait_for("document.querySelector('.auth-error')?.textContent === 'that token is not right'")
+        unlock(TOKEN)
+        page.wait_for("document.querySelector('#auth').dataset.state === 'unlocked'")
+        assert page.evaluate("document.cookie") == "" and TOKEN not in page.evaluate("location.href")
+
+        # Retry: the job moves failed -> retry, on the spool and on the page.
+        page.evaluate("document.querySelector('#retry-btn').click()")
+        page.wait_for("document.querySelector('#state').textContent === 'retry'", timeout=20)
+        assert [n.split("-", 2)[2].split(".")[0] for n in entries(spool, "retry")] == ["broken"]
+        print(f"actions screenshot: {page.screenshot(ACTIONS_SHOT)}")
+        # Cancel takes two clicks; then it is failed as cancelled.
+        page.evaluate("document.querySelector('#cancel-btn').click()")
+        assert "again" in page.evaluate("document.querySelector('#cancel-btn').textContent")
+        page.evaluate("document.querySelector('#cancel-btn').click()")
+        page.wait_for("document.querySelector('#state').textContent === 'failed'", timeout=20)
+        assert "cancelled" in page.evaluate("document.querySelector('#reason').textContent")
+
+        # The overview, same tab: the token is still there. Submit (invalid, then valid), pause, resume.
+        page = browser.new_page(server.url)
+        page.wait_for("document.body.dataset.ready === '1'")
+        assert page.evaluate("document.querySelector('#auth').dataset.state") in ("unlocked", "locked")
+        # (a new target is a new tab: sessionStorage is per tab, so unlock once more here)
+        if page.evaluate("document.querySelector('#auth').dataset.state") == "locked":
+            unlock(TOKEN)
+            page.wait_for("document.querySelector('#auth').dataset.state === 'unlocked'")
+        page.evaluate("document.querySelector('#submit-panel').open = true")
+        page.evaluate("document.querySelector('#submit-text').value = 'renderer: command\\ncommand: nope\\n'")
+        page.evaluate("document.querySelector('#submit-btn').click()")
+        problems = page.wait_for("[...document.querySelectorAll('#submit-problems li')].map(l => l.textContent)")
+        assert any("command" in p for p in problems), problems
+        page.evaluate("document.querySelector('#submit-text').value = 'renderer: command\\ncommand: props\\n'")
+        page.evaluate("document.querySelector('#submit-name').value = 'from-the-page.yaml'")
+        page.evaluate("document.querySelector('#submit-btn').click()")
+        page.wait_for("document.querySelector('#submit-result a')?.textContent === 'from-the-page'")
+        assert (spool.incoming / "from-the-page.yaml").read_text() == "renderer: command\ncommand: props\n"
+        page.wait_for("document.querySelector('#count-incoming').textContent === '1'", timeout=20)
+        page.evaluate("document.querySelector('#pause-btn').click()")
+        page.wait_for("!document.querySelector('#paused').hidden", timeout=20)
+        assert (spool.root / ".spoolrender" / "paused").exists()
+        page.evaluate("document.querySelector('#resume-btn').click()")
+        page.wait_for("document.querySelector('#paused').hidden", timeout=20)
+        assert not (spool.root / ".spoolrender" / "paused").exists()
+        # The browser logs the refused (422) submission as a failed load; nothing else may fail.
+        assert [e for e in page.errors() if "status of 422" not in e] == []
+
+
+def test_read_only_pages_say_why(spool: SpoolLayout, tmp_path: Path) -> None:
+    with running_server(spool.root, tmp_path / "serve.log") as server, Chromium() as browser:
+        page = browser.new_page(server.url)
+        page.wait_for(
+            "document.body.dataset.ready === '1' && document.querySelector('#auth').dataset.state === 'read-only'"
+        )
+        assert page.evaluate("document.querySelector('#pause-btn').disabled") is True
+        assert "serve_token_file" in page.evaluate("document.querySelector('#toolbar-note').textContent")
+        assert page.evaluate("document.querySelector('#auth-token')") is None  # nothing to type a token into
+        assert page.errors() == []
+
+
+PLOTS_SHOT = ARTIFACT.with_name("plots.png")
+
+
+def test_plots_from_the_spool_history(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    write_spool_config(spool, {"slots": 2})
+    with running_server(spool.root, tmp_path / "serve.log", "--history-interval", "1") as server:
+        wait_for(lambda: len(server.get_json("/history")["samples"]) >= 2, timeout=30)
+        start_runner()
+        for i in range(8):
+            drop(spool, f"clip-{i}.yaml", command_job(sleep=1 + i % 3))
+        drop(spool, "broken.yaml", command_job(exit=65, message="no"))
+
+        def finished() -> tuple[int, int]:
+            samples = server.get_json("/history")["samples"]
+            return sum(s["done"] for s in samples), sum(s["failed"] for s in samples)
+
+        wait_for(lambda: finished() == (8, 1), timeout=120)
+        with Chromium() as browser:
+            page = browser.new_page(server.url)
+            page.wait_for("document.querySelector('#plots').dataset.done === '8'", timeout=30)
+            assert page.evaluate("document.querySelector('#plots').dataset.failed") == "1"
+            captions = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('.plot-box')]"
+                ".map(b => [b.id, b.querySelector('figcaption').textContent]))"
+            )
+            assert "8 done, 1 failed" in captions["plot-finished"]
+            assert "8 renders" in captions["plot-durations"]
+            assert "1 runner" in captions["plot-runners"]
+            bars = "document.querySelectorAll('#plot-finished rect.bar-done').length"
+            assert (
+                page.evaluate(bars) >= 1
+                and page.evaluate("document.querySelectorAll('#plot-finished rect.bar-failed').length") == 1
+            )
+            assert page.evaluate("document.querySelectorAll('#plot-durations rect').length") >= 1
+            assert page.evaluate("document.querySelector('#plot-runners polyline').getAttribute('points').length") > 0
+            page.evaluate("document.querySelector('#plot-range button[data-hours=\"1\"]').click()")
+            page.wait_for("document.querySelector('#plot-range button.active').dataset.hours === '1'")
+            page.wait_for("document.querySelector('#plots').dataset.done === '8'")
+            page.evaluate("document.querySelector('#history').scrollIntoView()")
+            print(f"plots screenshot: {page.screenshot(PLOTS_SHOT)}")
+            assert page.errors() == []

@@ -24,7 +24,7 @@ from conftest import drop, entries, spoolrender_cmd, wait_for, write_spool_confi
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.errors import RenderError
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout
+from spoolrender.layout import SpoolLayout, init_spool
 
 REMOTION = Path(__file__).resolve().parent.parent / "remotion"
 FFPROBE = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu/ffprobe"
@@ -85,11 +85,11 @@ def rendering(
         runner.wait(timeout=30)
 
 
-def drain(layout: SpoolLayout, timeout: float = 300, expect: int = 0) -> str:
+def drain(layout: SpoolLayout, timeout: float = 300, expect: int = 0, env: dict[str, str] | None = None) -> str:
     """Run a drain; ``expect`` its exit status (3: some job failed for good)."""
     with subprocess.Popen(
         spoolrender_cmd("run", "--drain", "-v", "--spool", str(layout.root)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     ) as proc:  # fmt: skip
         STARTED_RUNNERS.append(proc.pid)
         _, stderr = proc.communicate(timeout=timeout)
@@ -126,6 +126,20 @@ def leftovers(layout: SpoolLayout) -> list[str]:
 # Runners started by this module's tests: only their worker TMPDIRs are this module's
 # business (other runners on the machine, e.g. a concurrent test run, are left alone).
 STARTED_RUNNERS: list[int] = []
+
+
+def worker_tmpdirs(runner_pid: int) -> list[Path]:
+    return list(Path("/tmp").glob(f"spoolrender-worker-{runner_pid}-*"))
+
+
+def processes_in(tmpdir: Path) -> list[int]:
+    """Processes whose TMPDIR is ``tmpdir`` (a worker and what it spawned)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("TMPDIR") == str(tmpdir) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+    return found
 
 
 def leaked_worker_tmpdirs() -> list[Path]:
@@ -230,8 +244,7 @@ def test_drain_reuses_the_cached_bundle(rspool: SpoolLayout) -> None:
 def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    for name in ("src", "worker"):
-        shutil.copytree(REMOTION / name, project / name)
+    shutil.copytree(REMOTION / "src", project / "src")
     for name in ("package.json", "package-lock.json"):
         shutil.copy(REMOTION / name, project / name)
     (project / "node_modules").symlink_to(REMOTION / "node_modules")
@@ -277,9 +290,102 @@ def test_chromium_killed_mid_render_is_retried_cleanly(rspool: SpoolLayout, bund
         for browser in browsers:
             browser.kill()
         wait_for(lambda: len(entries(rspool, "done")) == 1, timeout=180)
+        # The live worker keeps only its current browser's profile: the killed one's went.
+        (tmpdir,) = worker_tmpdirs(runner.pid)
+        assert len(list(tmpdir.glob("puppeteer_dev_chrome_profile-*"))) == 1
     result = record(rspool, "done", "crash", "result.json")
     outcomes = [(r["outcome"], (r["error"] or {}).get("kind")) for r in result["runs"]]
     assert outcomes[0] == ("retry", "browser-crashed") and outcomes[-1] == ("publishing", None), outcomes
     assert probe(Path(result["output"]))["streams"][0]["nb_read_frames"] == "120"
     assert leftovers(rspool) == []
     assert leaked_worker_tmpdirs() == []
+    assert worker_tmpdirs(runner.pid) == []  # nothing of the runner's workers is left
+
+
+def test_a_later_drain_removes_what_a_killed_runners_workers_left(
+    rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path
+) -> None:
+    with rendering(rspool, bundle_cache, tmp_path, "orphan") as runner:
+        (tmpdir,) = worker_tmpdirs(runner.pid)
+        runner.kill()  # SIGKILL: no clean-up of its own
+        runner.wait()
+    assert tmpdir.exists()  # the worker dir (with Chromium's profile) outlived its runner
+    drain(init_spool(tmp_path / "other-spool"))  # any drain on the host, even of an empty spool
+    assert not tmpdir.exists()
+    assert processes_in(tmpdir) == []
+
+
+def test_a_job_that_exhausts_memory_is_not_retried_the_same_way(rspool: SpoolLayout, bundle_cache: Path) -> None:
+    ensure_bundle(REMOTION, bundle_cache)  # bundled with a normal heap, once
+    # Two threads where there are two cores: the first attempt renders at concurrency 2.
+    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                "threads_per_job": 2, "backoff_base_seconds": 0.1,
+                                "backoff_cap_seconds": 0.2})  # fmt: skip
+    drop(rspool, "hungry.yaml", {**tiny(frames=30), "max_attempts": 5})
+    # A real V8 heap exhaustion: the worker gets 16 MB of heap, enough to start, not to render.
+    env = {**os.environ, "NODE_OPTIONS": "--max-old-space-size=16"}
+    for _ in range(3):  # a retry (due 0.2 s later) may wait in retry/ after a drain: drain again
+        proc = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(rspool.root)), env=env,
+                              capture_output=True, timeout=300, check=False)  # fmt: skip
+        if entries(rspool, "failed"):
+            assert proc.returncode == 3
+            break
+    failure = record(rspool, "failed", "hungry", "failure.json")
+    assert failure["kind"] == "out-of-memory"
+    assert "JavaScript heap out of memory" in failure["reason"] and "not retried" in failure["reason"]
+    (entry,) = entries(rspool, "failed")
+    runs = [json.loads((rspool.failed / entry / f"run-{n:04d}.json").read_text()) for n in (1, 2)
+            if (rspool.failed / entry / f"run-{n:04d}.json").exists()]  # fmt: skip
+    # At most one retry, and that one at concurrency 1 (never twice the same way).
+    assert all(r["error"]["kind"] == "out-of-memory" for r in runs) and len(runs) <= 2
+    if (os.cpu_count() or 1) >= 2:
+        assert len(runs) == 2
+        assert runs[0]["outcome"] == "retry" and "the retry renders at concurrency 1" in runs[0]["error"]["message"]
+        assert "concurrency 1" in (rspool.failed / entry / "run-0002.log").read_text()
+
+
+def own_memory_cgroup() -> Path | None:
+    """This process's cgroup-v1 memory directory, if we may make children in it."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            cgroup = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (cgroup / "memory.limit_in_bytes").is_file() and os.access(cgroup, os.W_OK):
+                return cgroup
+    return None
+
+
+@pytest.mark.skipif(own_memory_cgroup() is None, reason="needs a writable cgroup-v1 memory controller (root)")
+def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
+    rspool: SpoolLayout, bundle_cache: Path, tmp_path: Path
+) -> None:
+    ensure_bundle(REMOTION, bundle_cache)  # bundled outside the limit, once
+    parent = own_memory_cgroup()
+    assert parent is not None
+    cgroup = parent / f"spoolrender-test-{os.getpid()}-{tmp_path.name}"
+    cgroup.mkdir()
+    try:
+        # 250 MB: the worker and Chromium start, a 1280x720 render does not fit; the
+        # kernel's OOM killer ends Chromium mid-render (the failure issue 12 saw at scale 16).
+        (cgroup / "memory.limit_in_bytes").write_text(str(250 * 1024 * 1024))
+        write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
+                                    "threads_per_job": 2, "backoff_base_seconds": 0.1,
+                                    "backoff_cap_seconds": 0.2})  # fmt: skip
+        drop(rspool, "big.yaml", {"composition": "TitleCard", "props": {"seconds": 2}, "max_attempts": 5})
+        enter = f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"'
+        for _ in range(3):  # a retry (due 0.2 s later) may wait in retry/ after a drain: drain again
+            proc = subprocess.run(["sh", "-c", enter, "sh", *spoolrender_cmd("run", "--drain", "--spool",
+                                   str(rspool.root))], capture_output=True, timeout=300, check=False)  # fmt: skip
+            if entries(rspool, "failed"):
+                assert proc.returncode == 3
+                break
+    finally:
+        wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), timeout=60)
+        cgroup.rmdir()
+    failure = record(rspool, "failed", "big", "failure.json")
+    assert failure["kind"] == "out-of-memory", failure
+    assert "the kernel's OOM killer ended a process of the render (oom_kill " in failure["reason"]
+    assert "not retried" in failure["reason"]
+    (entry,) = entries(rspool, "failed")
+    runs = [json.loads(p.read_text()) for p in sorted((rspool.failed / entry).glob("run-*.json"))]
+    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2

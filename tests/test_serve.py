@@ -23,8 +23,8 @@ from spoolrender.config import load_config
 from spoolrender.errors import ConfigError
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.serve import parse_listen
-from spoolrender.serve_events import EventHub
+from spoolrender.serve.events import EventHub
+from spoolrender.serve.listen import parse_listen
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 TOKEN = "test-token-0123456789abcdef"
@@ -68,11 +68,11 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SpoolLayout
     drop(layout, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     drop(layout, "flaky.yaml", {**command_job(exit=1), "priority": 3})
     assert drain(layout) == 3  # one job failed for good
-    drop(layout, "long.yaml", command_job(sleep=60))
+    drop(layout, "long.yaml", command_job(sleep=150))  # renders for as long as the module runs
     with open(root / "runner.log", "wb") as out:
         runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root)), stdout=out, stderr=out)
     try:
-        wait_for(lambda: running_with_progress(layout), timeout=30)
+        wait_for(lambda: running_with_progress(layout), timeout=60)
         drop(layout, "waiting.yaml", {**command_job(), "not_before": "2099-01-01T00:00:00Z"})
         with running_server(layout.root, root / "serve.log", "--poll", "0.2") as server:
             yield layout, server
@@ -110,10 +110,13 @@ def test_jobs_lists_every_state_with_status_objects(busy: tuple[SpoolLayout, Ser
     assert {job["id"]: job["state"] for job in page["jobs"]} == {
         "waiting": "incoming", "long": "running", "flaky": "retry", "good": "done", "bad": "failed",
     }  # fmt: skip
-    # Where they overlap, items are exactly the objects of `status --json` (plus their state).
+    # Where they overlap, items are exactly the objects of `status --json` (plus their state,
+    # and what browsing adds: a running job's claim time, a retry's last error kind).
+    added = {"running": {"started_at"}, "retry": {"kind"}, "failed": set()}
     for state, section in (("running", "running"), ("retry", "retry"), ("failed", "recent_failures")):
         (item,) = [j for j in page["jobs"] if j["state"] == state]
-        jsonschema.validate({k: v for k, v in item.items() if k != "state"}, item_schema(section))
+        extra = {"state", *added[state]}
+        jsonschema.validate({k: v for k, v in item.items() if k not in extra}, item_schema(section))
     assert 0 < by_id["long"]["progress"] <= 1 and not by_id["long"]["stale"]
     assert by_id["flaky"]["priority"] == 3 and by_id["flaky"]["due_in_seconds"] > 300
     assert by_id["bad"]["kind"] == "command-exit" and "props.title is missing" in by_id["bad"]["reason"]
@@ -138,7 +141,7 @@ def test_job_detail_in_every_state(busy: tuple[SpoolLayout, Server]) -> None:
     long = server.get_json("/jobs/long")
     assert long["state"] == "running" and long["entry"].startswith("running/long.")
     assert 0 < long["progress"] <= 1 and long["heartbeat"]["progress"] == pytest.approx(long["progress"], abs=0.2)
-    assert long["job"]["renderer"] == "command" and long["job"]["props"] == {"sleep": 60}
+    assert long["job"]["renderer"] == "command" and long["job"]["props"] == {"sleep": 150}
     bad = server.get_json("/jobs/bad")
     assert bad["state"] == "failed" and bad["attempts"] == 1
     assert "props.title is missing" in bad["failure"]["reason"]
@@ -318,6 +321,7 @@ def test_unknown_job_to_follow(spool: SpoolLayout, tmp_path: Path) -> None:
 def guarded(spool: SpoolLayout, tmp_path: Path) -> Iterator[tuple[SpoolLayout, Server]]:
     """A spool with done, failed and waiting jobs, no runner, and a server with a token."""
     write_spool_config(spool, {"serve_token": TOKEN})
+    os.chmod(spool.root / "spoolrender.yaml", 0o600)  # a token only in a file others cannot read
     drop(spool, "good.yaml", command_job())
     drop(spool, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     assert drain(spool) == 3
@@ -465,6 +469,7 @@ def test_writes_with_the_token(guarded: tuple[SpoolLayout, Server]) -> None:
 
 def test_cancel_a_running_job_over_http(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     write_spool_config(spool, {"serve_token": TOKEN})
+    os.chmod(spool.root / "spoolrender.yaml", 0o600)  # a token only in a file others cannot read
     drop(spool, "long.yaml", command_job(sleep=30))
     start_runner()
     wait_for(lambda: running_with_progress(spool), timeout=30)
@@ -507,3 +512,101 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
     assert everywhere.returncode == 1 and "0.0.0.0:0" in everywhere.stderr
     help_text = serve("--help")
     assert help_text.returncode == 0 and "examples:" in help_text.stdout and "--listen" in help_text.stdout
+
+
+# Lowest first: a module of spoolrender.serve may import only the ones before it.
+SERVE_LAYERS = (
+    "listen",
+    "auth",
+    "readmodel",
+    "browse",
+    "outputs",
+    "posters",
+    "history",
+    "api",
+    "events",
+    "http",
+    "routes",
+    "server",
+)
+
+
+def test_serve_modules_are_layered_without_cycles() -> None:
+    import ast
+
+    package = Path(spoolrender.__file__).parent / "serve"
+    assert sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__") == sorted(SERVE_LAYERS)
+    for level, name in enumerate(SERVE_LAYERS):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spoolrender.serve"):
+                imported = node.module.removeprefix("spoolrender.serve").lstrip(".") or "__init__"
+                assert imported in SERVE_LAYERS[:level], f"{name} imports {imported}: only lower layers allowed"
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{name}: use absolute imports (spoolrender.serve.X)")
+    # api and events are side by side: neither imports the other.
+    assert "spoolrender.serve.events" not in (package / "api.py").read_text()
+
+
+def test_job_page_data(busy: tuple[SpoolLayout, Server]) -> None:
+    _, server = busy
+    running = server.get_json("/jobs/long")
+    assert running["file_url"] == "/jobs/long/file" and running["page_url"] == "/job?id=long"
+    job_file = server.get("/jobs/long/file")
+    assert job_file.status == 200 and job_file.headers["content-type"].startswith("text/plain")
+    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": {"sleep": 150}}
+    assert job_file.headers["x-spoolrender-entry"].startswith("running/long.")
+    retry = server.get_json("/jobs/flaky")
+    assert retry["retry_position"] == 1 and retry["retry_total"] == 1 and retry["due"] > time.time() + 60
+    waiting = server.get_json("/jobs/waiting")
+    assert waiting["arrived_before"] == 0 and waiting["queued_at"] <= time.time()
+    assert server.get("/jobs/nope/file").status == 404
+    # Following a log: from an offset on, and nothing past its end.
+    whole = server.get("/jobs/good/log?offset=0")
+    size = int(whole.headers["x-spoolrender-log-size"])
+    assert whole.status == 200 and len(whole.body) == size > 0
+    rest = server.get(f"/jobs/good/log?offset={size - 5}")
+    assert rest.body == whole.body[-5:] and rest.headers["x-spoolrender-log-offset"] == str(size - 5)
+    assert server.get(f"/jobs/good/log?offset={size + 100}").body == b""
+    assert server.get("/jobs/good/log?offset=1&bytes=2").status == 400
+    assert server.get("/job?id=long").status == 200
+    assert server.get("/job?id=..").status == 400 and server.get("/job?other=1").status == 400
+
+
+def test_jobs_filters(busy: tuple[SpoolLayout, Server]) -> None:
+    _, server = busy
+
+    def ids(query: str) -> list[str]:
+        page = server.get_json(f"/jobs?{query}")
+        assert page["total"] == len(page["jobs"])
+        return [j["id"] for j in page["jobs"]]
+
+    assert ids("q=LO") == ["long"]  # a substring of the id, any case
+    assert ids("q=a") == ["waiting", "flaky", "bad"]
+    assert ids("kind=command-exit") == ["flaky", "bad"]  # a retry's last error and a failure
+    assert ids("kind=command-exit&state=failed") == ["bad"]
+    assert ids("kind=nope") == []
+    now = time.time()
+    assert "good" in ids(f"since={now - 3600:.0f}&state=done") and ids(f"until={now - 3600:.0f}&state=done") == []
+    assert ids(f"since={now + 120:.0f}&state=retry") == ["flaky"]  # a retry's time is when it is due (7.5+ min)
+    assert ids(f"until={now:.0f}&state=retry") == []
+    started = server.get_json("/jobs?state=running")["jobs"][0]["started_at"]
+    assert abs(started - now) < 600
+    for bad in ("since=yesterday", "since=1e9", "until=-5", "since=20&until=10", "q=%00", "kind=" + "k" * 101):
+        assert server.get(f"/jobs?{bad}").status == 400, bad
+
+
+def test_pause_resume_and_actions_endpoint(guarded: tuple[SpoolLayout, Server]) -> None:
+    _, server = guarded
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert server.get_json("/actions") == {"writes": True, "reason": None, "token_ok": None}
+    assert server.get("/actions", headers=bearer).json()["token_ok"] is True
+    assert server.get("/actions", headers={"Authorization": "Bearer nope"}).json()["token_ok"] is False
+    assert server.request("POST", "/pause").status == 401
+    resp = server.request("POST", "/pause?reason=maintenance%20window", headers=bearer)
+    assert resp.status == 200 and resp.json() == {"paused": "maintenance window"}
+    assert server.get_json("/status")["paused"] == "maintenance window"
+    assert server.request("POST", "/pause?reason=%0Aevil", headers=bearer).status == 400
+    assert server.request("POST", "/resume", headers=bearer).json() == {"paused": None, "was_paused": True}
+    assert server.get_json("/status")["paused"] is None
+    assert server.request("POST", "/resume", headers=bearer).json()["was_paused"] is False

@@ -7,9 +7,13 @@ from spoolrender.config import SpoolConfig
 from spoolrender.executor import RendererFactory
 from spoolrender.renderers.base import Renderer
 from spoolrender.renderers.command import CommandRenderer
+from spoolrender.renderers.worker_tmp import remove_stale_worker_tmpdirs
 
 
 def renderer_factory(config: SpoolConfig, capacity: Capacity) -> RendererFactory:
+    # Every runner (a cron drain too) first clears what killed runners' workers left.
+    remove_stale_worker_tmpdirs()
+
     def make(name: str) -> Renderer:
         if name == "command":
             return CommandRenderer(config)

@@ -1,7 +1,8 @@
 """The Remotion renderer: one long-lived Node render worker per job slot.
 
-The worker (``remotion/worker/render-worker.mjs``) loads the cached bundle and opens
-Debian's Chromium once, then renders job after job with ``selectComposition`` +
+The worker (``spoolrender/worker/render-worker.mjs``, shipped in this package, run in the
+user's Remotion project and loading that project's own Remotion packages) loads the cached
+bundle and opens Debian's Chromium once, then renders job after job with ``selectComposition`` +
 ``renderMedia`` on that browser. We talk to it with one JSON message per line over its
 stdin/stdout; its stderr (and anything else it prints) goes to the job's run log.
 
@@ -19,7 +20,6 @@ import os
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,8 +30,12 @@ from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.jobfile.limits import render_size_problem
+from spoolrender.records import NOT_AN_ATTEMPT, read_runs
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
 from spoolrender.renderers.command import verify_nonempty
+from spoolrender.renderers.memory import memory_line, oom_kills
+from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
 
 log = logging.getLogger(__name__)
 
@@ -39,51 +43,46 @@ READY_TIMEOUT_S = 120.0
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
 PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
-FFPROBE_PATHS = ("node_modules/@remotion/compositor-linux-x64-gnu/ffprobe",
-                 "node_modules/@remotion/compositor-linux-arm64-gnu/ffprobe")  # fmt: skip
-
-
-WORKER_TMP_PREFIX = "spoolrender-worker-"
-
-
-def worker_tmpdir() -> Path:
-    """A short, private TMPDIR for one worker (Chromium puts a unix socket in it, and
-    socket paths are limited to 107 bytes). Named by our pid so leftovers of a killed
-    runner can be recognised and removed (:func:`remove_stale_worker_tmpdirs`)."""
-    return Path(tempfile.mkdtemp(prefix=f"{WORKER_TMP_PREFIX}{os.getpid()}-"))
-
-
-def remove_stale_worker_tmpdirs() -> None:
-    """Delete worker TMPDIRs whose runner process is gone (killed before it could clean)."""
-    base = Path(tempfile.gettempdir())
-    for path in base.glob(f"{WORKER_TMP_PREFIX}*"):
-        try:
-            pid = int(path.name[len(WORKER_TMP_PREFIX) :].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(path, ignore_errors=True)
+OUT_OF_MEMORY = "out-of-memory"
+# Outputs whose video frames ffprobe cannot count (GIF) or that have no video at all.
+UNCOUNTED_CODECS = frozenset({"gif", "mp3", "aac", "wav"})
+# What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
+BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
 
 class WorkerDied(Exception):
-    """The Node worker exited or closed its stdout."""
+    """The Node worker exited or closed its stdout; ``memory``: the line of its output
+    that said it ran out of memory, if one did."""
+
+    def __init__(self, message: str, memory: str | None = None) -> None:
+        super().__init__(message)
+        self.memory = memory
+
+    def as_render_error(self, kind: str) -> RenderError:
+        if self.memory is not None:
+            return RenderError(f"the Remotion worker ran out of memory: {self.memory}", transient=True,
+                               kind=OUT_OF_MEMORY)  # fmt: skip
+        return RenderError(str(self), transient=True, kind=kind)
 
 
 class RemotionWorker:
     """One Node render worker process and the threads that read its output."""
 
-    def __init__(self, config: SpoolConfig, serve_url: Path, tmpdir: Path) -> None:
+    def __init__(self, config: SpoolConfig, serve_url: Path, tmp: WorkerTmp) -> None:
         self._config = config
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._log_lock = threading.Lock()
         self._log: IO[bytes] | None = None
         self._tail: list[str] = []
-        self.tmpdir = tmpdir
-        tmpdir.mkdir(parents=True, exist_ok=True)
-        project = config.remotion_project
+        self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
+        self.memory: str | None = None  # the first output line saying memory ran out
+        self.tmp = tmp
+        self.tmpdir = tmpdir = tmp.path
+        project = config.remotion_project.resolve()
         argv = [
             "node",
-            str(project / "worker" / "render-worker.mjs"),
+            str(WORKER_DIR / "render-worker.mjs"),
+            "--project", str(project),
             "--serve-url", str(serve_url),
             "--browser-executable", config.browser_executable,
         ]  # fmt: skip
@@ -117,8 +116,11 @@ class RemotionWorker:
             self._log = fh
 
     def _write_log(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if self.memory is None:
+            self.memory = memory_line(text)
         with self._log_lock:
-            self._tail = [*self._tail[-19:], line.decode("utf-8", "replace").rstrip()]
+            self._tail = [*self._tail[-19:], text]
             if self._log is not None:
                 self._log.write(line)
                 self._log.flush()
@@ -153,7 +155,7 @@ class RemotionWorker:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
-            raise WorkerDied(self.describe_death()) from exc
+            raise WorkerDied(self.describe_death(), self.memory) from exc
 
     def next_event(self, timeout: float) -> dict[str, Any] | None:
         """The next protocol event, or None on timeout; raises WorkerDied at EOF."""
@@ -163,7 +165,7 @@ class RemotionWorker:
             return None
         if event is None:
             self._events.put(None)  # keep reporting death to later callers
-            raise WorkerDied(self.describe_death())
+            raise WorkerDied(self.describe_death(), self.memory)
         return event
 
     def wait_ready(self) -> dict[str, Any]:
@@ -174,8 +176,11 @@ class RemotionWorker:
                 continue
             if event["type"] == "ready":
                 self.baseline = set(os.listdir(self.tmpdir))
+                self.ffprobe = event.get("ffprobe")
                 return event
             if event["type"] == "fatal":
+                if event.get("kind") == "setup":
+                    raise setup_error(str(event.get("message")))
                 raise RenderError(f"Remotion worker failed to start: {event.get('message')}", transient=True,
                                   kind="worker")  # fmt: skip
         raise RenderError("Remotion worker did not become ready in time", transient=True, kind="worker")
@@ -189,9 +194,13 @@ class RemotionWorker:
         return f"the Remotion worker died ({how})" + (f": {last[:300]}" if last else "")
 
     def clean_tmp(self) -> None:
-        """Delete what the last render left in the worker's TMPDIR (the browser's own
-        profile, present since start-up, stays)."""
+        """Delete what the last render left in the worker's TMPDIR. The browser's own
+        files stay (a browser relaunched after a crash made new ones after ``baseline``);
+        a killed browser's profile goes."""
+        self.tmp.remove_dead_profiles()
         for name in set(os.listdir(self.tmpdir)) - self.baseline:
+            if name.startswith(BROWSER_FILES):
+                continue
             path = self.tmpdir / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -210,7 +219,7 @@ class RemotionWorker:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        self.tmp.remove()
 
 
 class RemotionRenderer:
@@ -218,7 +227,6 @@ class RemotionRenderer:
 
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
-        remove_stale_worker_tmpdirs()
         self._worker: RemotionWorker | None = None
         self._serve_url: Path | None = None
         self.workers_started = 0
@@ -231,13 +239,11 @@ class RemotionRenderer:
             worker = self._worker = None
         if worker is None:
             if not Path(self._config.browser_executable).exists():
-                raise RenderError(
+                raise setup_error(
                     f"browser {self._config.browser_executable} not found: install Debian's chromium "
-                    "(scripts/setup.sh does) or set browser_executable",
-                    transient=True,
-                    kind="setup",
+                    "(scripts/setup.sh does) or set browser_executable"
                 )
-            worker = RemotionWorker(self._config, serve_url, worker_tmpdir())
+            worker = RemotionWorker(self._config, serve_url, WorkerTmp())
             worker.set_log(log_fh)  # start-up errors belong in the job's log too
             request.on_spawn(worker.pgid)
             try:
@@ -245,32 +251,55 @@ class RemotionRenderer:
             except (RenderError, WorkerDied) as exc:
                 worker.stop()
                 if isinstance(exc, WorkerDied):
-                    raise RenderError(str(exc), transient=True, kind="worker") from exc
+                    raise exc.as_render_error("worker") from exc
                 raise
             self._worker, self._serve_url = worker, serve_url
             self.workers_started += 1
         return worker
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
-        spec = request.spec
+        # A job whose last attempt ran out of memory is not tried the same way again: this
+        # attempt renders one frame at a time, and running out again is final.
+        after_oom = _last_attempt_ran_out_of_memory(request.job_file.parent)
+        concurrency = 1 if after_oom else request.threads
+        kills_before = oom_kills()
         with open(request.log, "ab") as log_fh:
-            worker = self._ensure_worker(request, log_fh)
-            request.on_spawn(worker.pgid)
-            worker.set_log(log_fh)
+            if after_oom:
+                log_fh.write(b"--- the last attempt ran out of memory: this one renders at concurrency 1\n")
             try:
-                return self._render_with(worker, request, progress, cancel)
-            except WorkerDied as exc:
-                self._discard_worker()
-                raise RenderError(str(exc), transient=True, kind="worker-died") from exc
+                return self._render_on_worker(request, concurrency, log_fh, progress, cancel)
+            except RenderError as exc:
+                verdict = _memory_verdict(exc, kills_before, concurrency)
+                if verdict is exc:
+                    raise
+                raise verdict from exc
             finally:
-                worker.set_log(None)
-                if self._worker is worker:
-                    worker.clean_tmp()
-                request.on_spawn(None)
-                log_fh.write(f"--- end of {spec.id} run log\n".encode())
+                log_fh.write(f"--- end of {request.spec.id} run log\n".encode())
+
+    def _render_on_worker(
+        self, request: RenderRequest, concurrency: int, log_fh: IO[bytes], progress: ProgressFn, cancel: CancelToken
+    ) -> RenderResult:
+        worker = self._ensure_worker(request, log_fh)
+        request.on_spawn(worker.pgid)
+        worker.set_log(log_fh)
+        try:
+            return self._render_with(worker, request, concurrency, progress, cancel)
+        except WorkerDied as exc:
+            self._discard_worker()
+            raise exc.as_render_error("worker-died") from exc
+        finally:
+            worker.set_log(None)
+            if self._worker is worker:
+                worker.clean_tmp()
+            request.on_spawn(None)
 
     def _render_with(
-        self, worker: RemotionWorker, request: RenderRequest, progress: ProgressFn, cancel: CancelToken
+        self,
+        worker: RemotionWorker,
+        request: RenderRequest,
+        concurrency: int,
+        progress: ProgressFn,
+        cancel: CancelToken,
     ) -> RenderResult:
         job_id = f"{request.spec.id}#{request.attempt}"
         settings = request.settings
@@ -281,9 +310,10 @@ class RemotionRenderer:
                 "composition": request.spec.composition,
                 "inputProps": request.props,
                 "outputLocation": str(request.output),
-                "concurrency": request.threads,
-                "codec": settings.get("codec", "h264"),
-                "scale": settings.get("scale", 1),
+                "concurrency": concurrency,
+                # Unset: remotion.config.ts's defaults, then Remotion's.
+                "codec": settings.get("codec"),
+                "scale": settings.get("scale"),
                 "crf": settings.get("crf"),
             }
         )
@@ -333,9 +363,8 @@ class RemotionRenderer:
     def verify(self, request: RenderRequest, result: RenderResult) -> None:
         verify_nonempty(request.output)
         expected = result.details.get("frames")
-        ffprobe = next((self._config.remotion_project / p for p in FFPROBE_PATHS
-                        if (self._config.remotion_project / p).exists()), None)  # fmt: skip
-        if ffprobe is None or not expected or request.settings.get("codec", "h264") == "gif":
+        ffprobe = self._worker.ffprobe if self._worker is not None else None
+        if ffprobe is None or not expected or result.details.get("codec") in UNCOUNTED_CODECS:
             return
         proc = subprocess.run(
             [str(ffprobe), "-v", "error", "-count_frames", "-select_streams", "v:0",
@@ -370,7 +399,7 @@ def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
     stats = done.get("stats") or {}
     return {
         "composition_frames": started.get("durationInFrames"),
-        "frames": done.get("durationInFrames", started.get("durationInFrames")),
+        "frames": done.get("frameCount", done.get("durationInFrames", started.get("durationInFrames"))),
         "fps": done.get("fps", started.get("fps")),
         "width": done.get("width", started.get("width")),
         "height": done.get("height", started.get("height")),
@@ -387,3 +416,37 @@ def _classify(event: dict[str, Any]) -> RenderError:
     if location and str(location) not in message:
         message = f"{message} (at {location})"
     return RenderError(message, transient=kind not in PERMANENT_KINDS, kind=kind)
+
+
+def _last_attempt_ran_out_of_memory(job_dir: Path) -> bool:
+    attempts = [r for r in read_runs(job_dir) if r.outcome not in NOT_AN_ATTEMPT]
+    return bool(attempts) and (attempts[-1].error or {}).get("kind") == OUT_OF_MEMORY
+
+
+# Failures that a process killed for memory shows up as.
+_KILLED_KINDS = frozenset({"browser-crashed", "worker-died", "worker", "error"})
+
+
+def _memory_verdict(exc: RenderError, kills_before: int | None, concurrency: int) -> RenderError:
+    """``exc`` as an out-of-memory failure when it was one, final when the render already
+    ran one frame at a time (retrying it the same way would only exhaust memory again)."""
+    error = exc
+    if exc.kind in _KILLED_KINDS and kills_before is not None:
+        kills_after = oom_kills()
+        if kills_after is not None and kills_after > kills_before:
+            error = RenderError(
+                f"the kernel's OOM killer ended a process of the render (oom_kill {kills_before} -> {kills_after}): "
+                f"{exc.message}",
+                transient=True,
+                kind=OUT_OF_MEMORY,
+            )
+    if error.kind != OUT_OF_MEMORY:
+        return exc
+    if concurrency <= 1:
+        return RenderError(
+            f"{error.message} (not retried: it ran out of memory rendering one frame at a time; lower the "
+            "resolution or scale, or give the host more memory)",
+            transient=False,
+            kind=OUT_OF_MEMORY,
+        )
+    return RenderError(f"{error.message} (the retry renders at concurrency 1)", transient=True, kind=OUT_OF_MEMORY)

@@ -5,47 +5,8 @@
 // Text from the spool only ever reaches the page through textContent, never as HTML.
 "use strict";
 
-const STATES = ["incoming", "running", "retry", "done", "failed"];
 const ACTIVITY_MAX = 30;
 const RETRY_SHOWN = 20;
-
-let skew = 0; // server clock minus ours, from the last summary (for "ago" texts)
-
-function $(selector) {
-  return document.querySelector(selector);
-}
-
-function el(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props || {})) {
-    if (key === "dataset") Object.assign(node.dataset, value);
-    else if (key === "className") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child);
-  }
-  return node;
-}
-
-function duration(seconds) {
-  if (seconds === null || seconds === undefined) return "–";
-  const s = Math.abs(seconds);
-  if (s < 120) return `${Math.round(s)}s`;
-  if (s < 7200) return `${Math.round(s / 60)}m`;
-  if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
-  return `${(s / 86400).toFixed(1)}d`;
-}
-
-function ago(epochSeconds) {
-  if (!epochSeconds) return "–";
-  return `${duration(Date.now() / 1000 + skew - epochSeconds)} ago`;
-}
-
-function jobLink(id) {
-  return el("a", { href: `/jobs/${encodeURIComponent(id)}`, text: id });
-}
 
 function fillTable(name, rows) {
   const table = $(`#${name}`);
@@ -104,6 +65,8 @@ function renderSummary(status) {
   for (const state of STATES) $(`#count-${state}`).textContent = String(status.counts[state]);
   const backlog = status.oldest_incoming_age_seconds;
   $("#backlog").textContent = backlog === null ? "" : `oldest waiting job: ${duration(backlog)}`;
+  lastPaused = status.paused;
+  renderToolbar();
   const paused = $("#paused");
   paused.hidden = !status.paused;
   paused.textContent = status.paused ? `PAUSED: ${status.paused} — no runner claims new jobs until \`spoolrender resume\`` : "";
@@ -134,9 +97,9 @@ function renderSummary(status) {
         { dataset: { job: job.id } },
         el("td", { className: "id" }, jobLink(job.id)),
         el("td", { text: job.kind || "?" }),
-        el("td", { className: "reason", text: ((job.reason || "?").split("\n")[0] || "?").slice(0, 300) }),
+        el("td", { className: "reason", text: firstLine(job.reason, 300) }),
         el("td", { className: "num", text: ago(job.failed_at) }),
-        el("td", {}, el("a", { href: `/jobs/${encodeURIComponent(job.id)}/log`, text: "log" })),
+        el("td", {}, el("a", { href: `${jobUrl(job.id)}#log`, text: "log" })),
       ),
     ),
   );
@@ -175,9 +138,9 @@ function onState(change) {
     el("time", { text: new Date().toLocaleTimeString() }),
     jobLink(change.id),
     ": ",
-    el("span", { className: "state-tag", dataset: { state: change.previous || "" }, text: change.previous || "new" }),
+    stateTag(change.previous),
     " → ",
-    el("span", { className: "state-tag", dataset: { state: change.state }, text: change.state }),
+    stateTag(change.state),
   );
   if (change.state === "failed" && change.reason) item.append(` (${change.kind}: ${change.reason.split("\n")[0].slice(0, 200)})`);
   list.prepend(item);
@@ -185,31 +148,60 @@ function onState(change) {
   $("#activity-empty").hidden = true;
 }
 
-// --- the stream -----------------------------------------------------------------------
+// --- actions ------------------------------------------------------------------------------
 
-function connect() {
-  const connection = $("#connection");
-  const source = new EventSource("/events");
-  const on = (kind, handler) =>
-    source.addEventListener(kind, (event) => {
-      try {
-        handler(JSON.parse(event.data));
-      } catch (error) {
-        console.error(`bad ${kind} event`, error);
-      }
-    });
-  source.onopen = () => {
-    connection.dataset.state = "live";
-    connection.textContent = "live";
-  };
-  source.onerror = () => {
-    // EventSource reconnects by itself (after the server's retry delay).
-    connection.dataset.state = "reconnecting";
-    connection.textContent = "reconnecting…";
-  };
-  on("summary", renderSummary);
-  on("progress", onProgress);
-  on("state", onState);
+let lastPaused = null;
+
+function renderToolbar() {
+  const blocker = actionBlocker();
+  const pause = $("#pause-btn");
+  const resume = $("#resume-btn");
+  pause.hidden = Boolean(lastPaused);
+  resume.hidden = !lastPaused;
+  for (const button of [pause, resume, $("#submit-btn")]) {
+    button.disabled = Boolean(blocker);
+    button.title = blocker;
+  }
+  $("#toolbar-note").textContent = blocker;
 }
 
-connect();
+async function pauseOrResume(path) {
+  const { ok, body } = await act("POST", path);
+  const msg = $("#pause-msg");
+  msg.dataset.ok = ok ? "1" : "0";
+  msg.textContent = ok ? (body.paused ? "paused: runners claim no new jobs" : "resumed") : `refused: ${body.error}`;
+}
+
+$("#pause-btn").addEventListener("click", () => pauseOrResume("/pause"));
+$("#resume-btn").addEventListener("click", () => pauseOrResume("/resume"));
+
+$("#submit-file").addEventListener("change", async (event) => {
+  const file = event.target.files[0];
+  if (!file) return;
+  $("#submit-text").value = await file.text();
+  if (!$("#submit-name").value) $("#submit-name").value = file.name;
+});
+
+$("#submit-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const name = $("#submit-name").value.trim();
+  const url = name ? `/jobs?name=${encodeURIComponent(name)}` : "/jobs";
+  const { ok, body } = await act("POST", url, $("#submit-text").value, "application/yaml");
+  const result = $("#submit-result");
+  result.dataset.ok = ok ? "1" : "0";
+  $("#submit-problems").replaceChildren(...(body.problems || []).map((p) => el("li", { text: p })));
+  if (ok) {
+    result.replaceChildren("submitted: ", jobLink(body.id), ` (${body.entry})`);
+    $("#submit-text").value = "";
+    $("#submit-name").value = "";
+  } else {
+    result.textContent = `not submitted: ${body.error}`;
+  }
+});
+
+document.addEventListener("actions", renderToolbar);
+checkActions();
+
+// --- the stream -----------------------------------------------------------------------
+
+listen("/events", $("#connection"), { summary: renderSummary, progress: onProgress, state: onState });

@@ -37,6 +37,7 @@ FLAGS = (
     "--disable-sync",
     "--disable-extensions",
     "--remote-debugging-pipe",
+    "--autoplay-policy=no-user-gesture-required",  # a test may start a video without a click
 )
 
 

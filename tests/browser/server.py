@@ -109,9 +109,9 @@ class Server:
     def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
         self.proc = proc
         self.url = url
-        m = re.fullmatch(r"http://([\d.]+):(\d+)/", url)
+        m = re.fullmatch(r"http://(?:([\d.]+)|\[([\da-f:]+)\]):(\d+)/", url)
         assert m, url
-        self.host, self.port = m.group(1), int(m.group(2))
+        self.host, self.port = m.group(1) or m.group(2), int(m.group(3))
         self.log = log
 
     def connection(self, timeout: float = TIMEOUT) -> http.client.HTTPConnection:

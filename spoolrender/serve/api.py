@@ -5,16 +5,14 @@ Every answer is built by the code `status` and `show` use (:func:`status.collect
 disagree about a spool. The write actions are `submit`, `retry` and `cancel` of
 :mod:`spoolrender.control`, with their validation.
 
-Two rules keep hostile requests harmless: a job id from a request is checked against the
-job-id pattern before anything touches the filesystem, and no path is ever taken from a
-request (a log is found by listing the job's own directory, a job by listing the state
-directories).
+The middle layer of :mod:`spoolrender.serve`, below the HTTP handler, above the read
+model (:mod:`.readmodel`, which checks ids and finds entries). No path is ever taken from
+a request: a log is found by listing the job's own directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
@@ -25,19 +23,31 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, retry_failed, submit
+from spoolrender.control import cancel, pause, resume, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
-from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
-from spoolrender.layout import FINAL_NAME, SpoolLayout, new_token
-from spoolrender.lookup import Located, describe, find_job, incoming_id
+from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
+from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
+from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
+from spoolrender.serve.browse import Filters, JobIndex
+from spoolrender.serve.outputs import output_urls
+from spoolrender.serve.posters import find_ffmpeg
+from spoolrender.serve.readmodel import (
+    LIVE_STATES,
+    ApiError,
+    final_id,
+    find_entries,
+    mtime,
+    result_summary,
+)
 from spoolrender.status import (
     SCHEMA_VERSION,
     collect_status,
+    pause_reason,
     read_failure,
+    retry_info,
     running_info,
     spool_clock,
-    take_snapshot,
 )
 
 DEFAULT_LIMIT = 100
@@ -45,52 +55,8 @@ MAX_LIMIT = 1000
 DEFAULT_LOG_BYTES = 64 * 1024
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LOG_LINES = 10_000
+MAX_REASON = 200  # a pause reason: one line for `status`
 LOG_FILE = re.compile(r"run-(\d{4,})\.log")
-# Which entry of a job (several for re-runs) a client means: a live one first.
-LIVE_STATES = ("running", "retry", "incoming")
-RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
-
-
-class ApiError(SpoolrenderError):
-    """A request the API refuses: an HTTP status, a message and optional extra fields."""
-
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.extra = extra
-
-    def body(self) -> dict[str, Any]:
-        return {"error": self.message, **self.extra}
-
-
-def check_job_id(text: str) -> str:
-    """``text`` if it is a valid job id; else a 400 (before any file is looked at)."""
-    if not ID_PATTERN.fullmatch(text):
-        shown = text if len(text) <= 60 else text[:57] + "..."
-        raise ApiError(
-            400,
-            f"invalid job id {shown!r}: expected letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit, at most {defaults.MAX_ID_LENGTH} characters",
-        )
-    return text
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
-
-
-def result_summary(job_dir: Path) -> dict[str, Any] | None:
-    """The useful part of a done job's result.json (where the video is), or None."""
-    try:
-        with open(job_dir / defaults.RESULT_FILENAME, "rb") as fh:
-            result = json.loads(fh.read())
-        return {key: result.get(key) for key in RESULT_KEYS}
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -106,94 +72,79 @@ def metrics_text(config: SpoolConfig) -> str:
     return spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds)
 
 
-def _ordered(layout: SpoolLayout, state: str, names: list[str]) -> list[str]:
-    """A state's entries in the order a client wants them: queue order, or newest first."""
-    if state in ("done", "failed"):
-        stamped = [(_mtime(layout.state_dir(state) / n) or 0.0, n) for n in names]
-        return [n for _, n in sorted(stamped, reverse=True)]
-    return sorted(names)  # incoming by name; retry names sort by due time; running by id
-
-
-def list_jobs(config: SpoolConfig, *, state: str | None, limit: int, offset: int) -> dict[str, Any]:
+def list_jobs(
+    config: SpoolConfig,
+    *,
+    state: str | None,
+    limit: int,
+    offset: int,
+    filters: Filters | None = None,
+    index: JobIndex | None = None,
+) -> dict[str, Any]:
     """``GET /jobs``: one page of jobs (of one state or all), with the spool's counts.
 
     Items share their fields with the ``status --json`` objects: running items are its
     ``running`` objects, retry items its ``retry`` objects, failed items its
     ``recent_failures`` objects; each also says its ``state``. Done items carry
-    ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``.
+    ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``,
+    running ones ``started_at``, retry ones the ``kind`` of their last error. ``total``
+    counts what ``filters`` let through (:mod:`.browse`).
     """
+    filters = filters or Filters()
+    index = index or JobIndex(config)
+    posters = find_ffmpeg(config) is not None
     layout = SpoolLayout(config.spool)
-    snap = take_snapshot(layout, config.lease_seconds)
-    status = collect_status(config, snap)
-    running = {r["entry"]: r for r in status["running"]}
-    retry = {r["entry"]: r for r in status["retry"]}
-    failures = {f["entry"]: f for f in status["recent_failures"]}
+    layout.check()
+    now, fs_now = spool_clock(layout)
+    # Only the listings (as `status`, minus its per-file reads): a page reads just its items.
+    listing = {s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".")] for s in defaults.STATE_DIRS}
+    listing["incoming"] = [n for n in listing["incoming"] if is_candidate_name(n)]
     states = (state,) if state else defaults.STATE_DIRS
     jobs: list[dict[str, Any]] = []
+    total = 0
     skip = offset
     for s in states:
-        names = snap.names[s]
+        names = index.select(s, listing[s], filters)
+        total += len(names)
         if skip >= len(names):
             skip -= len(names)
             continue
-        if len(jobs) >= limit:
-            break
-        for name in _ordered(layout, s, names)[skip : skip + limit - len(jobs)]:
+        for name in names[skip : skip + max(0, limit - len(jobs))]:
             path = layout.state_dir(s) / name
             item: dict[str, Any]
             if s == "running":
-                item = running.get(name) or running_info(
-                    layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds
-                )
-            elif s == "retry" and name in retry:
-                item = retry[name]
+                item = running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+                item["started_at"] = index.time(s, name)
+            elif s == "retry":
+                item = retry_info(name, now) or {"id": name, "entry": name}
+                item["kind"] = index.kind(s, name)
             elif s == "failed":
-                item = failures.get(name) or _failed_item(path)
+                item = _failed_item(path)
             elif s == "done":
-                item = {"id": _final_id(name), "entry": name, "finished_at": _mtime(path)}
+                item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
                 item.update(result_summary(path) or {})
-            elif s == "incoming":
-                item = {"id": incoming_id(config, path), "entry": name, "queued_at": _mtime(path)}
+                item.update(output_urls(item["id"], item.get("output"), posters=posters))
             else:
-                item = {"id": name, "entry": name}
+                item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
             jobs.append({"state": s, **item})
         skip = 0
     return {
         "schema": SCHEMA_VERSION,
-        "spool": status["spool"],
-        "generated_at": status["generated_at"],
-        "counts": status["counts"],
-        "paused": status["paused"],
+        "spool": str(config.spool),
+        "generated_at": now,
+        "counts": {s: len(names) for s, names in listing.items()},
+        "paused": pause_reason(layout),
         "state": state,
-        "total": sum(snap.counts[s] for s in states),
+        "total": total,
         "offset": offset,
         "limit": limit,
         "jobs": jobs,
     }
 
 
-def _final_id(name: str) -> str:
-    m = FINAL_NAME.fullmatch(name)
-    return m.group("id") if m else name
-
-
 def _failed_item(path: Path) -> dict[str, Any]:
     kind, reason = read_failure(path)
-    return {"id": _final_id(path.name), "entry": path.name, "failed_at": _mtime(path), "kind": kind, "reason": reason}
-
-
-def by_relevance(found: list[Located]) -> list[Located]:
-    """A job's entries, the one a client means first: live ones, then newest finished."""
-    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
-    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: _mtime(w.path) or 0.0)
-    return live + finished[::-1]
-
-
-def _find(config: SpoolConfig, job_id: str) -> list[Located]:
-    found = find_job(config, check_job_id(job_id))
-    if not found:
-        raise ApiError(404, f"no job with id {job_id!r}")
-    return by_relevance(found)
+    return {"id": final_id(path.name), "entry": path.name, "failed_at": mtime(path), "kind": kind, "reason": reason}
 
 
 def _job_spec(config: SpoolConfig, where: Located) -> tuple[dict[str, Any] | None, list[str]]:
@@ -213,7 +164,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
     """
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     current = found[0]
     info = describe(config, current)
     info["entry"] = current.entry
@@ -235,8 +186,48 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     if problems:
         info["job_problems"] = problems
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
+    info["file_url"] = f"/jobs/{job_id}/file"
+    output = (info.get("result") or {}).get("output") if current.state == "done" else None
+    info.update(output_urls(job_id, output, posters=find_ffmpeg(config) is not None))
+    info["page_url"] = f"/job?id={job_id}"
     info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+    info.update(_queue_place(config, current))
     return info
+
+
+def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
+    """Where a waiting job stands: ``due`` and ``retry_position`` in retry/ (names sort by
+    due time), ``queued_at`` and ``arrived_before`` (waiting files older than it) in incoming/.
+
+    Runners claim incoming files by priority, then age: ``arrived_before`` is who came
+    first, not a promise of the claim order.
+    """
+    layout = SpoolLayout(config.spool)
+    if where.state == "retry":
+        m = RETRY_NAME.fullmatch(where.path.name)
+        names = sorted(list_names(layout.retry))
+        position = names.index(where.path.name) + 1 if where.path.name in names else None
+        return {"due": int(m.group("due")) / 1000 if m else None, "retry_position": position, "retry_total": len(names)}
+    if where.state == "incoming":
+        queued = mtime(where.path)
+        ahead = 0
+        for name in list_names(layout.incoming):
+            other = mtime(layout.incoming / name)
+            if queued is not None and other is not None and other < queued:
+                ahead += 1
+        return {"queued_at": queued, "arrived_before": ahead}
+    return {}
+
+
+def job_file(config: SpoolConfig, job_id: str) -> tuple[str, bytes]:
+    """``GET /jobs/{id}/file``: the job file as submitted (its bytes, never followed links)."""
+    for where in find_entries(config, job_id):
+        path = where.path if where.state == "incoming" else where.path / defaults.JOB_FILENAME
+        try:
+            return where.entry, read_job_bytes(path, config.max_job_bytes)
+        except JobInvalid:
+            continue  # moved on meanwhile, or not a readable regular file
+    raise ApiError(404, f"job {job_id!r} has no readable job file")
 
 
 @dataclass(frozen=True)
@@ -258,13 +249,23 @@ def _log_runs(job_dir: Path) -> dict[int, str]:
     return {int(m.group(1)): n for n in names if (m := LOG_FILE.fullmatch(n))}
 
 
-def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: int, lines: int | None) -> LogTail:
+def log_tail(
+    config: SpoolConfig,
+    job_id: str,
+    *,
+    run: int | None,
+    tail_bytes: int,
+    lines: int | None,
+    start_at: int | None = None,
+) -> LogTail:
     """``GET /jobs/{id}/log``: the end of the latest (or ``run``'s) render log of a job.
 
-    The file is found by listing the job's directory (never from a request) and opened
-    without following links; only a regular file is read.
+    With ``start_at``: what the log holds from that byte on (at most ``MAX_LOG_BYTES``,
+    the newest), so a client can follow a growing log. The file is found by listing the
+    job's directory (never from a request) and opened without following links; only a
+    regular file is read.
     """
-    for where in _find(config, job_id):
+    for where in find_entries(config, job_id):
         if where.state == "incoming":
             continue
         runs = _log_runs(where.path)
@@ -281,6 +282,8 @@ def log_tail(config: SpoolConfig, job_id: str, *, run: int | None, tail_bytes: i
             if not stat.S_ISREG(st.st_mode):
                 continue
             start = max(0, st.st_size - want)
+            if start_at is not None:
+                start = min(st.st_size, max(start_at, st.st_size - MAX_LOG_BYTES))
             data = os.pread(fd, st.st_size - start, start)
         finally:
             os.close(fd)
@@ -318,7 +321,7 @@ def submit_job(config: SpoolConfig, data: bytes, name: str | None) -> dict[str, 
 
 def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     """``POST /jobs/{id}/retry``: a failed job back to retry/ with fresh attempts."""
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     if not any(w.state == "failed" for w in found):
         raise ApiError(409, f"job {job_id!r} is {found[0].state}, not failed: nothing to retry")
     try:
@@ -330,7 +333,7 @@ def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
 
 def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:
     """``POST /jobs/{id}/cancel``: as ``spoolrender cancel`` (queued: failed now; running: its runner stops it)."""
-    found = _find(config, job_id)
+    found = find_entries(config, job_id)
     if not any(w.state in LIVE_STATES for w in found):
         raise ApiError(409, f"job {job_id!r} is already {found[0].state}: nothing to cancel")
     try:
@@ -338,3 +341,16 @@ def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:
     except SpoolrenderError as exc:  # it finished meanwhile
         raise ApiError(409, str(exc)) from exc
     return {"id": job_id, "cancelled": done}
+
+
+def pause_spool(config: SpoolConfig, reason: str) -> dict[str, Any]:
+    """``POST /pause``: as ``spoolrender pause`` (no runner on any host claims; running jobs go on)."""
+    if not reason or len(reason) > MAX_REASON or not reason.isprintable():
+        raise ApiError(400, f"reason: 1..{MAX_REASON} printable characters")
+    pause(config, reason)
+    return {"paused": reason}
+
+
+def resume_spool(config: SpoolConfig) -> dict[str, Any]:
+    """``POST /resume``: as ``spoolrender resume``."""
+    return {"paused": None, "was_paused": resume(config)}

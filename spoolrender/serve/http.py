@@ -1,8 +1,7 @@
-"""The HTTP side of `spoolrender serve`: routing, limits, auth; every answer JSON.
+"""The HTTP transport of `spoolrender serve`: parsing, limits, the Host check, auth, routing.
 
-What the answers say comes from :mod:`spoolrender.serve_api` and
-:mod:`spoolrender.serve_events`; this module only turns requests into calls and results
-into responses, and refuses whatever is malformed or too big before it reaches them:
+The endpoints themselves are methods of :class:`.routes.SpoolHandler`; this module finds
+the method for a request and refuses whatever is malformed or too big before it reaches it:
 the request target is capped at ``MAX_URL`` bytes, headers at ``MAX_HEADER_BYTES``, the
 query at ``MAX_QUERY_FIELDS`` known fields, a body at the spool's ``max_job_bytes``. Path
 segments are percent-decoded one by one and ``.``/``..``, slashes, backslashes, NUL and
@@ -12,43 +11,31 @@ control characters are refused; ids must match the job-id pattern. Errors are
 
 from __future__ import annotations
 
-import hmac
+import io
 import json
 import logging
+import os
 import re
+import select
+import socket
+import socketserver
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-
-from spoolrender import __version__, defaults
+from spoolrender import __version__
+from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.lookup import find_job
-from spoolrender.serve_api import (
-    DEFAULT_LIMIT,
-    DEFAULT_LOG_BYTES,
-    MAX_LIMIT,
-    MAX_LOG_BYTES,
-    MAX_LOG_LINES,
-    ApiError,
-    cancel_job,
-    check_job_id,
-    job_detail,
-    list_jobs,
-    log_tail,
-    metrics_text,
-    retry_job,
-    status_document,
-    submit_job,
-)
-from spoolrender.serve_events import current_job_events, encode_unsequenced
-
-if TYPE_CHECKING:
-    from spoolrender.serve import SpoolServer
+from spoolrender.serve.auth import bearer_matches
+from spoolrender.serve.browse import JobIndex
+from spoolrender.serve.events import EventHub
+from spoolrender.serve.history import HistoryRecorder
+from spoolrender.serve.listen import HostPolicy
+from spoolrender.serve.readmodel import ApiError, check_job_id
 
 log = logging.getLogger(__name__)
 
@@ -56,29 +43,102 @@ MAX_URL = 4096  # request target, bytes
 MAX_HEADER_BYTES = 16 * 1024
 MAX_QUERY_FIELDS = 8
 SOCKET_TIMEOUT = 15.0  # a client that stalls this long (reading or being written to) is dropped
+BODY_SECONDS = 60.0  # a request body (a job file, max_job_bytes at most) must be in within this
+GONE_CHECK_SECONDS = 0.25  # how soon an event stream notices that its client went away
 RETRY_MS = 2000  # EventSource reconnect delay
+FILE_CHUNK = 256 * 1024  # outputs are sent in pieces this big
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
+    "/common.js": ("common.js", "text/javascript; charset=utf-8"),
+    "/job": ("job.html", "text/html; charset=utf-8"),
+    "/job.js": ("job.js", "text/javascript; charset=utf-8"),
+    "/browse": ("browse.html", "text/html; charset=utf-8"),
+    "/browse.js": ("browse.js", "text/javascript; charset=utf-8"),
+    "/plots.js": ("plots.js", "text/javascript; charset=utf-8"),
 }
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "media-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
-Route = Callable[["RequestHandler", dict[str, str], list[str]], None]
+Route = Callable[[Any, dict[str, str], list[str]], None]  # a handler method: (self, query, path args)
+NO_PARAMS: frozenset[str] = frozenset()
+# shape -> (allowed methods for the Allow header, {method: (handler, query parameters)})
+RouteTable = dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, tuple[Route, frozenset[str]]]]]
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a request handler needs of the server process (built by :mod:`.server`)."""
+
+    config: SpoolConfig
+    token: str | None  # write actions: off while None (see .auth)
+    keepalive_seconds: float  # event streams: a comment after this long without an event
+    header_seconds: float  # the request line and headers must be in within this
+    hub: EventHub
+    streams: threading.BoundedSemaphore  # event streams at once
+    static: dict[str, bytes]  # the dashboard's files by name
+    hosts: HostPolicy  # the Host header check (DNS rebinding)
+    index: JobIndex  # what listings do not say (times, error kinds), read once per entry
+    history: HistoryRecorder  # the samples behind the dashboard's plots
+
+
+class DeadlineReader(io.RawIOBase):
+    """A socket's reading side with a deadline for the whole, not just for each read.
+
+    The socket timeout alone bounds one read, so a client sending a header line every few
+    seconds could hold its connection (and thread) for ever: slowloris. Each read here
+    waits at most until the deadline, and none starts after it.
+    """
+
+    def __init__(self, sock: socket.socket, per_read: float) -> None:
+        super().__init__()
+        self.sock = sock
+        self.per_read = per_read
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        timeout = self.per_read
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long to arrive")
+            timeout = min(timeout, left)
+        self.sock.settimeout(timeout)
+        return self.sock.recv_into(buffer)
 
 
 class RequestHandler(BaseHTTPRequestHandler):
-    """Routes one request; every answer, errors included, is JSON (or the dashboard's files)."""
+    """Parses, checks and routes one request to a method of a subclass (:mod:`.routes`).
 
-    server: SpoolServer
+    Every answer, errors included, is JSON, unless a route sends something else.
+    """
+
+    routes: ClassVar[RouteTable] = {}
+
     server_version = f"spoolrender/{__version__}"
     protocol_version = "HTTP/1.0"  # one request per connection: no body framing to get wrong
     default_request_version = "HTTP/1.0"  # so that even a garbled request gets a status line
     timeout = SOCKET_TIMEOUT
+
+    def __init__(self, request: Any, client_address: Any, server: socketserver.BaseServer, *, site: Site) -> None:
+        self.site = site  # before the base class, which handles the request in __init__
+        super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        super().setup()
+        # The request line and headers, however slowly they come, within header_seconds;
+        # the body (checked against max_job_bytes first) gets a deadline of its own.
+        self._reader = DeadlineReader(self.connection, SOCKET_TIMEOUT)
+        self._reader.deadline = time.monotonic() + self.site.header_seconds
+        self.rfile = io.BufferedReader(self._reader)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -110,6 +170,30 @@ class RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _send_file(
+        self, status: int, fd: int, start: int, length: int, content_type: str, headers: dict[str, str]
+    ) -> None:
+        """``length`` bytes of the open file ``fd`` from ``start`` (not for HEAD), in chunks."""
+        self.close_connection = True
+        self._responded = True
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(length))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        offset, end = start, start + length
+        while offset < end:
+            chunk = os.pread(fd, min(FILE_CHUNK, end - offset), offset)
+            if not chunk:  # truncated meanwhile: the client sees a short body, never other bytes
+                break
+            self.wfile.write(chunk)
+            offset += len(chunk)
+
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         body = (json.dumps(obj, default=str) + "\n").encode()
         self._send(status, body, "application/json", headers)
@@ -137,6 +221,8 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         self._responded = False
+        self._reader.deadline = time.monotonic() + BODY_SECONDS
+        self.connection.settimeout(SOCKET_TIMEOUT)  # for writing: a reader's timeout may be shorter
         try:
             self._check_limits()
             route, params, args = self._route(method)
@@ -170,7 +256,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if sum(len(k) + len(v) + 4 for k, v in self.headers.items()) > MAX_HEADER_BYTES:
             raise ApiError(431, f"request headers larger than {MAX_HEADER_BYTES} bytes")
         host = self.headers.get("Host")
-        if host is not None and not self.server.host_allowed(host):
+        if host is not None and not self.site.hosts.allows(host, str(self.connection.getsockname()[0])):
             raise ApiError(
                 403,
                 f"Host {host[:100]!r} is not served here (DNS rebinding protection); "
@@ -190,7 +276,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             if segment in (".", "..") or any(c in segment for c in "/\\\x00") or not segment.isprintable():
                 raise ApiError(400, "invalid path: no '.', '..', slashes, backslashes or control characters")
             segments.append(segment)
-        found = ROUTES.get(_shape(segments))
+        found = self.routes.get(_shape(segments))
         if found is None:
             raise ApiError(404, f"no such endpoint: {raw_path[:100]} (see GET /)")
         allowed, routes = found
@@ -221,115 +307,33 @@ class RequestHandler(BaseHTTPRequestHandler):
             params[key] = value
         return params
 
-    # --- reading ----------------------------------------------------------------------------
-
-    def get_static(self, params: dict[str, str], args: list[str]) -> None:
-        name, content_type = STATIC[args[0]]
-        headers = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
-        self._send(200, self.server.static[name], content_type, headers)
-
-    def get_status(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, status_document(self.server.config))
-
-    def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
-        state = params.get("state") or None
-        if state is not None and state not in defaults.STATE_DIRS:
-            raise ApiError(400, f"unknown state {state[:40]!r} (known: {', '.join(defaults.STATE_DIRS)})")
-        limit = _int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        offset = _int_param(params, "offset", 0, 0, 10**9)
-        self._send_json(200, list_jobs(self.server.config, state=state, limit=limit, offset=offset))
-
-    def get_job(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, job_detail(self.server.config, args[0]))
-
-    def get_log(self, params: dict[str, str], args: list[str]) -> None:
-        if "bytes" in params and "lines" in params:
-            raise ApiError(400, "give either bytes or lines, not both")
-        tail = _int_param(params, "bytes", DEFAULT_LOG_BYTES, 0, MAX_LOG_BYTES)
-        lines = _int_param(params, "lines", 0, 0, MAX_LOG_LINES) if "lines" in params else None
-        run = _int_param(params, "run", 0, 1, 9999) if "run" in params else None
-        tail_ = log_tail(self.server.config, args[0], run=run, tail_bytes=tail, lines=lines)
-        headers = {
-            "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
-            "X-Spoolrender-Log-Size": str(tail_.size),
-            "X-Spoolrender-Log-Offset": str(tail_.offset),
-        }
-        self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
-
-    def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
-        self._send(200, metrics_text(self.server.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
-
-    def get_events(self, params: dict[str, str], args: list[str]) -> None:
-        job = check_job_id(params["job"]) if "job" in params else None
-        if job is not None and not find_job(self.server.config, job):
-            raise ApiError(404, f"no job with id {job!r}")
-        if not self.server.streams.acquire(blocking=False):
-            raise ApiError(503, "too many event streams open; try again later")
+    def _client_gone(self) -> bool:
+        """Whether the client closed its side (an event stream's client only ever reads)."""
         try:
-            self._stream(job)
-        finally:
-            self.server.streams.release()
-
-    def _stream(self, job: str | None) -> None:
-        hub, config = self.server.hub, self.server.config
-        self.close_connection = True
-        with hub.subscription():
-            self._responded = True
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Accel-Buffering", "no")  # nginx: do not buffer the stream
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(f"retry: {RETRY_MS}\n: spoolrender events\n\n".encode())
-
-            def catch_up() -> int:
-                # Where the stream starts (or starts again after falling behind): now.
-                if job is not None:
-                    after = hub.last_seq()  # before reading, so no later change is missed
-                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in current_job_events(config, job)))
-                    return after
-                summary = hub.latest_summary()
-                self.wfile.write(summary.encode(hub.boot))
-                return summary.seq
-
-            resumed = hub.resume_point(self.headers.get("Last-Event-ID"))
-            after = resumed if resumed is not None else catch_up()
-            keepalive = self.server.options.keepalive_seconds
-            written = time.monotonic()
-            while not hub.stopped:
-                events = hub.wait(after, keepalive)
-                if events is None:
-                    catch_up()
-                    after = hub.last_seq()
-                    written = time.monotonic()
-                    continue
-                wanted = [e for e in events if job is None or (e.job == job and e.kind != "summary")]
-                if wanted:
-                    self.wfile.write(b"".join(e.encode(hub.boot) for e in wanted))
-                    written = time.monotonic()
-                elif time.monotonic() - written >= keepalive:
-                    # Also on a busy spool for a quiet job: proxies keep the stream open, and a
-                    # client that went away is noticed.
-                    self.wfile.write(b": keepalive\n\n")
-                    written = time.monotonic()
-                if events:
-                    after = events[-1].seq
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            # Readable on a stream means the end (b"") or a reset; stray bytes are dropped.
+            return bool(self.connection.recv(4096, socket.MSG_DONTWAIT) == b"")
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
     # --- writing ----------------------------------------------------------------------------
 
     def _authorize(self) -> None:
-        token = self.server.config.serve_token
+        token = self.site.token
         if token is None:
             raise ApiError(
                 403,
-                "write actions are disabled: set serve_token in the spool's spoolrender.yaml "
-                "and restart `spoolrender serve` to enable them",
+                "write actions are disabled: set serve_token_file (or serve_token) in the spool's "
+                "spoolrender.yaml and restart `spoolrender serve` to enable them",
             )
-        scheme, _, value = (self.headers.get("Authorization") or "").strip().partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
+        matches = bearer_matches(self.headers.get("Authorization"), token)
+        if matches is None:
             raise ApiError(401, "this needs the header Authorization: Bearer <serve_token>")
-        if not hmac.compare_digest(value.strip().encode(), token.encode()):
+        if not matches:
             raise ApiError(403, "wrong token")
 
     def _body(self) -> bytes:
@@ -338,7 +342,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         length = (self.headers.get("Content-Length") or "").strip()
         if not length:
             raise ApiError(411, "Content-Length required")
-        limit = self.server.config.max_job_bytes
+        limit = self.site.config.max_job_bytes
         if not length.isdigit() or len(length) > 18:
             raise ApiError(400, "invalid Content-Length")
         if int(length) > limit:
@@ -348,26 +352,8 @@ class RequestHandler(BaseHTTPRequestHandler):
             raise ApiError(400, "the body ended before Content-Length bytes")
         return data
 
-    def post_jobs(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        name = params.get("name")
-        header = self.headers.get("X-Spoolrender-Name")
-        if name is not None and header is not None and name != header:
-            raise ApiError(400, "the name in the query and in X-Spoolrender-Name differ")
-        result = submit_job(self.server.config, self._body(), name if name is not None else header)
-        self._send_json(201, result, {"Location": result["url"]})
 
-    def post_retry(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        self._send_json(200, retry_job(self.server.config, args[0]))
-
-    def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
-        self._authorize()
-        who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
-        self._send_json(200, cancel_job(self.server.config, args[0], who))
-
-
-def _int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+def int_param(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     text = params.get(name)
     if text is None:
         return default
@@ -383,29 +369,3 @@ def _shape(segments: list[str]) -> tuple[str, ...]:
     if not segments:
         return ("",)
     return tuple(segments)
-
-
-NO_PARAMS: frozenset[str] = frozenset()
-# shape -> (allowed methods for the Allow header, {method: (handler, query parameters)})
-ROUTES: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, tuple[Route, frozenset[str]]]]] = {}
-
-
-def _add(shape: tuple[str, ...], **methods: tuple[Route, frozenset[str]]) -> None:
-    ROUTES[shape] = (tuple(methods), methods)
-
-
-_add(("",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("app.js",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("style.css",), GET=(RequestHandler.get_static, NO_PARAMS))
-_add(("status",), GET=(RequestHandler.get_status, NO_PARAMS))
-_add(
-    ("jobs",),
-    GET=(RequestHandler.get_jobs, frozenset({"state", "limit", "offset"})),
-    POST=(RequestHandler.post_jobs, frozenset({"name"})),
-)
-_add(("jobs", "{id}"), GET=(RequestHandler.get_job, NO_PARAMS))
-_add(("jobs", "{id}", "log"), GET=(RequestHandler.get_log, frozenset({"bytes", "lines", "run"})))
-_add(("jobs", "{id}", "retry"), POST=(RequestHandler.post_retry, NO_PARAMS))
-_add(("jobs", "{id}", "cancel"), POST=(RequestHandler.post_cancel, NO_PARAMS))
-_add(("events",), GET=(RequestHandler.get_events, frozenset({"job"})))
-_add(("metrics",), GET=(RequestHandler.get_metrics, NO_PARAMS))

@@ -1,5 +1,8 @@
 """Server-sent events for `spoolrender serve`: spool snapshots, taken periodically and diffed.
 
+A layer of :mod:`spoolrender.serve` below the HTTP handler and beside the API; it reads
+the spool through :mod:`spoolrender.status` and the read model (:mod:`.readmodel`).
+
 Runners keep no event log that a server could tail: the spool's directories are the only
 truth, on every host that mounts them. So the hub takes the snapshot `status` takes every
 ``poll_seconds`` (only while somebody listens), compares it with the previous one and
@@ -39,7 +42,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
 from spoolrender.lookup import find_job, incoming_id
-from spoolrender.serve_api import by_relevance, result_summary
+from spoolrender.serve.readmodel import by_relevance, result_summary
 from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,91 @@
+"""The write token of `spoolrender serve`: where it may come from, and checking a request's.
+
+Whoever knows the token can submit, cancel and retry jobs, so it must not sit in a file
+every local user can read (as OpenSSH refuses a private key others can read). It comes
+from one of:
+
+- ``serve_token_file``: a regular file, neither readable nor writable by others and not
+  writable by its group (group read is fine: the spool's operators); the first line is
+  the token;
+- ``serve_token`` in the spool's ``spoolrender.yaml``: only if that file is not readable
+  by others (``init`` makes it readable by everyone: the runners of every host read it);
+- ``SPOOLRENDER_SERVE_TOKEN`` in the server's environment.
+
+Anything else is refused with the reason and the fix, before the server listens.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import stat
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig, config_file_settings
+from spoolrender.errors import ConfigError
+
+MAX_TOKEN_FILE_BYTES = 4096
+MIN_TOKEN_LENGTH = 16
+# Others must have no access at all; the group may read (not write) a token file.
+TOKEN_FILE_FORBIDDEN = stat.S_IRWXO | stat.S_IWGRP
+
+
+def load_serve_token(config: SpoolConfig) -> str | None:
+    """The token that enables write actions (None: read-only), or a ConfigError saying why not."""
+    if config.serve_token_file is not None:
+        return _read_token_file(config)
+    if config.serve_token is not None and "serve_token" in config_file_settings(config.spool):
+        config_path = config.spool / defaults.CONFIG_FILENAME
+        try:
+            mode = stat.S_IMODE(os.stat(config_path).st_mode)
+        except OSError as exc:
+            raise ConfigError(f"{config_path}: cannot check who may read serve_token: {exc}") from exc
+        if mode & stat.S_IROTH:
+            raise ConfigError(
+                f"{config_path} holds serve_token but other users can read it (mode {mode:04o}): "
+                "anyone on this host could submit, cancel and retry jobs. Move it to a file only you "
+                "(and the spool's group) can read, e.g. serve-token in the spool with `chmod 600`, and "
+                f"set serve_token_file: serve-token instead; or `chmod o-r {config_path}`"
+            )
+    return config.serve_token
+
+
+def _read_token_file(config: SpoolConfig) -> str:
+    path = config.serve_token_file
+    assert path is not None
+    try:
+        # Opened once and checked by fstat, so the checked file is the one read (no swap
+        # in between); a symlink to a safe file is fine (secret mounts are symlinks).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"serve_token_file {path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"serve_token_file {path}: not a regular file")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & TOKEN_FILE_FORBIDDEN:
+            raise ConfigError(
+                f"serve_token_file {path} is open to other users (mode {mode:04o}): anyone who can "
+                f"read or change it controls the spool; `chmod 600 {path}` (or 640 for the spool's group)"
+            )
+        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    token = lines[0].strip() if lines else ""
+    if len(data) > MAX_TOKEN_FILE_BYTES or len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        raise ConfigError(
+            f"serve_token_file {path}: expected the token on the first line, "
+            f"at least {MIN_TOKEN_LENGTH} characters without spaces"
+        )
+    return token
+
+
+def bearer_matches(authorization: str | None, token: str) -> bool | None:
+    """Whether an ``Authorization`` header carries ``token`` (None: no bearer token in it)."""
+    scheme, _, value = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    # Constant time: the comparison must not tell a client how much of a guess was right.
+    return hmac.compare_digest(value.strip().encode(), token.encode())

@@ -1,0 +1,170 @@
+"""Browsing a state of the spool: its entries in order, filtered, without re-reading them all.
+
+A page of ``GET /jobs`` starts from the directory listing (as ``status`` does), never from
+an index that could disagree with the spool. What a listing cannot tell (when a job
+finished, what kind of error failed it) is read once per entry and kept in a
+:class:`JobIndex` for the server's lifetime: a done or failed entry never changes, a
+retry entry gets a new name for each attempt, so a cached fact is never stale, and the
+cache forgets names that left the listing. A server reads every finished job's time once
+at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
+
+Order: incoming by name, running by name (id), retry by name (due time first), done and
+failed newest first (by the time their result or failure was written). Times: incoming
+queued (file mtime), running started (its heartbeat), retry due, done/failed finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig
+from spoolrender.heartbeat import read_heartbeat
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.records import read_runs
+from spoolrender.serve.readmodel import ApiError
+
+MAX_QUERY_LENGTH = 200
+# The file whose mtime says when an entry got into its state (written just before the move).
+STAMP_FILE = {"done": defaults.RESULT_FILENAME, "failed": defaults.FAILURE_FILENAME}
+KIND_STATES = ("retry", "failed")  # the states whose entries carry an error kind
+NAME_PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a client narrows a listing to; every field optional."""
+
+    text: str | None = None  # a substring of the id (in incoming/: of the file name), any case
+    kind: str | None = None  # the error kind (retry and failed entries)
+    since: float | None = None  # the entry's time (see :meth:`JobIndex.time`), inclusive
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.text is not None and (len(self.text) > MAX_QUERY_LENGTH or not self.text.isprintable()):
+            raise ApiError(400, f"q: at most {MAX_QUERY_LENGTH} printable characters")
+        if self.kind is not None and (len(self.kind) > 100 or not self.kind.isprintable()):
+            raise ApiError(400, "kind: at most 100 printable characters")
+        if self.since is not None and self.until is not None and self.until < self.since:
+            raise ApiError(400, "until is before since")
+
+    @property
+    def timed(self) -> bool:
+        return self.since is not None or self.until is not None
+
+
+def _name_id(state: str, name: str) -> str:
+    """The job id an entry name carries (in incoming/: the file name)."""
+    m = NAME_PATTERNS[state].fullmatch(name) if state in NAME_PATTERNS else None
+    return m.group("id") if m else name
+
+
+class JobIndex:
+    """What the listing does not say about an entry, read once: its time and error kind."""
+
+    def __init__(self, config: SpoolConfig) -> None:
+        self.layout = SpoolLayout(config.spool)
+        self._lock = threading.Lock()
+        self._times: dict[str, dict[str, float | None]] = {s: {} for s in defaults.STATE_DIRS}
+        self._kinds: dict[str, dict[str, str | None]] = {s: {} for s in KIND_STATES}
+        self._last: dict[str, tuple[list[str], Filters, list[str]]] = {}
+        self._unknown_time = False
+
+    def time(self, state: str, name: str) -> float | None:
+        """When the entry entered its state (running: its run started; retry: it is due), epoch seconds."""
+        if state == "retry":
+            m = RETRY_NAME.fullmatch(name)
+            return int(m.group("due")) / 1000 if m else None
+        known = self._times[state]
+        if name not in known and state == "running":
+            # The directory's mtime moves with every heartbeat: the run's start is in the heartbeat.
+            hb = read_heartbeat(self.layout.running / name)
+            if hb is None or hb.started is None:
+                return None
+            known[name] = hb.started
+        if name not in known:
+            path = self.layout.state_dir(state) / name
+            if state in STAMP_FILE:
+                path = path / STAMP_FILE[state]
+            try:
+                known[name] = os.stat(path).st_mtime
+            except OSError:
+                return None  # moved on meanwhile (or being written): ask again next time
+        return known[name]
+
+    def kind(self, state: str, name: str) -> str | None:
+        if state not in KIND_STATES:
+            return None
+        known = self._kinds[state]
+        if name not in known:
+            job_dir = self.layout.state_dir(state) / name
+            if state == "failed":
+                try:
+                    with open(job_dir / defaults.FAILURE_FILENAME, "rb") as fh:
+                        failure = json.loads(fh.read())
+                    known[name] = str(failure.get("kind")) if isinstance(failure, dict) else None
+                except (OSError, ValueError):
+                    return None
+            else:
+                runs = read_runs(job_dir)
+                errors = [r.error for r in runs if r.error]
+                known[name] = str(errors[-1].get("kind")) if errors else None
+        return known[name]
+
+    def warm(self) -> None:
+        """Read every finished entry's time now (a server's start-up thread), so that the
+        first page a client asks for on a big spool is as quick as the next."""
+        for state in STAMP_FILE:
+            for name in list_names(self.layout.state_dir(state)):
+                with self._lock:  # one entry at a time: requests are never held up for long
+                    self.time(state, name)
+
+    def select(self, state: str, names: list[str], filters: Filters) -> list[str]:
+        """``names`` (a fresh listing of ``state``) in order, narrowed by ``filters``.
+
+        The last answer per state is kept: paging through an unchanged directory (the same
+        listing, compared in one pass) with the same filters does not sort it again.
+        """
+        with self._lock:
+            last = self._last.get(state)
+            if last is not None and last[1] == filters and last[0] == names:
+                return last[2]
+            self._unknown_time = False
+            chosen = self._select(state, names, filters)
+            if not self._unknown_time:  # an entry without a time yet gets its place next time
+                self._last[state] = (names, filters, chosen)
+            return chosen
+
+    def _select(self, state: str, names: list[str], filters: Filters) -> list[str]:
+        self._forget_gone(state, names)
+        chosen = names
+        if filters.text:
+            needle = filters.text.lower()
+            chosen = [n for n in chosen if needle in _name_id(state, n).lower()]
+        if filters.kind is not None:
+            chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
+        if filters.timed or state in STAMP_FILE:
+            stamped = [(self.time(state, n), n) for n in chosen]
+            if filters.timed:
+                low = filters.since if filters.since is not None else float("-inf")
+                high = filters.until if filters.until is not None else float("inf")
+                stamped = [(t, n) for t, n in stamped if t is not None and low <= t <= high]
+            if state in STAMP_FILE:  # newest first; an unreadable time sorts last
+                unknown = float("-inf")
+                self._unknown_time = any(t is None for t, _ in stamped)
+                stamped = [(unknown if t is None else t, n) for t, n in stamped]
+                stamped.sort(reverse=True)
+                return [n for _, n in stamped]
+            chosen = [n for _, n in stamped]
+        return sorted(chosen)
+
+    def _forget_gone(self, state: str, names: list[str]) -> None:
+        present = set(names)
+        times, kinds = self._times[state], self._kinds.get(state, {})
+        for name in [n for n in times if n not in present]:
+            del times[name]
+        for name in [n for n in kinds if n not in present]:
+            del kinds[name]

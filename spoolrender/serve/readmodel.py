@@ -1,0 +1,86 @@
+"""The read model of `spoolrender serve`: how a job id from a request becomes spool entries.
+
+The bottom spool layer of :mod:`spoolrender.serve`, shared by the API (:mod:`.api`) and
+the event stream (:mod:`.events`). A job id from a request is checked against the job-id
+pattern before anything touches the filesystem, and no path is ever taken from a request:
+a job is found by listing the state directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import SpoolrenderError
+from spoolrender.jobfile import ID_PATTERN
+from spoolrender.layout import FINAL_NAME
+from spoolrender.lookup import Located, find_job
+
+# Which entry of a job (several for re-runs) a client means: a live one first.
+LIVE_STATES = ("running", "retry", "incoming")
+RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
+
+
+class ApiError(SpoolrenderError):
+    """A request the API refuses: an HTTP status, a message and optional extra fields."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, **self.extra}
+
+
+def check_job_id(text: str) -> str:
+    """``text`` if it is a valid job id; else a 400 (before any file is looked at)."""
+    if not ID_PATTERN.fullmatch(text):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise ApiError(
+            400,
+            f"invalid job id {shown!r}: expected letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit, at most {defaults.MAX_ID_LENGTH} characters",
+        )
+    return text
+
+
+def mtime(path: Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def result_summary(job_dir: Path) -> dict[str, Any] | None:
+    """The useful part of a done job's result.json (where the video is), or None."""
+    try:
+        with open(job_dir / defaults.RESULT_FILENAME, "rb") as fh:
+            result = json.loads(fh.read())
+        return {key: result.get(key) for key in RESULT_KEYS}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def final_id(name: str) -> str:
+    m = FINAL_NAME.fullmatch(name)
+    return m.group("id") if m else name
+
+
+def by_relevance(found: list[Located]) -> list[Located]:
+    """A job's entries, the one a client means first: live ones, then newest finished."""
+    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
+    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: mtime(w.path) or 0.0)
+    return live + finished[::-1]
+
+
+def find_entries(config: SpoolConfig, job_id: str) -> list[Located]:
+    found = find_job(config, check_job_id(job_id))
+    if not found:
+        raise ApiError(404, f"no job with id {job_id!r}")
+    return by_relevance(found)

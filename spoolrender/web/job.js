@@ -1,0 +1,317 @@
+// The job page: /jobs/{id} (JSON) drawn once and again on every state change, the live
+// progress from /events?job={id}, the job file, and the render log followed while it grows.
+"use strict";
+
+const JOB_ID = new URLSearchParams(location.search).get("id") || "";
+const API = `/jobs/${encodeURIComponent(JOB_ID)}`;
+const LOG_KEEP = 512 * 1024; // characters of log kept on the page
+const LOG_POLL_MS = 1000;
+
+let current = null; // the last /jobs/{id} document
+let logRun = null; // the run whose log is shown
+let logOffset = 0; // bytes of it already shown
+let logTimer = null;
+let reloading = null;
+
+function fact(term, value) {
+  if (value === null || value === undefined || value === "") return [];
+  return [el("dt", { text: term }), el("dd", { text: String(value) })];
+}
+
+function setProgress(progress, stage, eta, stale) {
+  const box = $("#progress");
+  box.hidden = progress === null || progress === undefined;
+  const pct = box.hidden ? 0 : Math.round(progress * 1000) / 10;
+  const bar = box.querySelector(".bar");
+  bar.setAttribute("aria-valuenow", String(pct));
+  bar.classList.toggle("stale", Boolean(stale));
+  bar.querySelector(".fill").style.width = `${pct}%`;
+  box.querySelector(".pct").textContent = box.hidden ? "–" : `${Math.round(pct)}%`;
+  $("#place").dataset.eta = eta === null || eta === undefined ? "" : String(eta);
+  if (current && current.state === "running") {
+    $("#place").textContent = `${stage || "rendering"}${eta ? `, about ${duration(eta)} left` : ""}${stale ? " — STALE heartbeat" : ""}`;
+  }
+}
+
+function placeText(info) {
+  if (info.state === "retry" && info.due) {
+    const now = Date.now() / 1000 + skew;
+    const due = info.due <= now ? "due now" : `due in ${duration(info.due - now)} (${when(info.due)})`;
+    return `${due}; ${info.retry_position} of ${info.retry_total} in the retry queue`;
+  }
+  if (info.state === "incoming") {
+    return `waiting since ${when(info.queued_at)}; ${info.arrived_before} waiting jobs arrived before it (runners take higher priorities first)`;
+  }
+  if (info.state === "done" && info.result) return `finished ${when(info.result.finished)}`;
+  if (info.state === "failed" && info.failure) return `failed ${when(info.failure.failed_at || info.failure.finished)}`;
+  return "";
+}
+
+// A run record's outcome, in the words of the states it leads to.
+const OUTCOME_WORDS = { publishing: "rendered", retry: "retry", failed: "failed", requeue: "requeued", reset: "reset by retry" };
+
+function outcomeTag(outcome, state) {
+  const tag = stateTag(outcome === "publishing" ? "done" : outcome);
+  tag.textContent = outcome === "publishing" && state === "done" ? "done" : OUTCOME_WORDS[outcome] || outcome;
+  return tag;
+}
+
+function render(info) {
+  current = info;
+  document.title = `${info.id} · spoolrender`;
+  $("#job-id").textContent = info.id;
+  const state = $("#state");
+  state.dataset.state = info.state;
+  state.textContent = info.state;
+  $("#place").textContent = placeText(info);
+  setProgress(info.progress, info.stage, info.eta_seconds, info.stale);
+  $("#json-link").setAttribute("href", API);
+
+  const result = info.result || {};
+  const hb = info.heartbeat || {};
+  $("#facts").replaceChildren(
+    ...fact("entry", info.entry),
+    ...fact("attempts used", info.attempts),
+    ...fact("running on", hb.host ? `${hb.host} (pid ${hb.pid}, run ${hb.run})` : null),
+    ...fact("cancel requested", info.cancel_requested ? "yes: its runner stops it at the next heartbeat" : null),
+    ...fact("output", result.output),
+    ...fact("bytes", result.bytes),
+    ...fact("render took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
+  );
+  const reason = $("#reason");
+  const failure = info.state === "failed" ? info.failure || null : null; // a retried job keeps its old failure.json
+  reason.hidden = !failure;
+  reason.textContent = failure ? `${failure.kind || "failed"}: ${failure.reason || "?"}` : "";
+
+  const runs = (info.runs || []).map((run) => {
+    const error = run.error || {};
+    return el(
+      "tr",
+      { dataset: { run: String(run.run) } },
+      el("td", { className: "num", text: String(run.run) }),
+      el("td", { text: run.host || "?" }),
+      el("td", { className: "num", text: when(run.started) }),
+      el("td", { className: "num", text: when(run.ended) }),
+      el("td", { className: "num", text: run.started && run.ended ? duration(run.ended - run.started) : "–" }),
+      el("td", {}, outcomeTag(run.outcome, info.state)),
+      el("td", { className: "reason" }, error.kind ? `${error.kind}: ${firstLine(error.message, 400)}` : ""),
+    );
+  });
+  if (info.state === "running" && hb.run && !(info.runs || []).some((run) => run.run === hb.run)) {
+    runs.push(
+      el(
+        "tr",
+        { dataset: { run: String(hb.run) } },
+        el("td", { className: "num", text: String(hb.run) }),
+        el("td", { text: hb.host || "?" }),
+        el("td", { className: "num", text: "–" }),
+        el("td", { className: "num", text: "–" }),
+        el("td", { className: "num", text: "–" }),
+        el("td", {}, stateTag("running")),
+        el("td", {}),
+      ),
+    );
+  }
+  $("#runs").tBodies[0].replaceChildren(...runs);
+  $("#runs").hidden = runs.length === 0;
+  $("#runs-empty").hidden = runs.length > 0;
+
+  const settings = Object.entries(info.job || {}).map(([key, value]) =>
+    el("tr", {}, el("th", { text: key }), el("td", { text: typeof value === "string" ? value : JSON.stringify(value) })),
+  );
+  $("#settings").tBodies[0].replaceChildren(...settings);
+  const problems = info.job_problems || [];
+  $("#problems").hidden = problems.length === 0;
+  $("#problems").replaceChildren(...problems.map((p) => el("li", { text: p })));
+
+  $("#entries").tBodies[0].replaceChildren(
+    ...(info.entries || []).map((e) => el("tr", {}, el("td", {}, stateTag(e.state)), el("td", { className: "id", text: e.entry }))),
+  );
+  renderOutput(info);
+  renderActions();
+  updateLogChoices(info);
+  document.body.dataset.ready = "1";
+}
+
+// The published output: a video element (seekable: the server answers byte ranges), an
+// image, or a link. Drawn once per output URL, so a reload does not restart playback.
+function renderOutput(info) {
+  const panel = $("#output-panel");
+  panel.hidden = !info.output_url;
+  if (!info.output_url || panel.dataset.src === info.output_url) return;
+  panel.dataset.src = info.output_url;
+  const output = (info.result || {}).output || "";
+  const suffix = (/\.([A-Za-z0-9]+)$/.exec(output) || ["", ""])[1].toLowerCase();
+  let view = null;
+  if (info.poster_url) {
+    view = el("video", { id: "output-video", controls: "", preload: "metadata", src: info.output_url, poster: info.poster_url });
+  } else if (["png", "jpg", "jpeg", "gif", "webp"].includes(suffix)) {
+    view = el("img", { id: "output-image", src: info.output_url, alt: `output of ${info.id}` });
+  } else if (["mp3", "m4a", "aac", "wav", "ogg"].includes(suffix)) {
+    view = el("audio", { id: "output-audio", controls: "", preload: "metadata", src: info.output_url });
+  }
+  $("#output-view").replaceChildren(...(view ? [view] : []));
+  $("#output-link").setAttribute("href", info.output_url);
+  $("#output-type").textContent = suffix ? `.${suffix}, ${(info.result || {}).bytes ?? "?"} bytes` : "";
+}
+
+async function load() {
+  const { ok, status, body } = await fetchJSON(API);
+  const problem = $("#problem");
+  if (!ok) {
+    problem.hidden = false;
+    problem.textContent = status === 404 ? `No job with id ${JOB_ID} in this spool.` : `Cannot load the job: ${body.error}`;
+    document.body.dataset.ready = "1";
+    return;
+  }
+  problem.hidden = true;
+  render(body);
+}
+
+function reload() {
+  // State events can come in bursts: one reload at a time, and one more after it.
+  if (reloading) return reloading.then(() => load());
+  reloading = load().finally(() => (reloading = null));
+  return reloading;
+}
+
+async function loadJobFile() {
+  const response = await fetch(`${API}/file`);
+  $("#jobfile").textContent = response.ok ? await response.text() : "(the job file cannot be read)";
+}
+
+// --- actions ------------------------------------------------------------------------------
+
+const CANCELLABLE = ["incoming", "retry", "running"];
+let cancelArmed = null; // cancelling takes a second click within a few seconds
+
+function renderActions() {
+  if (!current) return;
+  const blocker = actionBlocker();
+  const retry = $("#retry-btn");
+  const cancel = $("#cancel-btn");
+  retry.hidden = current.state !== "failed";
+  cancel.hidden = !CANCELLABLE.includes(current.state) || Boolean(current.cancel_requested);
+  for (const button of [retry, cancel]) {
+    button.disabled = Boolean(blocker);
+    button.title = blocker;
+  }
+  $("#action-note").textContent = (retry.hidden && cancel.hidden) || !blocker ? "" : blocker;
+}
+
+async function runAction(button, path, verb) {
+  button.disabled = true;
+  const { ok, body } = await act("POST", `${API}/${path}`);
+  const msg = $("#action-msg");
+  msg.dataset.ok = ok ? "1" : "0";
+  msg.textContent = ok ? `${verb}: done` : `${verb} refused: ${body.error}`;
+  await reload();
+}
+
+$("#retry-btn").addEventListener("click", (event) => runAction(event.target, "retry", "retry"));
+$("#cancel-btn").addEventListener("click", (event) => {
+  const button = event.target;
+  if (!cancelArmed) {
+    button.textContent = "click again to cancel the job";
+    cancelArmed = setTimeout(() => {
+      cancelArmed = null;
+      button.textContent = "cancel";
+    }, 5000);
+    return;
+  }
+  clearTimeout(cancelArmed);
+  cancelArmed = null;
+  button.textContent = "cancel";
+  runAction(button, "cancel", "cancel");
+});
+document.addEventListener("actions", renderActions);
+
+// --- the log ----------------------------------------------------------------------------
+
+function logNumbers(info) {
+  return (info.logs || [])
+    .map((path) => /run-(\d+)\.log$/.exec(path))
+    .filter(Boolean)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}
+
+function updateLogChoices(info) {
+  const runs = logNumbers(info);
+  const select = $("#log-run");
+  const latest = runs.length ? runs[runs.length - 1] : null;
+  const following = logRun === null || logRun === Number(select.dataset.latest);
+  select.replaceChildren(...runs.map((n) => el("option", { value: String(n), text: String(n) })));
+  select.dataset.latest = latest === null ? "" : String(latest);
+  $("#log-empty").hidden = runs.length > 0;
+  if (latest === null) return;
+  const wanted = following ? latest : logRun;
+  select.value = String(wanted);
+  if (wanted !== logRun) {
+    startLog(wanted);
+  } else {
+    clearTimeout(logTimer); // the state changed: read what the log got since (its end, after a render)
+    fetchLog(false);
+  }
+}
+
+function startLog(run) {
+  logRun = run;
+  logOffset = 0;
+  $("#log-text").textContent = "";
+  clearTimeout(logTimer);
+  fetchLog(true);
+}
+
+function isLive() {
+  return current && current.state === "running" && logRun === Number($("#log-run").dataset.latest);
+}
+
+function scheduleLog() {
+  clearTimeout(logTimer);
+  if (isLive()) logTimer = setTimeout(() => fetchLog(false), LOG_POLL_MS);
+  $("#log-state").textContent = isLive() ? "following (live)" : "";
+}
+
+async function fetchLog(first) {
+  const run = logRun;
+  const query = first ? `run=${run}&bytes=65536` : `run=${run}&offset=${logOffset}`;
+  try {
+    const response = await fetch(`${API}/log?${query}`);
+    if (run !== logRun) return; // another run was chosen meanwhile
+    if (response.ok) {
+      const size = Number(response.headers.get("X-Spoolrender-Log-Size"));
+      const text = await response.text();
+      const pre = $("#log-text");
+      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      if (size < logOffset) pre.textContent = ""; // a new file under the same name
+      pre.textContent = (pre.textContent + text).slice(-LOG_KEEP);
+      logOffset = size;
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
+    }
+  } finally {
+    if (run === logRun) scheduleLog();
+  }
+}
+
+$("#log-run").addEventListener("change", (event) => startLog(Number(event.target.value)));
+
+// --- live -------------------------------------------------------------------------------
+
+if (!JOB_ID) {
+  $("#problem").hidden = false;
+  $("#problem").textContent = "No job id given: open a job from the overview.";
+  document.body.dataset.ready = "1";
+} else {
+  $("#job-id").textContent = JOB_ID;
+  checkActions();
+  load().then(() => {
+    loadJobFile();
+    listen(`/events?job=${encodeURIComponent(JOB_ID)}`, $("#connection"), {
+      state: (change) => {
+        if (!change.initial || !current || change.state !== current.state) reload();
+      },
+      progress: (job) => setProgress(job.progress, job.stage, job.eta_seconds, job.stale),
+    });
+  });
+}

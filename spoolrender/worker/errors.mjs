@@ -1,0 +1,84 @@
+// spoolrender: classify a failed render and say what happened in one line.
+//
+// Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
+// browser-crashed | no-space | out-of-memory | error (and setup for start-up failures).
+
+import {firstLine, stripErrorPrefix} from './protocol.mjs';
+
+export const BROWSER_RE =
+	/Target closed|Browser closed|Browser has disconnected|browser (has )?disconnected|Protocol error|Session closed|Connection closed|WebSocket is not open|Failed to launch the browser|Page crashed|Navigation failed because browser/i;
+
+// Memory exhaustion in Node, V8, Chromium, ffmpeg or the OS. Checked before the browser
+// patterns: a tab killed for memory also closes its target.
+export const MEMORY_RE =
+	/JavaScript heap out of memory|Reached heap limit|Allocation failed|ENOMEM|Cannot allocate memory|Out of memory|std::bad_alloc|Array buffer allocation failed/i;
+
+// The line of `text` that tells the memory story, or null.
+export const memoryLine = (text) =>
+	String(text ?? '')
+		.split('\n')
+		.map((l) => l.trim())
+		.find((l) => MEMORY_RE.test(l)) ?? null;
+
+export const formatDetail = (err, mappedStack) => {
+	const parts = [];
+	const stack = err?.stack ? String(err.stack) : String(err?.message ?? err);
+	if (err?.message && !stack.includes(String(err.message))) parts.push(String(err.message));
+	parts.push(stack);
+	if (mappedStack) parts.push('Source-mapped stack:\n' + mappedStack);
+	if (err?.frame != null) parts.push(`Frame: ${err.frame}`);
+	return parts.join('\n');
+};
+
+export const classify = (err, job) => {
+	const msg = String(err?.message ?? err ?? '');
+	const text = `${msg}\n${err?.stack ?? ''}`;
+	const code = err?.code;
+	if (job?.cancelled && !job.browserDiedDuringJob) return 'cancelled';
+	if (code === 'ENOSPC' || /ENOSPC|No space left on device/i.test(text)) return 'no-space';
+	if (code === 'ENOMEM' || memoryLine(text) !== null) return 'out-of-memory';
+	// Could not (re)start the browser for this job, or it died during the job.
+	if (job?.phase === 'browser' || job?.browserDiedDuringJob) return 'browser-crashed';
+	if (/Could not find composition with ID/i.test(msg)) return 'composition-not-found';
+	if (/Invalid props for /.test(msg)) return 'invalid-props';
+	if (BROWSER_RE.test(msg)) return 'browser-crashed';
+	if (/got cancelled/i.test(msg)) return 'cancelled';
+	if (
+		Array.isArray(err?.stackFrame) ||
+		Array.isArray(err?.symbolicatedStackFrames) ||
+		/An error occurred while rendering frame/i.test(msg) ||
+		/https?:\/\/[^\s]+\/[^\s]*\.js:\d+/.test(String(err?.stack ?? ''))
+	)
+		return 'component-error';
+	return 'error';
+};
+
+export const friendlyMessage = ({kind, err, job, request, location, browserExecutable}) => {
+	const first = stripErrorPrefix(firstLine(err?.message ?? err)) || 'Render failed';
+	switch (kind) {
+		case 'cancelled':
+			return job.cancelReason === 'shutdown'
+				? `Render of job ${job.jobId} was cancelled because the worker is shutting down`
+				: `Render of job ${job.jobId} was cancelled`;
+		case 'browser-crashed':
+			if (job.phase === 'browser') return `Could not start the browser ${browserExecutable}: ${first}`;
+			if (job.browserDiedDuringJob) {
+				const why = /got cancelled/i.test(first) ? '' : ` (${first})`;
+				return `The browser (${browserExecutable}) crashed or was killed during the render; it is restarted for the next job${why}`;
+			}
+			return `The browser failed during the render (${first}); it is restarted for the next job`;
+		case 'component-error': {
+			const where = err?.frame != null ? ` at frame ${err.frame}` : '';
+			const at = location ? ` (${location})` : '';
+			return `${request.composition} threw${where}: ${first}${at}`;
+		}
+		case 'no-space':
+			return `No space left on device while rendering ${request?.outputLocation ?? ''}: ${first}`;
+		case 'out-of-memory': {
+			const line = memoryLine(`${err?.message ?? ''}\n${err?.stack ?? ''}`) ?? first;
+			return `Out of memory while rendering: ${stripErrorPrefix(line)}`;
+		}
+		default:
+			return first;
+	}
+};

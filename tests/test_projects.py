@@ -1,0 +1,395 @@
+"""Remotion projects that are not this repository's, in the shapes users have them.
+
+Each test writes its project into a temp dir (remotion/ stays the sample project):
+the default layout with public/ assets and audio, a remotion.config.ts that moves the
+entry point and the public dir, overrides webpack (an alias, a CSS pre-loader, a raw-text
+rule) and sets a render default, a starter-shaped project on another Remotion 4 version
+(installed by `scripts/setup.sh --test`), and projects that lack packages.
+
+The projects' node_modules are symlinks to installed trees (remotion/node_modules, or
+.cache/remotion-<version>/node_modules), as a monorepo or a shared install would have
+them: Remotion is resolved from the project directory either way. The renders are real
+(Node, Chromium, ffmpeg); outputs are checked with ffprobe and by the colour of pixels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+import wave
+import zipfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import drop, entries, spoolrender_cmd, write_spool_config
+
+from spoolrender.layout import SpoolLayout
+
+REPO = Path(__file__).resolve().parent.parent
+REMOTION = REPO / "remotion"
+OTHER_VERSION = "4.0.527"
+OTHER = REPO / ".cache" / f"remotion-{OTHER_VERSION}"
+COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
+
+pytestmark = [
+    pytest.mark.remotion,
+    pytest.mark.skipif(
+        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
+        reason="remotion/node_modules missing: run scripts/setup.sh",
+    ),
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
+]
+
+
+@pytest.fixture(scope="module")
+def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bundle-cache")
+
+
+def png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
+    """A solid-colour PNG (zlib and struct: no imaging library needed)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\0" + bytes(rgb) * size for _ in range(size))
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def tone(path: Path, seconds: float = 1.0, rate: int = 22050) -> None:
+    """A square-wave WAV file."""
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        period = rate // 440
+        samples = (8000 if (i % period) < period // 2 else -8000 for i in range(int(rate * seconds)))
+        out.writeframes(b"".join(struct.pack("<h", s) for s in samples))
+
+
+def make_project(root: Path, files: Mapping[str, str | bytes], node_modules: Path | None, deps: dict[str, str]) -> Path:
+    root.mkdir(parents=True)
+    (root / "package.json").write_text(json.dumps({"name": root.name, "private": True, "dependencies": deps}))
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    if node_modules is not None:
+        (root / "node_modules").symlink_to(node_modules)
+    return root
+
+
+def remotion_deps(version: str) -> dict[str, str]:
+    return {"remotion": version, "@remotion/cli": version, "react": "19.2.0", "react-dom": "19.2.0"}
+
+
+def project_spool(spool: SpoolLayout, project: Path, cache: Path) -> SpoolLayout:
+    write_spool_config(spool, {"remotion_project": str(project), "cache_dir": str(cache), "slots": 1})
+    return spool
+
+
+def drain(layout: SpoolLayout, expect: int = 0, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        spoolrender_cmd("run", "--drain", "-v", "--spool", str(layout.root)),
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert proc.returncode == expect, proc.stderr
+    return proc.stderr
+
+
+def record(layout: SpoolLayout, state: str, prefix: str, filename: str) -> dict[str, Any]:
+    (entry,) = [e for e in entries(layout, state) if e.startswith(prefix + ".")]
+    data: dict[str, Any] = json.loads((layout.state_dir(state) / entry / filename).read_text())
+    return data
+
+
+def probe(path: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(COMPOSITOR / "ffprobe"), "-v", "error", "-show_entries",
+         "stream=codec_type,width,height:format=duration", "-of", "json", str(path)],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def first_frame(path: Path, width: int, height: int) -> bytes:
+    """The first frame as raw RGB bytes (width * height * 3)."""
+    out = subprocess.run(
+        # Remotion's ffmpeg has no rawvideo muxer: raw frames go through image2pipe.
+        [str(COMPOSITOR / "ffmpeg"), "-v", "error", "-i", str(path), "-frames:v", "1", "-f", "image2pipe",
+         "-c:v", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert len(out) == width * height * 3
+    return out
+
+
+def pixel(frame: bytes, width: int, x: int, y: int) -> tuple[int, int, int]:
+    i = (y * width + x) * 3
+    return frame[i], frame[i + 1], frame[i + 2]
+
+
+def near(actual: tuple[int, int, int], expected: tuple[int, int, int]) -> bool:
+    # h264 with yuv420p shifts colours a little; a missing style is off by ~255.
+    return all(abs(a - e) <= 48 for a, e in zip(actual, expected, strict=True))
+
+
+RED, GREEN, BLUE, YELLOW = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)
+
+DEFAULT_LAYOUT: dict[str, str | bytes] = {
+    "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
+    "src/Root.tsx": """
+import {AbsoluteFill, Audio, Composition, Img, staticFile} from 'remotion';
+const Picture = () => (
+  <AbsoluteFill><Img src={staticFile('red.png')} style={{width: '100%', height: '100%'}} /></AbsoluteFill>
+);
+const Sound = () => (
+  <AbsoluteFill style={{background: 'white'}}><Audio src={staticFile('tone.wav')} /></AbsoluteFill>
+);
+export const Root = () => (
+  <>
+    <Composition id="Picture" component={Picture} width={64} height={64} fps={30} durationInFrames={3} />
+    <Composition id="Sound" component={Sound} width={64} height={64} fps={30} durationInFrames={15} />
+  </>
+);
+""",
+    "public/red.png": png(RED),
+}
+
+
+def test_default_layout_with_public_assets_and_audio(tmp_path: Path, spool: SpoolLayout, bundle_cache: Path) -> None:
+    project = make_project(tmp_path / "hello", DEFAULT_LAYOUT, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    tone(project / "public" / "tone.wav")
+    project_spool(spool, project, bundle_cache)
+    drop(spool, "picture.yaml", {"composition": "Picture", "output": "picture.mp4"})
+    drop(spool, "sound.yaml", {"composition": "Sound", "output": "sound.mp4"})
+    drain(spool)
+    out = spool.root / "output"
+    # public/red.png reached the frame through staticFile().
+    assert near(pixel(first_frame(out / "picture.mp4", 64, 64), 64, 32, 32), RED)
+    sound = probe(out / "sound.mp4")
+    assert sorted(s["codec_type"] for s in sound["streams"]) == ["audio", "video"]
+    assert abs(float(sound["format"]["duration"]) - 0.5) < 0.1
+    # Nothing was added to the user's project.
+    assert sorted(p.name for p in project.iterdir()) == ["node_modules", "package.json", "public", "src"]
+
+
+CONFIGURED: dict[str, str | bytes] = {
+    # Remotion's CLI loads a .ts config only next to a tsconfig.json.
+    "tsconfig.json": json.dumps(
+        {
+            "compilerOptions": {
+                "jsx": "react-jsx",
+                "module": "es2022",
+                "target": "es2022",
+                "moduleResolution": "bundler",
+                "skipLibCheck": True,
+            }
+        }
+    ),
+    "remotion.config.ts": """
+import path from 'node:path';
+import {Config} from '@remotion/cli/config';
+
+Config.setEntryPoint('./video/main.tsx');
+Config.setPublicDir('./assets');
+Config.setScale(0.5);
+Config.overrideWebpackConfig((config) => ({
+  ...config,
+  resolve: {...config.resolve, alias: {...(config.resolve?.alias ?? {}), '@brand': path.resolve('brand')}},
+  module: {
+    ...config.module,
+    rules: [
+      ...(config.module?.rules ?? []),
+      {test: /\\.css$/, enforce: 'pre', use: [path.resolve('loaders/brand-css-loader.cjs')]},
+      {test: /\\.txt$/, type: 'asset/source'},
+    ],
+  },
+}));
+""",
+    # What the webpack override adds: without it, none of these resolve or apply.
+    "loaders/brand-css-loader.cjs": "module.exports = (source) => source.replace(/BRAND_BLUE/g, 'rgb(0, 0, 255)');\n",
+    "brand/colors.ts": "export const brandRed = 'rgb(255, 0, 0)';\n",
+    "video/accent.txt": "rgb(0, 255, 0)",
+    "video/frame.css": ".top-left { background: BRAND_BLUE; }\n",
+    "video/main.tsx": """
+import {AbsoluteFill, Composition, Img, registerRoot, staticFile} from 'remotion';
+import {brandRed} from '@brand/colors';
+import accent from './accent.txt';
+import './frame.css';
+const quarter = {position: 'absolute', width: '50%', height: '50%'} as const;
+const Brand = () => (
+  <AbsoluteFill style={{background: 'black'}}>
+    <div className="top-left" style={{...quarter, left: 0, top: 0}} />
+    <div style={{...quarter, right: 0, top: 0, background: brandRed}} />
+    <div style={{...quarter, left: 0, bottom: 0, background: accent}} />
+    <Img src={staticFile('yellow.png')} style={{...quarter, right: 0, bottom: 0}} />
+  </AbsoluteFill>
+);
+registerRoot(() => <Composition id="Brand" component={Brand} width={200} height={100} fps={30} durationInFrames={3} />);
+""",
+    "assets/yellow.png": png(YELLOW),
+    # The default entry point, which the config replaces: it has no Brand composition.
+    "src/index.ts": "import {registerRoot} from 'remotion';\nregisterRoot(() => null);\n",
+}
+
+
+def quadrants(path: Path, width: int, height: int) -> list[tuple[int, int, int]]:
+    frame = first_frame(path, width, height)
+    return [pixel(frame, width, x * width // 4, y * height // 4) for y in (1, 3) for x in (1, 3)]
+
+
+def test_remotion_config_sets_entry_point_webpack_public_dir_and_render_defaults(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    project = make_project(tmp_path / "configured", CONFIGURED, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    project_spool(spool, project, bundle_cache)
+    drop(spool, "half.yaml", {"composition": "Brand", "output": "half.mp4"})
+    drop(spool, "full.yaml", {"composition": "Brand", "output": "full.mp4", "settings": {"scale": 1}})
+    drain(spool)
+    out = spool.root / "output"
+    # Config.setScale(0.5) is a render default; the job's own setting wins over it.
+    assert [(s["width"], s["height"]) for s in probe(out / "half.mp4")["streams"]] == [(100, 50)]
+    assert [(s["width"], s["height"]) for s in probe(out / "full.mp4")["streams"]] == [(200, 100)]
+    # CSS through the override's pre-loader, the @brand alias, the .txt rule, assets/.
+    colours = quadrants(out / "full.mp4", 200, 100)
+    assert all(near(c, e) for c, e in zip(colours, [BLUE, RED, GREEN, YELLOW], strict=True)), colours
+
+    # The config file is part of the bundle key: a change rebundles and takes effect.
+    config = project / "remotion.config.ts"
+    config.write_text(config.read_text().replace("setScale(0.5)", "setScale(0.4)"))
+    drop(spool, "quarter.yaml", {"composition": "Brand", "output": "quarter.mp4"})
+    assert "bundling" in drain(spool)
+    assert [(s["width"], s["height"]) for s in probe(out / "quarter.mp4")["streams"]] == [(80, 40)]
+
+
+STARTER = {
+    "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
+    "src/Root.tsx": """
+import {AbsoluteFill, Composition} from 'remotion';
+const Hello = () => <AbsoluteFill style={{background: 'rgb(0, 255, 0)'}} />;
+export const Root = () => (
+  <Composition id="HelloWorld" component={Hello} width={64} height={64} fps={30} durationInFrames={5} />
+);
+""",
+}
+
+
+@pytest.mark.skipif(
+    not (OTHER / "node_modules" / ".spoolrender-installed").is_file(),
+    reason=f"Remotion {OTHER_VERSION} missing: run scripts/setup.sh --test",
+)
+def test_project_on_another_remotion_version(tmp_path: Path, spool: SpoolLayout, bundle_cache: Path) -> None:
+    # Shaped like Remotion's starters: remotion and @remotion/cli listed, nothing else.
+    project = make_project(tmp_path / "starter", STARTER, OTHER / "node_modules", remotion_deps(OTHER_VERSION))
+    project_spool(spool, project, bundle_cache)
+    drop(spool, "hello.yaml", {"composition": "HelloWorld", "output": "hello.mp4"})
+    drain(spool)
+    assert near(pixel(first_frame(spool.root / "output" / "hello.mp4", 64, 64), 64, 32, 32), GREEN)
+    (entry,) = entries(spool, "done")
+    log = (spool.done / entry / "run-0001.log").read_text()
+    assert f'"remotionVersion": "{OTHER_VERSION}"' in log  # the project's version, not remotion/'s
+
+
+def failure(spool: SpoolLayout, prefix: str) -> dict[str, Any]:
+    return record(spool, "failed", prefix, "failure.json")
+
+
+def test_projects_without_remotion_packages_fail_for_good_with_the_install_command(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    # No node_modules at all: the first job fails permanently, the drain says so (exit 3).
+    bare = make_project(tmp_path / "bare", STARTER, None, remotion_deps("4.0.529"))
+    (bare / "package-lock.json").write_text("{}")
+    project_spool(spool, bare, bundle_cache)
+    drop(spool, "first.yaml", {"composition": "HelloWorld"})
+    drain(spool, expect=3)
+    first = failure(spool, "first")
+    assert first["kind"] == "setup" and first["attempts"] == 1
+    assert first["reason"] == f"Remotion is not installed in {bare}: its node_modules is missing; run `npm ci` there"
+
+    # remotion installed, but neither the renderer nor the bundler (nor the CLI).
+    partial = make_project(tmp_path / "partial", STARTER, None, {"remotion": "4.0.529"})
+    (partial / "node_modules").mkdir()
+    for name in ("remotion", "react", "react-dom"):
+        (partial / "node_modules" / name).symlink_to(REMOTION / "node_modules" / name)
+    project_spool(spool, partial, bundle_cache)
+    drop(spool, "second.yaml", {"composition": "HelloWorld"})
+    drain(spool, expect=3)
+    second = failure(spool, "second")
+    assert second["kind"] == "setup" and second["attempts"] == 1
+    assert second["reason"] == (
+        f"@remotion/renderer and @remotion/bundler are not installed in the Remotion project {partial} "
+        "(Remotion 4.0.529): run `npm install --save-exact @remotion/renderer@4.0.529 @remotion/bundler@4.0.529` there"
+    )
+
+    # A remotion.config.ts but no @remotion/cli to read it: refused, not silently ignored.
+    no_cli = make_project(tmp_path / "no-cli", {**STARTER, "remotion.config.ts": "export {};\n"}, None, {})
+    (no_cli / "node_modules" / "@remotion").mkdir(parents=True)
+    for name in ("remotion", "react", "react-dom", "@remotion/renderer", "@remotion/bundler"):
+        (no_cli / "node_modules" / name).symlink_to(REMOTION / "node_modules" / name)
+    project_spool(spool, no_cli, bundle_cache)
+    drop(spool, "third.yaml", {"composition": "HelloWorld"})
+    drain(spool, expect=3)
+    third = failure(spool, "third")
+    assert third["kind"] == "setup" and third["attempts"] == 1
+    assert third["reason"] == (
+        f"{no_cli} has a remotion.config.ts, which only Remotion's CLI reads: run "
+        "`npm install --save-exact @remotion/cli@4.0.529` there so that spoolrender bundles and renders with it"
+    )
+    assert entries(spool, "retry") == []
+
+
+WORKER_FILES = {p.name for p in (REPO / "spoolrender" / "worker").glob("*.mjs")}
+
+
+@pytest.mark.slow
+def test_the_wheel_renders_a_users_project_outside_the_repository(tmp_path: Path, bundle_cache: Path) -> None:
+    """`python -m build`, then a fresh venv outside the repository with only the wheel
+    installed (pip fetches its dependencies), rendering from a project made in a temp dir."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    (wheel,) = dist.glob("spoolrender-*.whl")
+    (sdist,) = dist.glob("spoolrender-*.tar.gz")
+    with zipfile.ZipFile(wheel) as whl:
+        assert {Path(n).name for n in whl.namelist() if n.startswith("spoolrender/worker/")} == WORKER_FILES
+    with tarfile.open(sdist) as tar:
+        assert {Path(n).name for n in tar.getnames() if "/spoolrender/worker/" in n} == WORKER_FILES
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True,
+                   timeout=600)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    where = subprocess.run([str(venv / "bin/python"), "-c", "import spoolrender; print(spoolrender.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert where.startswith(str(venv))  # the installed copy, not the repository's
+
+    project = make_project(tmp_path / "my-video", STARTER, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    spool = tmp_path / "spool"
+    cli = str(venv / "bin/spoolrender")
+    subprocess.run([cli, "init", str(spool)], cwd=tmp_path, env=env, check=True, capture_output=True)
+    config = {"remotion_project": str(project), "cache_dir": str(bundle_cache), "slots": 1}
+    (spool / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    job = tmp_path / "hello.yaml"
+    job.write_text(yaml.safe_dump({"composition": "HelloWorld", "output": "hello.mp4"}))
+    subprocess.run([cli, "submit", "--spool", str(spool), str(job)], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    drained = subprocess.run([cli, "run", "--drain", "--spool", str(spool)], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert drained.returncode == 0, drained.stderr
+    assert near(pixel(first_frame(spool / "output" / "hello.mp4", 64, 64), 64, 32, 32), GREEN)
