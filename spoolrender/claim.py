@@ -26,17 +26,21 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
+from spoolrender.durable import write_atomic
 from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
+from spoolrender.heartbeat import HOSTNAME, ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
+from spoolrender.hosts import NOT_THE_HOSTS_FAULT, online_hosts
 from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token, priority_from_key, running_name
-from spoolrender.records import next_run_number
+from spoolrender.queues import QUEUE_FILENAME, Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
+from spoolrender.records import RETRY, next_run_number, read_runs
 from spoolrender.renderers.base import CancelToken
 from spoolrender.seal import JobFileState
 from spoolrender.writers import Writer, WriterCheck, lease_probe
@@ -46,11 +50,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    sort_key: tuple[int, float, str]
-    name: str = field(compare=False)
+    # (rank of its queue in this runner's order, -priority, arrival or due time, name)
+    sort_key: tuple[int, int, float, str]
+    name: str = field(compare=False)  # relative to incoming/ (``urgent/a.yaml``) or retry/
     source: str = field(compare=False)  # "incoming" or "retry"
     job_id: str = field(compare=False)
     uid: str | None = field(compare=False, default=None)
+    queue_dir: str | None = field(compare=False, default=None)  # dropped into incoming/<queue>/
 
 
 @dataclass
@@ -81,10 +87,18 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class _RetryInfo:
+    route: Route | None
+    failed_on: str | None  # host of the last attempt, when it failed transiently
+
+
+@dataclass(frozen=True)
 class ScanResult:
     candidates: list[Candidate]
     waiting_uploads: int  # files present but not yet settled
     next_wake: float | None  # monotonic time something may become claimable
+    # Every claimable-now job by route (this runner's or not), for the beacon: see queues.py.
+    waiting: list[dict[str, object]] = field(default_factory=list)
 
 
 class SpoolScanner:
@@ -116,6 +130,9 @@ class SpoolScanner:
         self._cached: dict[str, Candidate] | None = None
         self._last = ScanResult([], 0, None)
         self._listed_at = 0.0
+        self._subscription = Subscription(config.queues, frozenset(config.tags))
+        self._retry_routes: dict[str, _RetryInfo] = {}  # by retry entry name (unique per move)
+        self._others: list[dict[str, Any]] | None = None  # other hosts' online beacons, per listing
 
     def note_event(self, name: str, event: str) -> None:
         """An event for ``name`` in incoming/ (created, modified, closed, moved_in), or
@@ -202,25 +219,31 @@ class SpoolScanner:
                 and (self._last.next_wake is None or now < self._last.next_wake)
             )
             if fresh and self._cached is not None:
-                return ScanResult(list(self._cached.values()), self._last.waiting_uploads, self._last.next_wake)
-        incoming, waiting, wake = self._scan_incoming(spool_now())
-        retry, retry_wake = self._scan_retry()
+                last = self._last
+                return ScanResult(list(self._cached.values()), last.waiting_uploads, last.next_wake, last.waiting)
+        routes: list[tuple[Route, float]] = []
+        fs_now = spool_now()
+        self._others = None
+        incoming, waiting, wake = self._scan_incoming(fs_now, routes)
+        retry, retry_wake = self._scan_retry(routes, fs_now)
         wakes = [w for w in (wake, retry_wake) if w is not None]
-        result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None)
+        result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None, waiting_groups(routes))
         with self._lock:
             self._cached = {c.name: c for c in result.candidates}
         self._last = result
         self._listed_at = now
         return result
 
-    def _scan_incoming(self, spool_now: float | None) -> tuple[list[Candidate], int, float | None]:
+    def _scan_incoming(
+        self, spool_now: float | None, routes: list[tuple[Route, float]]
+    ) -> tuple[list[Candidate], int, float | None]:
         mono = self._clock.monotonic()
         wall = self._clock.wall()
         settle = self._config.settle_seconds
         out: list[Candidate] = []
         waiting = 0
         wake: float | None = None
-        names = list_names(self._layout.incoming)
+        names = list_incoming(self._layout.incoming)
         present = set(names)
         startup, self._first_listing = self._first_listing, False
         with self._lock:
@@ -232,7 +255,9 @@ class SpoolScanner:
         self.uploads.retain(present)
         writers = WriterCheck()  # one /proc scan at most for the whole listing
         for name in names:
-            if not is_candidate_name(name):
+            queue_dir = queue_dir_of(name)
+            base = name.rpartition("/")[2]
+            if not is_candidate_name(base):
                 continue
             if name in blocked and mono < blocked[name].next_try:
                 wake = blocked[name].next_try if wake is None else min(wake, blocked[name].next_try)
@@ -245,7 +270,9 @@ class SpoolScanner:
             if not stat.S_ISREG(st.st_mode):
                 # Symlinks, FIFOs, directories: complete as they are; claimed so that they
                 # end in failed/ with a reason instead of lingering unexplained.
-                out.append(Candidate((0, st.st_mtime, name), name, "incoming", id_from_filename(name)))
+                out.append(
+                    Candidate((0, 0, st.st_mtime, name), name, "incoming", id_from_filename(base), None, queue_dir)
+                )
                 continue
             sig = (st.st_ino, st.st_size, st.st_mtime_ns)
             seen = self._seen.get(name)
@@ -256,7 +283,7 @@ class SpoolScanner:
             age = None if spool_now is None else spool_now - st.st_mtime
             settled = quiet_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
-                seen.spec, seen.invalid, seen.invalid_id = self._parse(path, name)
+                seen.spec, seen.invalid, seen.invalid_id = self._parse(path, base)
                 seen.parsed_for = sig
             if seen.writer in (None, Writer.HELD):
                 seen.writer = writers.check(path, st)
@@ -290,8 +317,16 @@ class SpoolScanner:
                 continue
             priority = spec.priority if spec is not None else 0
             order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
-            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(name)
-            out.append(Candidate((-priority, order, name), name, "incoming", job_id))
+            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(base)
+            rank = 0  # an invalid job (or a queue conflict) is failed by whoever sees it first
+            if spec is not None and not (queue_dir and spec.queue and spec.queue != queue_dir):
+                job_route = route(queue_dir or spec.queue, spec.requires)
+                routes.append((job_route, order))
+                found = self._subscription.rank(job_route)
+                if found is None:
+                    continue  # another runner's job (status says when there is none)
+                rank = found
+            out.append(Candidate((rank, -priority, order, name), name, "incoming", job_id, None, queue_dir))
         return out, waiting, wake
 
     def _parse(self, path: Path, name: str) -> tuple[JobSpec | None, bool, str | None]:
@@ -307,11 +342,54 @@ class SpoolScanner:
             log.exception("unexpected error parsing %s", name)
             return None, True, None
 
-    def _scan_retry(self) -> tuple[list[Candidate], float | None]:
+    def _retry_info(self, name: str) -> _RetryInfo:
+        """A retry entry's route (None: unreadable, any runner takes it to fail it) and the
+        host its last attempt failed on; read once per entry (its name changes with every move)."""
+        if name not in self._retry_routes:
+            job_dir = self._layout.retry / name
+            spec, _, _ = self._parse(job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME)
+            try:
+                queue_dir: str | None = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
+            except OSError:
+                queue_dir = None
+            failed_on = None
+            with contextlib.suppress(OSError):
+                runs = read_runs(job_dir)
+                # Only the host's own failures: a "runner-died" record names the recoverer.
+                last = runs[-1] if runs else None
+                if (
+                    last is not None
+                    and last.outcome == RETRY
+                    and (last.error or {}).get("kind") not in NOT_THE_HOSTS_FAULT
+                ):
+                    failed_on = last.host
+            job_route = None if spec is None else route(queue_dir or spec.queue, spec.requires)
+            self._retry_routes[name] = _RetryInfo(job_route, failed_on)
+        return self._retry_routes[name]
+
+    def _served_elsewhere(self, job_route: Route, fs_now: float | None) -> bool:
+        """Whether an online runner on another host could take a job of ``job_route``."""
+        if fs_now is None:
+            return False
+        if self._others is None:  # once per listing, and only when a retry failed here
+            self._others = [
+                b for host, beacons in online_hosts(self._layout, fs_now, self._config.lease_seconds).items()
+                if host != HOSTNAME for b in beacons
+            ]  # fmt: skip
+        return any(
+            Subscription(tuple(b.get("queues") or ["*"]), frozenset(b.get("tags") or ())).rank(job_route) is not None
+            for b in self._others
+        )
+
+    def _scan_retry(
+        self, routes: list[tuple[Route, float]], fs_now: float | None
+    ) -> tuple[list[Candidate], float | None]:
         now = self._clock.wall()
         out: list[Candidate] = []
         wake: float | None = None
         names = list_names(self._layout.retry)
+        for gone in set(self._retry_routes) - set(names):
+            del self._retry_routes[gone]
         with self._lock:
             held = {n: t for n, t in self._retry_held.items() if t > self._clock.monotonic()}
             self._retry_held = held
@@ -328,7 +406,28 @@ class SpoolScanner:
                 wake = until if wake is None else min(wake, until)
                 continue
             prio = priority_from_key(m.group("prio"))
-            out.append(Candidate((-prio, due, name), name, "retry", m.group("id"), m.group("uid")))
+            info = self._retry_info(name)
+            job_route = info.route
+            elsewhere_until = due + self._config.retry_elsewhere_seconds
+            if (
+                info.failed_on == HOSTNAME
+                and job_route is not None
+                and now < elsewhere_until
+                and self._served_elsewhere(job_route, fs_now)
+            ):
+                # It just failed on this host: leave it to another host for a while
+                # (hosts.py); take it afterwards if nobody did.
+                until = self._clock.monotonic() + (elsewhere_until - now)
+                wake = until if wake is None else min(wake, until)
+                continue
+            rank = 0
+            if job_route is not None:
+                routes.append((job_route, due))
+                found = self._subscription.rank(job_route)
+                if found is None:
+                    continue
+                rank = found
+            out.append(Candidate((rank, -prio, due, name), name, "retry", m.group("id"), m.group("uid")))
         return out, wake
 
 
@@ -386,6 +485,10 @@ def _claim_incoming(
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
         heartbeat.add(_active_job(job_dir, token, 1, started, cancel))
+        if candidate.queue_dir is not None:
+            # The job's queue came from its drop directory: kept for its retries. Written
+            # before the claim, into our own directory, so a failure here loses nothing.
+            write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
         # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
@@ -410,7 +513,8 @@ def _claim_incoming(
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
-    return Claim(job_dir, candidate.job_id, uid, token, 1, candidate.name, started, cancel, lock)
+    source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
+    return Claim(job_dir, candidate.job_id, uid, token, 1, source, started, cancel, lock)
 
 
 def _lmode(candidate: Candidate, layout: SpoolLayout) -> int:

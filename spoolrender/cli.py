@@ -24,6 +24,7 @@ from spoolrender.errors import JobInvalid, SpoolrenderError
 
 if TYPE_CHECKING:
     from spoolrender.api import Spool
+    from spoolrender.runner import RunSummary
 
 log = logging.getLogger("spoolrender")
 
@@ -32,6 +33,8 @@ EXIT_ERROR = 1  # bad config, missing spool, invalid job on submit, unknown id
 EXIT_USAGE = 2  # argparse
 EXIT_JOBS_FAILED = 3  # run --drain: at least one job failed for good during this run
 EXIT_PAUSED = 4  # run --drain: the spool is paused, nothing was claimed
+EXIT_MAX_JOBS = 5  # run --max-jobs: the limit was reached and those jobs finished
+EXIT_MAX_RUNTIME = 6  # run --max-runtime: the time was up (running jobs went back to retry/)
 EXIT_INTERRUPTED = 130  # SIGINT ended a short command (128 + SIGINT, as shells report it)
 
 DESCRIPTION = """\
@@ -135,11 +138,34 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --drain                 cron: render what is queued, then exit
               spoolrender run --slots 2 --set lease_seconds=120
               spoolrender run --metrics-textfile /var/lib/prometheus/node-exporter/spoolrender.prom
+              spoolrender run --queues urgent,default   urgent first, then default; nothing else
+              spoolrender run --queues urgent,\\* --tags gpu   urgent first, then any queue; jobs may require gpu
+              spoolrender run --max-jobs 100          recycled worker: 100 jobs, then exit 5
+              spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
             Several runners, on one host or on many sharing the spool, are safe together.
-            exit status of --drain: 0 drained, 3 some job failed for good, 4 spool paused.
+            exit status: 0 stopped by a signal, or drained; 3 (--drain) some job failed for good;
+            4 (--drain) spool paused or this host blocked; 5 --max-jobs reached; 6 --max-runtime reached.
+            With --drain, 3 wins over 5 and 6: a cron job hears about failures first.
         """),
     )  # fmt: skip
     p.add_argument("--drain", action="store_true", help="exit once nothing is claimable (for cron)")
+    p.add_argument(
+        "--max-jobs", type=_positive_int, metavar="N",
+        help="claim at most N jobs, let them finish (however long), then exit 5",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-runtime", type=_duration, metavar="DURATION",
+        help="after DURATION (90s, 15m, 12h, 7d) stop as on SIGTERM: no more claims, running jobs get "
+        "grace_seconds, then go back to retry/ without using an attempt; exit 6",
+    )  # fmt: skip
+    p.add_argument(
+        "--queues", metavar="Q1,Q2", help="serve these queues, in this order: the first with claimable work "
+        "wins, then priority and arrival within it; * is every other queue (default: *, all queues by priority)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tags", metavar="T1,T2", help="this runner's capabilities: it takes a job only if it has every "
+        "tag in the job's requires: (default: none, so only jobs that require nothing)",
+    )  # fmt: skip
     p.add_argument("--slots", type=int, help="jobs at once (default: from cores and free memory)")
     p.add_argument("--output-root", type=Path, help="where outputs go (default: output_root setting)")
     p.add_argument("--watch", choices=("auto", "inotify", "polling"), help="how to notice new jobs")
@@ -206,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         "resume", help="let runners claim again", formatter_class=raw,
         description="Remove the pause marker.", epilog="example:\n  spoolrender resume\n",
     )  # fmt: skip
+    _add_common(p)
+
+    p = sub.add_parser(
+        "unblock", help="let a blocked host claim again", formatter_class=raw,
+        description="A host where many different jobs failed recently (host_block_jobs within "
+        "host_block_window_seconds) is blocked: its runners claim nothing for host_block_seconds, and "
+        "`status` says why. Once you fixed the host (disk, fonts, driver), clear the block and its failure "
+        "history now.",
+        epilog="example:\n  spoolrender unblock render-03\n",
+    )  # fmt: skip
+    p.add_argument("host", help="host name, as `status` shows it")
     _add_common(p)
 
     p = sub.add_parser(
@@ -450,26 +487,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from spoolrender.runner import Runner
 
-        config = _config(args, {"slots": args.slots, "output_root": args.output_root, "watch": args.watch})
-        runner = Runner(config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name)
+        extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
+        config = _config(args, {**extra, "queues": _names(args.queues), "tags": _names(args.tags)})
+        runner = Runner(
+            config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
+            max_jobs=args.max_jobs, max_runtime=args.max_runtime,
+        )  # fmt: skip
         runner.install_signal_handlers()
         summary = runner.run()
-        if not args.drain:
-            return EXIT_OK
-        code = EXIT_OK
-        if summary.failed:
-            code = EXIT_JOBS_FAILED
-        elif summary.paused and not summary.claimed:
-            code = EXIT_PAUSED
-        try:
-            print(
-                f"drained: {summary.done} done, {summary.retried} to retry, {summary.failed} failed"
-                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(config.output_root)})",
-                flush=True,
-            )
-        except BrokenPipeError:
-            _silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
-        return code
+        return _run_exit_status(args, summary, config.output_root)
     if args.command == "status":
         return _status(args)
     if args.command == "show":
@@ -488,6 +514,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "pause":
         marker = _spool(args).pause(args.reason)
         _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
+        return EXIT_OK
+    if args.command == "unblock":
+        from spoolrender.hosts import unblock
+        from spoolrender.layout import SpoolLayout
+
+        layout = SpoolLayout(_config(args).spool)
+        layout.check()
+        was = unblock(layout, args.host)
+        print(f"host {printable(args.host)} " + ("unblocked: its runners claim again" if was else "was not blocked"))
         return EXIT_OK
     if args.command == "resume":
         print("resumed" if _spool(args).resume() else "the spool was not paused")
@@ -513,6 +548,55 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _names(text: str | None) -> list[str] | None:
+    """A comma-separated flag as a list (config checks the names); None when not given."""
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _duration(text: str) -> float:
+    from spoolrender.control import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except SpoolrenderError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
+    return seconds
+
+
+def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:
+    """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
+    limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
+    if args.drain or limit is not None:
+        try:
+            print(
+                f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
+                f"{summary.requeued} put back, {summary.failed} failed"
+                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(output_root)})",
+                flush=True,
+            )
+        except BrokenPipeError:
+            _silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
+    if args.drain and summary.failed:
+        return EXIT_JOBS_FAILED
+    if limit is not None:
+        return limit
+    if args.drain and (summary.paused or summary.blocked) and not summary.claimed:
+        return EXIT_PAUSED
+    return EXIT_OK
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ import yaml
 
 from spoolrender import defaults
 from spoolrender.errors import ConfigError
+from spoolrender.hook_config import HookSpec, parse_hooks
+from spoolrender.queues import ALL_QUEUES, name_problem
 
 ENV_PREFIX = "SPOOLRENDER_"
 WATCH_MODES = ("auto", "inotify", "polling")
@@ -133,6 +135,30 @@ def _commands(name: str, value: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _names(kind: str, allow_all: bool) -> Callable[[str, Any], tuple[str, ...]]:
+    """A list of queue or tag names; a string is split at commas (``--queues a,b``)."""
+
+    def check(name: str, value: Any) -> tuple[str, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{name}: expected a list of {kind} names, got {value!r}")
+        out: list[str] = []
+        for item in items:
+            item = item.strip() if isinstance(item, str) else item
+            if item == "" and isinstance(value, str):
+                continue
+            why = None if allow_all and item == ALL_QUEUES else name_problem(kind, item)
+            if why is not None:
+                raise ConfigError(f"{name}: {why}")
+            if item not in out:
+                out.append(item)
+        if allow_all and not out:
+            raise ConfigError(f"{name}: name at least one queue (or * for every queue)")
+        return tuple(out)
+
+    return check
+
+
 @dataclass(frozen=True)
 class SpoolConfig:
     """Validated configuration of one spool, as seen by one process."""
@@ -168,6 +194,16 @@ class SpoolConfig:
     max_job_timeout_seconds: float | None = None
     max_job_frames: int = defaults.MAX_JOB_FRAMES
     max_job_frame_pixels: int | None = None  # auto: from memory_per_job_mb
+    # Completion hooks by name (commands and webhooks on done/retry/failed; hook_config.py).
+    hooks: dict[str, HookSpec] = field(default_factory=dict)
+    # What a runner serves (run --queues/--tags; queues.py): queues in order, * = any other.
+    queues: tuple[str, ...] = (ALL_QUEUES,)
+    tags: tuple[str, ...] = ()
+    # Host health (hosts.py): retry elsewhere, block a host that fails many jobs.
+    retry_elsewhere_seconds: float = defaults.RETRY_ELSEWHERE_S
+    host_block_jobs: int = defaults.HOST_BLOCK_JOBS
+    host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
+    host_block_seconds: float = defaults.HOST_BLOCK_S
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -175,6 +211,8 @@ class SpoolConfig:
                 continue
             check = _VALIDATORS[f.name]
             object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
+        # Parsed here, not by a validator: a relative secret_file is relative to the spool.
+        object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
         # Relative paths in a spool's config mean "relative to the spool", so that every
         # host (and the systemd unit, whatever its working directory) agrees.
         for name in ("output_root", "remotion_project", "serve_token_file"):
@@ -253,6 +291,13 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_job_timeout_seconds": _optional_seconds,
     "max_job_frames": _positive_int,
     "max_job_frame_pixels": _optional_count,
+    "hooks": lambda name, value: value,  # see __post_init__
+    "queues": _names("queue", allow_all=True),
+    "tags": _names("tag", allow_all=False),
+    "retry_elsewhere_seconds": _non_negative_number,
+    "host_block_jobs": _positive_int,
+    "host_block_window_seconds": _positive_number,
+    "host_block_seconds": _positive_number,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

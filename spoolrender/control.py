@@ -324,7 +324,9 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
             if where.state == "retry":
                 m = RETRY_NAME.fullmatch(where.path.name)
                 uid = m.group("uid") if m else None
-            candidate = Candidate((0, 0.0, where.path.name), where.path.name, where.state, job_id, uid)
+            # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
+            name = where.path.relative_to(layout.incoming).as_posix() if where.state == "incoming" else where.path.name
+            candidate = Candidate((0, 0, 0.0, name), name, where.state, job_id, uid)
             heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
             claimed = claim(layout, candidate, heartbeat, clock)
             if claimed is None:
@@ -337,7 +339,9 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                     error={"kind": "cancelled", "message": message, "transient": False},
                 )  # fmt: skip
                 if decide(claimed.job_dir, record):
-                    target = carry_out(layout, config.output_root, claimed.job_dir, job_id, claimed.uid, record)
+                    target = carry_out(
+                        layout, config.output_root, claimed.job_dir, job_id, claimed.uid, record, config.hooks
+                    )
                     done.append(f"{where.entry}: moved to {target.parent.name}/{target.name}")
             finally:
                 heartbeat.remove(claimed.token)

@@ -92,3 +92,18 @@ DEFAULT_RENDERER = "remotion"
 BROWSER_EXECUTABLE = "/usr/bin/chromium"
 REMOTION_PROJECT = "../remotion"  # relative to the spool directory unless absolute (repo layout)
 OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute
+
+# --- completion hooks (hooks: in spoolrender.yaml; see hook_config.py) ----------------
+HOOK_TIMEOUT_S = 10.0  # one delivery (a command's run, a webhook's request) at most
+HOOK_TIMEOUT_MAX_S = 600.0
+HOOK_ATTEMPTS = 10  # deliveries tried before giving up (logged, kept in the job's state)
+HOOK_ATTEMPTS_MAX = 100
+HOOK_BACKOFF_BASE_S = 10.0  # the wait after a failed delivery doubles from here...
+HOOK_BACKOFF_CAP_S = 900.0  # ...up to here (with jitter): 10 attempts span about an hour
+HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept in its log
+
+# --- host health (hosts.py) ----------------------------------------------------------
+RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the retry this long
+HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
+HOST_BLOCK_WINDOW_S = 600.0
+HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`

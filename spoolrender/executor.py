@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import Timeout
+
 from spoolrender import defaults, seal
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
@@ -26,10 +28,12 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
+from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
 from spoolrender.publish import fsync_file, output_exists, remove_scratch, scratch_dir
+from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
     PUBLISHING,
@@ -159,6 +163,12 @@ class JobExecutor:
             "renderer": spec.renderer,
             seal.SEAL_KEY: claim.job_file.sha256,  # the seal, once this run is decided
         }
+        queue, conflict = job_queue(job_dir, spec.queue)
+        if conflict is not None:
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", conflict, False))
+        base["details"]["queue"] = queue
+        if spec.requires:
+            base["details"]["requires"] = list(spec.requires)
         if attempt > spec.max_attempts:
             return self._finish(
                 claim,
@@ -250,6 +260,11 @@ class JobExecutor:
     def _failure(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
     ) -> RunEnd:
+        if error["transient"]:
+            try:
+                record_failure(self._layout, self._config, HOSTNAME, claim.job_id, error["kind"])
+            except (OSError, Timeout) as exc:  # host health must never stop a job's own record
+                log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:
             delay = backoff_delay(
                 attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
@@ -304,7 +319,10 @@ class JobExecutor:
             duration=None if record.started is None else record.ended - record.started,
         )
         try:
-            target = carry_out(self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record)
+            target = carry_out(
+                self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
+                self._config.hooks,
+            )  # fmt: skip
         except FileNotFoundError:
             # Decided by us, moved by a recoverer who judged us dead meanwhile and carried
             # out our own decision (roll forward): the job is where we sent it.

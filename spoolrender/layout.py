@@ -63,6 +63,11 @@ DEFAULT_CONFIG_TEXT = """\
 # max_job_timeout_seconds: auto  # a job's timeout; auto = 21600, or timeout_seconds if higher
 # max_job_frames: 108000       # frames one Remotion render may have (1 h at 30 fps)
 # max_job_frame_pixels: auto   # width x height x scale^2 of a frame; auto = memory_per_job_mb MiB / 64 bytes
+#
+# Completion hooks (README, "Completion hooks"): commands or webhooks on done/retry/failed.
+# hooks:
+#   chat: {on: [failed], url: "https://chat.example/hooks/render", secret_file: /etc/spoolrender/hook-secret}
+#   archive: {on: [done], command: [/usr/local/bin/archive-video]}
 """
 
 

@@ -16,6 +16,7 @@ from spoolrender.errors import JobInvalid, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.queues import list_incoming
 from spoolrender.records import PUBLISHING, attempts_used, read_runs
 
 PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
@@ -90,10 +91,10 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
     layout = SpoolLayout(config.spool)
     layout.check()
     found = []
-    for name in sorted(list_names(layout.incoming)) if incoming else ():
+    for name in sorted(list_incoming(layout.incoming)) if incoming else ():  # queue directories too
         path = layout.incoming / name
         # Not by name alone: an explicit `id:` may differ from the file name.
-        if is_candidate_name(name) and incoming_has_id(config, path, job_id):
+        if is_candidate_name(path.name) and incoming_has_id(config, path, job_id):
             found.append(Located(job_id, "incoming", path))
     for state, pattern in PATTERNS.items():
         for name in sorted(list_names(layout.state_dir(state))):

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from spoolrender import defaults
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import SpoolLayout
+from spoolrender.queues import ALL_QUEUES, queue_report
 from spoolrender.status import SpoolSnapshot, take_snapshot
 
 # Renders take seconds to hours.
@@ -45,6 +46,19 @@ class SpoolGauges:
             registry=registry,
         )
 
+        self.queue_waiting = Gauge(
+            "spoolrender_queue_jobs_waiting", "Claimable jobs per queue (incoming and due retries)",
+            [*names, "queue"], registry=registry,
+        )  # fmt: skip
+        self.queue_unserved = Gauge(
+            "spoolrender_queue_jobs_unserved", "Waiting jobs per queue that no online runner can take",
+            [*names, "queue"], registry=registry,
+        )  # fmt: skip
+        self.queue_age = Gauge(
+            "spoolrender_queue_oldest_age_seconds", "Age of the oldest claimable job per queue",
+            [*names, "queue"], registry=registry,
+        )  # fmt: skip
+
     def update(self, snap: SpoolSnapshot) -> None:
         for state in defaults.STATE_DIRS:
             self.jobs.labels(**self._labels, state=state).set(snap.counts[state])
@@ -53,6 +67,15 @@ class SpoolGauges:
         backlog.set(snap.oldest_incoming_age or 0.0)
         online = self.runners_online.labels(**self._labels) if self._labels else self.runners_online
         online.set(sum(1 for r in snap.runners if r.get("online")))
+        queues, _ = queue_report(snap.runners, snap.fs_now)
+        for gauge in (self.queue_waiting, self.queue_unserved, self.queue_age):
+            gauge.clear()  # a queue nobody waits in or serves any more must not linger
+        for name, q in queues.items():
+            if name == ALL_QUEUES:
+                continue
+            self.queue_waiting.labels(**self._labels, queue=name).set(q["waiting"])
+            self.queue_unserved.labels(**self._labels, queue=name).set(q["unserved"])
+            self.queue_age.labels(**self._labels, queue=name).set(q["oldest_age_seconds"] or 0.0)
 
 
 class RunnerMetrics:

@@ -161,7 +161,7 @@ class Recoverer:
         else:
             log.warning("job %s: %s; finishing its decided run %d (%s)", job_id, why, run, record.outcome)
         try:
-            target = carry_out(self._layout, self._config.output_root, job_dir, job_id, uid, record)
+            target = carry_out(self._layout, self._config.output_root, job_dir, job_id, uid, record, self._config.hooks)
         except PublishError as exc:  # pragma: no cover - carry_out turns these into failed/
             log.error("job %s: %s", job_id, exc)
             return False

@@ -8,6 +8,12 @@ heartbeat thread refreshes every running job's heartbeat.
 Stopping: the first SIGTERM/SIGINT stops claiming and gives running jobs
 ``grace_seconds`` to finish; then they are cancelled and go back to retry/ without using
 an attempt. A second signal cancels at once.
+
+Limits, for workers that a supervisor recycles: ``max_jobs`` stops claiming after that
+many claims and exits once those jobs have finished (never cutting one short);
+``max_runtime`` stops like a SIGTERM once that much time has passed, so the runner's
+life is bounded by ``max_runtime + grace_seconds``. ``RunSummary.stopped_by`` says which
+ended the run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from spoolrender import __version__
 from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove_beacon, write_beacon
@@ -35,12 +42,16 @@ from spoolrender.errors import ClaimBlocked, SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
+from spoolrender.hosts import blocked as host_blocked
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
+
+if TYPE_CHECKING:
+    from spoolrender.hooks import HookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,9 @@ class RunSummary:
     lost: int = 0
     requeued: int = 0
     paused: bool = False
+    blocked: bool = False  # this host was blocked for failing many jobs (hosts.py)
+    # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
+    stopped_by: str = "signal"
 
 
 class Runner:
@@ -75,7 +89,13 @@ class Runner:
         capacity: Capacity | None = None,
         metrics_textfile: Path | None = None,
         runner_name: str | None = None,
+        max_jobs: int | None = None,
+        max_runtime: float | None = None,
     ) -> None:
+        if max_jobs is not None and max_jobs < 1:
+            raise SpoolrenderError(f"max_jobs must be at least 1, got {max_jobs}")
+        if max_runtime is not None and not max_runtime > 0:
+            raise SpoolrenderError(f"max_runtime must be more than 0 seconds, got {max_runtime}")
         self.config = config
         self.layout = SpoolLayout(config.spool)
         self.layout.check()
@@ -89,7 +109,12 @@ class Runner:
         check_filesystem(self.layout.private, "spool")
         check_filesystem(config.output_root, "output root")
         self.drain = drain
+        self.max_jobs = max_jobs
+        self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
+        self._started_mono = self.clock.monotonic()
+        self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
+        self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
         self.runner_id = f"{HOSTNAME}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
@@ -131,6 +156,14 @@ class Runner:
         self._probe = probe_path(self.layout, self.runner_id)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._metrics_textfile = metrics_textfile
+        # Completion hooks are delivered by a thread of their own: a slow receiver must
+        # never hold up a claim or a render.
+        self._hooks_probe = self.layout.private / f"clock-{self.runner_id}-hooks"
+        self._hooks: HookDispatcher | None = None
+        if config.hooks:
+            from spoolrender.hooks import HookDispatcher  # http/ssl only for spools that use hooks
+
+            self._hooks = HookDispatcher(self.layout, config, self.rng, lambda: spool_now(self._hooks_probe))
 
     # --- control ---------------------------------------------------------------------
 
@@ -138,6 +171,8 @@ class Runner:
         """Stop claiming; with ``force`` (or a second request), cancel running jobs now."""
         if self._stop.is_set() or force:
             self._force.set()
+        if not self._stop.is_set():
+            self.summary.stopped_by = "signal"
         self._stop.set()
         self._wake.set()
 
@@ -162,10 +197,18 @@ class Runner:
 
     def run(self) -> RunSummary:
         log.info(
-            "runner %s: spool %s, %d slot(s) x %d thread(s) (%s), watch=%s%s",
+            "runner %s: spool %s, %d slot(s) x %d thread(s) (%s), watch=%s%s, queues %s%s",
             self.runner_id, self.config.spool, self.capacity.slots, self.capacity.threads_per_job,
-            self.capacity.reason, self.watch_mode, ", drain" if self.drain else "",
+            self.capacity.reason, self.watch_mode, ", drain" if self.drain else "", ",".join(self.config.queues),
+            f", tags {','.join(self.config.tags)}" if self.config.tags else "",
         )  # fmt: skip
+        if self.max_jobs is not None or self.max_runtime is not None:
+            log.info(
+                "limits: %s, %s",
+                "no job limit" if self.max_jobs is None else f"at most {self.max_jobs} job(s)",
+                "no runtime limit" if self.max_runtime is None else f"at most {self.max_runtime:g} s of claiming",
+            )
+        self._started_mono = self.clock.monotonic()
         watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_event)
         # `resume` (from any host) wakes us at once instead of at the next rescan.
@@ -173,10 +216,16 @@ class Runner:
         if self.watch_mode == "inotify" and self._closers.start(self.layout.incoming):
             log.debug("following who closes uploads in %s (fanotify)", self.layout.incoming)
         self._heartbeat.start()
+        if self._hooks is not None:
+            self._hooks.start()
         try:
             self._loop()
         finally:
             self._shutdown_jobs()
+            if self._hooks is not None:
+                # One last pass over what is due now (a drain's own jobs get notified);
+                # what still fails stays on disk for the next runner.
+                self._hooks.stop(force=self._force.is_set())
             watcher.stop()
             self._closers.stop()
             self._heartbeat.stop()
@@ -190,6 +239,8 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
+            with contextlib.suppress(OSError):
+                self._hooks_probe.unlink()
         log.info("runner %s stopped: %s", self.runner_id, self.summary)
         return self.summary
 
@@ -213,6 +264,19 @@ class Runner:
         self._wake.clear()
         self._reap()
         now = self.clock.monotonic()
+        if self.max_runtime is not None and now - self._started_mono >= self.max_runtime:
+            log.info("--max-runtime %g s reached: stopping like on SIGTERM", self.max_runtime)
+            self.request_stop()
+            self.summary.stopped_by = "max-runtime"
+            return None
+        limited = self.max_jobs is not None and self.summary.claimed >= self.max_jobs
+        if limited:
+            with self._lock:
+                idle = not self._active
+            if idle:
+                log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
+                self.summary.stopped_by = "max-jobs"
+                return None
         if now >= self._next_beacon:
             self._write_beacon()
             self._write_metrics()
@@ -225,9 +289,25 @@ class Runner:
         if paused and not self.summary.paused:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
+        block = host_blocked(self.layout, HOSTNAME)
+        reason = None if block is None else str(block.get("reason"))
+        if reason != self._blocked:
+            if block is not None:
+                log.error(
+                    "host %s is blocked, not claiming: %s (for %.0f s more, or until `spoolrender unblock %s`)",
+                    HOSTNAME, reason, float(block.get("until") or 0) - self.clock.wall(), HOSTNAME,
+                )  # fmt: skip
+            else:
+                log.info("host %s is no longer blocked: claiming again", HOSTNAME)
+            self._blocked = reason
+            self._next_beacon = 0.0  # tell status at once
+        if reason is not None:
+            self.summary.blocked = True
+            paused = True  # from here on, a blocked host behaves like a paused spool
         scan = self._scanner.scan(lambda: spool_now(self._probe))
+        self._waiting = scan.waiting
         for candidate in scan.candidates:
-            if not self._free or self._stop.is_set() or paused:
+            if not self._free or self._stop.is_set() or paused or limited:
                 break
             if self._scanner.writer_holds(candidate):
                 continue  # an upload still in progress: it waits in place
@@ -240,6 +320,9 @@ class Runner:
             self._scanner.forget(candidate.name)
             if claimed is not None:
                 self._start(claimed)
+                if self.max_jobs is not None and self.summary.claimed >= self.max_jobs:
+                    limited = True
+                    log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
         if swept:
             # Housekeeping after claiming, so that it never delays a claim.
             fs_now = spool_now(self._probe)
@@ -248,12 +331,16 @@ class Runner:
         with self._lock:
             idle = not self._active
         if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
-            log.info("drained: %s", "the spool is paused" if paused else "nothing left to claim")
+            why = "this host is blocked" if self._blocked else "the spool is paused"
+            log.info("drained: %s", why if paused else "nothing left to claim")
+            self.summary.stopped_by = "drained"
             return None
         timeout = self._next_sweep - self.clock.monotonic()
         if scan.next_wake is not None:
             timeout = min(timeout, scan.next_wake - self.clock.monotonic())
-        if scan.candidates and self._free and not paused:
+        if self.max_runtime is not None:
+            timeout = min(timeout, self._started_mono + self.max_runtime - self.clock.monotonic())
+        if scan.candidates and self._free and not paused and not limited:
             # Every candidate was lost to other runners (or unclaimable): look again
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
@@ -296,6 +383,8 @@ class Runner:
             with self._lock:
                 field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
                 setattr(self.summary, field, getattr(self.summary, field) + 1)
+        if self._hooks is not None:
+            self._hooks.wake()
         self._wake.set()
 
     def _reap(self) -> None:
@@ -349,6 +438,10 @@ class Runner:
                     "watch": self.watch_mode,
                     "blocked": self._scanner.blocked(),
                     "drain": self.drain,
+                    "queues": list(self.config.queues),
+                    "tags": list(self.config.tags),
+                    "waiting": self._waiting,
+                    "host_blocked": self._blocked,
                     "version": __version__,
                     "updated": self.clock.wall(),
                 },

@@ -23,6 +23,7 @@ from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
 from spoolrender.heartbeat import read_heartbeat
+from spoolrender.hosts import all_blocked
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
@@ -32,10 +33,13 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
+from spoolrender.queues import list_incoming, queue_report
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
-SCHEMA_VERSION = 1
+# 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
+# one entry); "queues", "unserved" (queues.py) and "blocked_hosts" (hosts.py) added.
+SCHEMA_VERSION = 2
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -75,7 +79,8 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".")]
         for state in defaults.STATE_DIRS
     }
-    names["incoming"] = [n for n in names["incoming"] if is_candidate_name(n)]
+    # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory).
+    names["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(n.rpartition("/")[2])]
     counts = {state: len(entries) for state, entries in names.items()}
     oldest = None
     for n in names["incoming"]:
@@ -175,6 +180,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
             }
         )
 
+    queues, unserved = queue_report(snap.runners, fs_now)
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
@@ -186,6 +192,9 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "recent_failures": failures,
         "runners": snap.runners,
         "paused": pause_reason(layout),
+        "queues": queues,
+        "unserved": unserved,
+        "blocked_hosts": all_blocked(layout),
     }
 
 
@@ -254,6 +263,19 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     lines = [f"spool {p(status['spool'])}", summary]
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
+    for b in status.get("blocked_hosts", []):
+        left = _age(float(b.get("until") or 0) - status["generated_at"])
+        lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
+                           f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
+    for u in status.get("unserved", []):
+        needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
+        lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))
+    if len(status.get("queues", {})) > 1 or any(q != "default" and q != "*" for q in status.get("queues", {})):
+        rows = [
+            [p(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
+            for name, q in status["queues"].items()
+        ]
+        lines += ["", paint("QUEUES", "1"), *_table(["QUEUE", "WAITING", "OLDEST", "RUNNERS", "UNSERVED"], rows)]
     if status["running"]:
         rows = []
         for r in status["running"]:
@@ -279,10 +301,11 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status["runners"]:
         rows = [
             [p(r.get("host")), p(r.get("pid")), p(f"{r.get('busy')}/{r.get('slots')}"),
+             p(",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else "")),
              f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
             for r in status["runners"]
         ]  # fmt: skip
-        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "LAST SEEN"], rows)]
+        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
     # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
     # growing delay, listed here so that someone can fix or remove them.
     online = [r for r in status["runners"] if r["online"]]

@@ -22,6 +22,8 @@ from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.hook_config import HookSpec
+from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
 from spoolrender.layout import SpoolLayout, final_name, retry_name
 from spoolrender.publish import Published, publish_output
@@ -38,6 +40,8 @@ from spoolrender.records import (
 )
 
 log = logging.getLogger(__name__)
+
+Hooks = dict[str, HookSpec] | None
 
 
 def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fields: Any) -> None:
@@ -67,16 +71,36 @@ def _drop_heartbeat(job_dir: Path) -> None:
             path.unlink()
 
 
-def move_to_retry(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+def attempt_hosts(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """Where every attempt ran, in order: ``{"attempt", "host", "outcome", "kind"}`` (retry
+    elsewhere). For kind ``runner-died`` the host is the one that recovered the attempt."""
+    return [
+        {"attempt": r.attempt, "host": r.host, "outcome": r.outcome, "kind": (r.error or {}).get("kind")}
+        for r in runs
+        if r.attempt is not None
+    ]
+
+
+def move_to_retry(
+    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+) -> Path:
     due = record.due if record.due is not None else record.ended
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
     target = layout.retry / retry_name(job_id, uid, due, priority)
+    if record.outcome == RETRY and hooks:  # a requeue after a shutdown is no failure: no hook
+        retry = {
+            "id": job_id, "uid": uid, "run": record.run, "attempt": record.attempt, "host": record.host,
+            "error": record.error, "due": due, "details": record.details,
+        }  # fmt: skip
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "retry", retry)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
     return target
 
 
-def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+def move_to_failed(
+    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+) -> Path:
     runs = read_runs(job_dir)
     error = record.error or {}
     failure = {
@@ -87,10 +111,13 @@ def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, re
         "attempts": attempts_used(runs),
         "failed_at": record.ended,
         "host": record.host,
+        "attempt_hosts": attempt_hosts(runs),
         "runs": [r.__dict__ for r in runs],
     }
     # Written before the move: failed/ entries are complete the moment they appear.
     write_json_atomic(job_dir / defaults.FAILURE_FILENAME, failure)
+    if hooks:
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "failed", failure)
     target = layout.failed / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
@@ -99,7 +126,13 @@ def move_to_failed(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, re
 
 
 def complete_publish(
-    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
+    layout: SpoolLayout,
+    output_root: Path,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
 ) -> Path:
     """Publish the verified output named in a PUBLISHING record, then move the job to done/."""
     info = record.publish or {}
@@ -121,6 +154,7 @@ def complete_publish(
         "bytes": published.bytes,
         "attempts": attempts_used(runs),
         "host": record.host,
+        "attempt_hosts": attempt_hosts(runs),
         "started": record.started,
         "finished": record.ended,
         "duration_seconds": None if record.started is None else round(record.ended - record.started, 3),
@@ -128,21 +162,34 @@ def complete_publish(
         "runs": [r.__dict__ for r in runs],
     }
     write_json_atomic(job_dir / defaults.RESULT_FILENAME, result)
+    if hooks:
+        plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "done", result)
     target = layout.done / final_name(job_id, uid)
     rename_durable(job_dir, target)
     _drop_heartbeat(target)
     return target
 
 
-def carry_out(layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
-    """Move the job where its decided ``record`` says; returns the new directory."""
+def carry_out(
+    layout: SpoolLayout,
+    output_root: Path,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
+) -> Path:
+    """Move the job where its decided ``record`` says; returns the new directory.
+
+    ``hooks`` (the spool's completion hooks) are planned before the move (see hook_plan).
+    """
     if record.outcome in (RETRY, REQUEUE):
-        return move_to_retry(layout, job_dir, job_id, uid, record)
+        return move_to_retry(layout, job_dir, job_id, uid, record, hooks)
     if record.outcome == FAILED:
-        return move_to_failed(layout, job_dir, job_id, uid, record)
+        return move_to_failed(layout, job_dir, job_id, uid, record, hooks)
     if record.outcome == PUBLISHING:
         try:
-            return complete_publish(layout, output_root, job_dir, job_id, uid, record)
+            return complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks)
         except PublishError as exc:
             # The run was decided as a success but its output cannot be put in place (a
             # name taken meanwhile, a symlink planted in the output tree, disk trouble).
@@ -169,5 +216,5 @@ def carry_out(layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str
                 if decided is None:
                     raise
                 follow = decided
-            return carry_out(layout, output_root, job_dir, job_id, uid, follow)
+            return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks)
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")

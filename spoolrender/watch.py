@@ -97,9 +97,11 @@ class _Wake(FileSystemEventHandler):
         else:
             path, kind = "", ""
         parent = os.path.dirname(path)
-        if parent == self._incoming:
+        if parent == self._incoming or (path and os.path.dirname(parent) == self._incoming):
+            # incoming/<name>, or incoming/<queue>/<name> in a queue directory (queues.py)
+            name = os.path.relpath(path, self._incoming)
             if kind == "moved_in" or self._writes:
-                self._on_event(os.path.basename(path), kind)
+                self._on_event(name, kind)
             else:
                 self._on_event("", "")
         elif parent == self._retry:
@@ -124,7 +126,7 @@ def _no_move_pairing_delay() -> None:
 
 
 class SpoolWatcher:
-    """Watches incoming/ and retry/ (not recursively) and sets ``wake`` on any change."""
+    """Watches incoming/ (and its queue directories) and retry/; sets ``wake`` on any change."""
 
     def __init__(self, mode: str, poll_seconds: float) -> None:
         self.mode = mode
@@ -140,7 +142,8 @@ class SpoolWatcher:
         dirs = [incoming, retry]
         handler = _Wake(wake, on_event, incoming, retry, writes=self.mode != "polling")
         for d in dirs:
-            self._observer.schedule(handler, os.fspath(d), recursive=False)
+            # incoming/ recursively: its queue directories (queues.py) are drop targets too.
+            self._observer.schedule(handler, os.fspath(d), recursive=d == incoming)
         self._observer.daemon = True
         self._observer.start()
         log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)

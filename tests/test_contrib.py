@@ -61,6 +61,9 @@ METRICS = {
     "spoolrender_jobs_finished_total",
     "spoolrender_render_duration_seconds",
     "spoolrender_job_attempts",
+    "spoolrender_queue_jobs_waiting",
+    "spoolrender_queue_jobs_unserved",
+    "spoolrender_queue_oldest_age_seconds",
 }
 
 
@@ -294,7 +297,7 @@ def test_unit_settings_match_the_runner() -> None:
 def test_alert_rules_pass_promtool_check() -> None:
     result = run([tool("promtool"), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_alert_rules_pass_their_unit_tests() -> None:

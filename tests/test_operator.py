@@ -85,8 +85,8 @@ def test_status_lists_every_state_line_by_line(busy_spool: SpoolLayout) -> None:
         r"  bad +command-exit +command 'props' exited with status 65: props.title is missing",
         r"",
         r"RUNNERS",
-        r"  HOST +PID +BUSY +LAST SEEN",
-        rf"  {re.escape(os.uname().nodename)} +\d+ +1/1 +\d+s ago",
+        r"  HOST +PID +BUSY +QUEUES \[TAGS\] +LAST SEEN",
+        rf"  {re.escape(os.uname().nodename)} +\d+ +1/1 +\* +\d+s ago",
     ]
     assert len(lines) == len(expected), result.stdout
     for line, pattern in zip(lines, expected, strict=True):

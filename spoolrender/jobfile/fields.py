@@ -21,6 +21,7 @@ from typing import Any, Final
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.jobfile.naming import ID_PATTERN, ID_RULE, filename_origin, id_from_filename, output_path_problem
+from spoolrender.queues import name_problem
 
 RENDERERS = ("remotion", "command")
 REMOTION_CODECS = ("h264", "h265", "vp8", "vp9", "prores", "gif")
@@ -291,6 +292,32 @@ def _fallback(value: Any, f: Fields) -> dict[str, Any]:
     return {"props": props, "settings": _checked_settings("fallback.settings", value.get("settings"), f)}
 
 
+def _queue(value: Any, f: Fields) -> str | None:
+    if value is MISSING or value is None:
+        return None
+    why = name_problem("queue", value)
+    if why is not None:
+        f.problem("queue", why)
+        return None
+    return str(value)
+
+
+def _requires(value: Any, f: Fields) -> tuple[str, ...]:
+    if value is MISSING or value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or len(value) > 32:
+        f.problem("requires", f"expected a list of runner tags (at most 32), got {describe(value)}")
+        return ()
+    for tag in value:
+        why = name_problem("tag", tag)
+        if why is not None:
+            f.problem("requires", why)
+            return ()
+    return tuple(sorted(set(value)))
+
+
 # Order matters: a check may read the values of the fields above it.
 FIELD_CHECKS: dict[str, Check] = {
     "id": _id,
@@ -306,6 +333,8 @@ FIELD_CHECKS: dict[str, Check] = {
     "rerun": _rerun,
     "settings": _settings,
     "fallback": _fallback,
+    "queue": _queue,
+    "requires": _requires,
 }
 KNOWN_FIELDS = tuple(FIELD_CHECKS)
 

@@ -1,0 +1,117 @@
+"""Delivering one hook once: run its command or POST to its webhook, bounded by a timeout.
+
+A command gets the JSON record on stdin and the event in its environment; exit status 0
+is success. A webhook gets the JSON record as the body, with headers saying the event
+and the delivery id (stable across retries, so a receiver can drop duplicates: delivery
+is at-least-once) and, when a secret is configured, ``X-Spoolrender-Signature:
+sha256=<hex HMAC-SHA256 of the body>`` (the GitHub webhook convention); any 2xx reply is
+success. Redirects are not followed: a webhook that moved is a failure to fix, not a
+reason to send a signed body somewhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import http.client
+import os
+import signal
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from spoolrender import __version__, defaults
+from spoolrender.hook_config import HookSpec
+
+SIGNATURE_HEADER = "X-Spoolrender-Signature"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    ok: bool
+    detail: str  # one line for the log: the status, the exit code, or what went wrong
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    """The value of the signature header for ``body``."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def deliver(spec: HookSpec, body: bytes, meta: dict[str, str], secret: bytes | None) -> Delivery:
+    """Deliver ``body`` (the JSON record) once; ``meta``: event, job id, uid, delivery id."""
+    if spec.command is not None:
+        return _run_command(spec, body, meta)
+    return _post(spec, body, meta, secret)
+
+
+def _clip(data: bytes) -> str:
+    text = data[: defaults.HOOK_OUTPUT_BYTES].decode("utf-8", errors="replace").strip()
+    return " ".join(text.split())  # one log line, whatever the output looked like
+
+
+def _run_command(spec: HookSpec, body: bytes, meta: dict[str, str]) -> Delivery:
+    assert spec.command is not None
+    env = {**os.environ, **{f"SPOOLRENDER_{k.upper()}": v for k, v in meta.items()}}
+    try:
+        # Its own session: a timeout kills the hook's whole process group, as for renders.
+        proc = subprocess.Popen(
+            spec.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        return Delivery(False, f"cannot start {spec.command[0]}: {exc.strerror or exc}")
+    try:
+        out, _ = proc.communicate(body, timeout=spec.timeout_seconds)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return Delivery(False, f"timed out after {spec.timeout_seconds:g} s (process group killed)")
+    if proc.returncode != 0:
+        return Delivery(False, f"exit status {proc.returncode}: {_clip(out)}")
+    return Delivery(True, f"exit status 0{': ' + _clip(out) if out.strip() else ''}")
+
+
+def _post(spec: HookSpec, body: bytes, meta: dict[str, str], secret: bytes | None) -> Delivery:
+    assert spec.url is not None
+    parts = urlsplit(spec.url)
+    assert parts.hostname is not None
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": f"spoolrender/{__version__}",
+        "X-Spoolrender-Event": meta["event"],
+        "X-Spoolrender-Delivery": meta["delivery"],
+        "X-Spoolrender-Job": meta["job_id"],
+    }
+    if secret is not None:
+        headers[SIGNATURE_HEADER] = signature(secret, body)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = time.monotonic() + spec.timeout_seconds
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=spec.timeout_seconds, context=ssl.create_default_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=spec.timeout_seconds)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        # The socket timeout bounds each read; the deadline bounds a server that trickles.
+        reply = b""
+        while len(reply) < defaults.HOOK_OUTPUT_BYTES and time.monotonic() < deadline:
+            chunk = response.read1(defaults.HOOK_OUTPUT_BYTES)
+            if not chunk:
+                break
+            reply += chunk
+    except (OSError, http.client.HTTPException) as exc:
+        return Delivery(False, f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+    status = f"HTTP {response.status} {response.reason}"
+    if 200 <= response.status < 300:
+        return Delivery(True, status)
+    return Delivery(False, f"{status}: {_clip(reply)}")

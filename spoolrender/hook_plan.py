@@ -1,0 +1,120 @@
+"""Planning completion hooks: what a run's move to done/, retry/ or failed/ owes.
+
+Called while a decided run is carried out (:mod:`spoolrender.transitions`), *before*
+the job directory moves: a marker in ``.spoolrender/hooks/pending/`` (the index: due
+deliveries are found by listing one small directory, never done/), then the delivery
+state ``hook-<run>-<event>.json`` in the job's directory, which moves with the job. A
+crash before the move is rolled forward by recovery, which plans again (a no-op once the
+state exists). Delivery is :mod:`spoolrender.hooks`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spoolrender.durable import write_json_atomic
+from spoolrender.hook_config import HOOK_EVENTS, HookSpec
+from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name, list_names
+
+MARKER_NAME = re.compile(
+    rf"(?P<due>\d{{13}})-(?P<run>\d{{4,}})-(?P<event>{'|'.join(HOOK_EVENTS)})-(?P<id>.+)\.(?P<uid>[0-9a-f]{{{TOKEN_HEX}}})"
+)
+
+
+def pending_dir(layout: SpoolLayout) -> Path:
+    return layout.private / "hooks" / "pending"
+
+
+def taken_dir(layout: SpoolLayout) -> Path:
+    return layout.private / "hooks" / "taken"
+
+
+def state_filename(run: int, event: str) -> str:
+    return f"hook-{run:04d}-{event}.json"
+
+
+def delivery_id(job_id: str, uid: str, run: int, event: str) -> str:
+    """Stable across retries of a delivery: a receiver drops repeats by it."""
+    return f"{final_name(job_id, uid)}-{run}-{event}"
+
+
+def marker_name(due: float, run: int, event: str, job_id: str, uid: str) -> str:
+    return f"{max(0, int(due * 1000)):013d}-{run:04d}-{event}-{final_name(job_id, uid)}"
+
+
+def plan_hooks(
+    layout: SpoolLayout,
+    hooks: dict[str, HookSpec],
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    run: int,
+    event: str,
+    record: dict[str, Any],
+) -> None:
+    """Record the deliveries that ``event`` of this run owes; call before the job moves."""
+    names = [name for name, spec in hooks.items() if event in spec.events]
+    if not names:
+        return
+    state_path = job_dir / state_filename(run, event)
+    if state_path.exists():
+        return  # planned before a crash: recovery replays the move, not the deliveries
+    for directory in (pending_dir(layout), taken_dir(layout)):
+        directory.mkdir(parents=True, exist_ok=True)
+    # The marker first, then the state: a marker without state means "not decided yet"
+    # to a dispatcher, while state without a marker would never be delivered.
+    marker = pending_dir(layout) / marker_name(0, run, event, job_id, uid)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    state = {
+        "event": event,
+        "id": job_id,
+        "uid": uid,
+        "run": run,
+        "delivery": delivery_id(job_id, uid, run, event),
+        "record": record,
+        "hooks": {
+            name: {"attempts": 0, "next_at": 0.0, "delivered_at": None, "gave_up_at": None, "last": None}
+            for name in names
+        },
+    }
+    write_json_atomic(state_path, state)
+
+
+@dataclass(frozen=True)
+class Marker:
+    name: str
+    due: float
+    run: int
+    event: str
+    job_id: str
+    uid: str
+
+
+def parse_marker(name: str) -> Marker | None:
+    m = MARKER_NAME.fullmatch(name)
+    if m is None:
+        return None
+    return Marker(
+        name, int(m.group("due")) / 1000, int(m.group("run")), m.group("event"), m.group("id"), m.group("uid")
+    )
+
+
+def find_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Path | None:
+    """Where the job ``job_id.uid`` is now, in any state (it keeps moving while hooks wait)."""
+    final = final_name(job_id, uid)
+    for state in (layout.done, layout.failed):
+        if (state / final).is_dir():
+            return state / final
+    for name in list_names(layout.retry):
+        if name.endswith(f"-{final}"):
+            return layout.retry / name
+    for name in list_names(layout.running):
+        if name.startswith(f"{final}."):
+            return layout.running / name
+    return None

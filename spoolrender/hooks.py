@@ -1,0 +1,254 @@
+"""Completion hooks: delivered at least once, in the background, by any runner.
+
+What a run owes is planned with the job's move (:mod:`spoolrender.hook_plan`): a marker
+in ``.spoolrender/hooks/pending/`` and the delivery state ``hook-<run>-<event>.json`` in
+the job's directory (the record sent; per hook its attempts, last outcome, next try).
+Every attempt also goes into the job's ``hooks.log``.
+
+Delivery (:class:`HookDispatcher`) runs in a thread of its own, so a slow or dead
+receiver never delays a claim or a render. A dispatcher takes a due marker by renaming
+it into ``taken/`` (one rename: of several runners exactly one gets it), delivers what is
+due, then renames it back to ``pending/`` under its next due time, or deletes it when
+every hook has succeeded or given up. A taken marker whose dispatcher died (its rename
+time, the ctime, is older than every hook's timeout plus the lease, measured on the
+spool filesystem's clock) is put back by whoever sees it: at-least-once, so a receiver
+may see a delivery twice and should use the delivery id to drop the repeat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spoolrender import defaults
+from spoolrender.config import SpoolConfig
+from spoolrender.durable import write_json_atomic
+from spoolrender.hook_config import read_secret
+from spoolrender.hook_delivery import deliver
+from spoolrender.hook_plan import (
+    Marker,
+    find_job_dir,
+    marker_name,
+    parse_marker,
+    pending_dir,
+    state_filename,
+    taken_dir,
+)
+from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.transitions import backoff_delay
+
+log = logging.getLogger(__name__)
+
+# A marker whose job directory cannot be found (purged, or an operator moved it) is
+# dropped after this long; a job between two renames is found again within seconds.
+ORPHAN_AFTER_S = 3600.0
+NOT_FOUND_RETRY_S = 2.0
+HOOKS_LOG = "hooks.log"
+
+
+class HookDispatcher:
+    """Delivers due hooks of the whole spool in one background thread."""
+
+    def __init__(
+        self,
+        layout: SpoolLayout,
+        config: SpoolConfig,
+        rng: random.Random,
+        spool_now: Callable[[], float | None],
+    ) -> None:
+        self._layout = layout
+        self._config = config
+        self._rng = rng
+        self._spool_now = spool_now
+        # Read now: a secret file others can read stops the runner at start, with the fix.
+        self._secrets = {name: read_secret(spec) for name, spec in config.hooks.items()}
+        self._stale_after = sum(s.timeout_seconds for s in config.hooks.values()) + config.lease_seconds
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hooks", daemon=True)
+
+    def start(self) -> None:
+        for directory in (pending_dir(self._layout), taken_dir(self._layout)):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """A job changed state: look for due deliveries now."""
+        self._wake.set()
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop after one last pass over what is due now (``force``: after the delivery in hand)."""
+        if force:
+            self._force.set()
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            # Bounded: what is not delivered by then stays on disk for the next runner.
+            self._thread.join(1.0 if force else self._stale_after)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                next_due = self.deliver_due()
+            except OSError as exc:
+                log.error("hooks: spool trouble (%s); trying again shortly", exc)
+                next_due = time.time() + self._config.rescan_seconds
+            if self._stop.is_set():
+                return
+            wait = self._config.rescan_seconds if next_due is None else next_due - time.time()
+            self._wake.wait(max(0.0, min(wait, self._config.rescan_seconds)))
+            self._wake.clear()
+
+    def deliver_due(self) -> float | None:
+        """One pass: deliver every due hook; returns the wall time of the next due one."""
+        self._return_abandoned()
+        now = time.time()
+        next_due: float | None = None
+        for name in sorted(list_names(pending_dir(self._layout))):
+            marker = parse_marker(name)
+            if marker is None:
+                continue
+            if marker.due > now:
+                next_due = marker.due if next_due is None else min(next_due, marker.due)
+                continue
+            if self._force.is_set():
+                break
+            try:
+                # THE take: one rename; of several dispatchers exactly one moves the marker.
+                os.rename(pending_dir(self._layout) / name, taken_dir(self._layout) / name)
+            except FileNotFoundError:
+                continue
+            due = self._process(marker)
+            if due is not None:
+                next_due = due if next_due is None else min(next_due, due)
+        return next_due
+
+    def _return_abandoned(self) -> None:
+        """Put back markers taken by a dispatcher that died (its runner was killed)."""
+        names = list_names(taken_dir(self._layout))
+        if not names:
+            return
+        fs_now = self._spool_now()
+        if fs_now is None:
+            return
+        for name in names:
+            path = taken_dir(self._layout) / name
+            try:
+                # rename() stamped ctime with the filesystem's clock when it was taken.
+                taken_at = os.lstat(path).st_ctime
+            except FileNotFoundError:
+                continue
+            if fs_now - taken_at > self._stale_after:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(path, pending_dir(self._layout) / name)
+                    log.warning("hooks: %s was taken by a dispatcher that stopped; delivering it again", name)
+
+    def _refile(self, marker: Marker, due: float) -> float:
+        new = marker_name(due, marker.run, marker.event, marker.job_id, marker.uid)
+        os.rename(taken_dir(self._layout) / marker.name, pending_dir(self._layout) / new)
+        return due
+
+    def _process(self, marker: Marker) -> float | None:
+        """Deliver the due hooks of one taken marker; the next due time, or None when finished."""
+        taken = taken_dir(self._layout) / marker.name
+        job_dir = find_job_dir(self._layout, marker.job_id, marker.uid)
+        state_path = None if job_dir is None else job_dir / state_filename(marker.run, marker.event)
+        try:
+            state = json.loads(state_path.read_bytes()) if state_path is not None else None
+        except FileNotFoundError:
+            state = None
+        except (OSError, ValueError) as exc:
+            log.error("hooks: unreadable delivery state %s (%s); dropping it", state_path, exc)
+            taken.unlink(missing_ok=True)
+            return None
+        if state is None or job_dir is None or state_path is None:
+            fs_now = self._spool_now() or time.time()
+            try:
+                age = fs_now - os.lstat(taken).st_mtime  # created when the run was decided
+            except FileNotFoundError:
+                return None
+            if age > ORPHAN_AFTER_S:
+                log.warning("hooks: job %s.%s is gone (purged?); dropping its %s hooks", marker.job_id,
+                            marker.uid, marker.event)  # fmt: skip
+                taken.unlink(missing_ok=True)
+                return None
+            # Between two renames, or decided but not yet moved: look again shortly.
+            return self._refile(marker, time.time() + NOT_FOUND_RETRY_S)
+        body = json.dumps({**state["record"], "event": marker.event}, sort_keys=True, default=str).encode()
+        meta = {"event": marker.event, "job_id": marker.job_id, "job_uid": marker.uid, "delivery": state["delivery"]}
+        pending: list[float] = []
+        for name, hook_state in state["hooks"].items():
+            if hook_state.get("delivered_at") or hook_state.get("gave_up_at"):
+                continue
+            if hook_state.get("next_at", 0) > time.time() or self._force.is_set():
+                pending.append(float(hook_state.get("next_at", 0)))
+                continue
+            due, line = self._attempt(name, hook_state, body, meta)
+            if due is not None:
+                pending.append(due)
+            # After every attempt: a crash re-sends at most the delivery in hand.
+            if not self._save(marker, state, line):
+                # The job cannot be found now: what was just delivered may be sent once
+                # more (at-least-once); the rest waits for the job to reappear.
+                return self._refile(marker, time.time() + NOT_FOUND_RETRY_S)
+        if pending:
+            return self._refile(marker, min(pending))
+        taken.unlink(missing_ok=True)
+        return None
+
+    def _save(self, marker: Marker, state: dict[str, Any], line: str) -> bool:
+        """Write the delivery state and a log line into the job's directory, wherever it is now."""
+        for _ in range(5):
+            # The job may move while we deliver (a retry claimed again, a run finishing):
+            # the rename carries the old state along, so find it and write there.
+            job_dir = find_job_dir(self._layout, marker.job_id, marker.uid)
+            if job_dir is None:
+                return False
+            try:
+                write_json_atomic(job_dir / state_filename(marker.run, marker.event), state)
+            except FileNotFoundError:
+                continue
+            with contextlib.suppress(OSError), open(job_dir / HOOKS_LOG, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+            return True
+        return False
+
+    def _attempt(
+        self, name: str, hook_state: dict[str, Any], body: bytes, meta: dict[str, str]
+    ) -> tuple[float | None, str]:
+        """One delivery of hook ``name``; updates ``hook_state``; (the next try's time or None, a log line)."""
+        spec = self._config.hooks.get(name)
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {meta['event']} {name} "
+        if spec is None:
+            hook_state.update(gave_up_at=time.time(), last="no longer configured in spoolrender.yaml")
+            log.warning("hooks: job %s: hook %r is no longer configured; not delivering", meta["job_id"], name)
+            return None, line + "not delivered: no longer configured"
+        result = deliver(spec, body, meta, self._secrets.get(name))
+        attempts = int(hook_state.get("attempts", 0)) + 1
+        hook_state.update(attempts=attempts, last=result.detail)
+        line += f"attempt {attempts}: "
+        due = None
+        if result.ok:
+            hook_state["delivered_at"] = time.time()
+            line += f"delivered ({result.detail})"
+            log.info("hooks: job %s: %s hook %r delivered (%s)", meta["job_id"], meta["event"], name, result.detail)
+        elif attempts >= spec.attempts:
+            hook_state["gave_up_at"] = time.time()
+            line += f"failed ({result.detail}); giving up after {attempts} attempt(s)"
+            log.error("hooks: job %s: %s hook %r failed %d time(s), giving up: %s", meta["job_id"], meta["event"],
+                      name, attempts, result.detail)  # fmt: skip
+        else:
+            due = time.time() + backoff_delay(attempts, spec.backoff_seconds, defaults.HOOK_BACKOFF_CAP_S, self._rng)
+            hook_state["next_at"] = due
+            line += f"failed ({result.detail}); next try in {due - time.time():.1f} s"
+            log.warning("hooks: job %s: %s hook %r failed (attempt %d of %d): %s", meta["job_id"], meta["event"],
+                        name, attempts, spec.attempts, result.detail)  # fmt: skip
+        return due, line

@@ -1,0 +1,173 @@
+"""Retry on another host, and blocking a host that fails many jobs (issue 15 item 2).
+
+Each "host" is a runner in its own UTS and PID namespace (see test_hosts.py), so its
+hostname differs; a render command that fails only on host-a stands in for a host-specific
+problem (a missing font, a full disk, a broken driver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_hosts import _can_simulate, wait_until
+
+from spoolrender.layout import SpoolLayout, init_spool
+
+pytestmark = pytest.mark.skipif(_can_simulate() is not None, reason=str(_can_simulate()))
+
+LEASE = 3.0
+# argv: OUTPUT ATTEMPT UNTIL. Exit 75 (EX_TEMPFAIL: transient) on host-a while ATTEMPT < UNTIL.
+ON_HOST_A = (
+    'if [ "$(hostname)" = host-a ] && [ "$2" -lt "$3" ]; then '
+    'echo "font missing on $(hostname)"; exit 75; fi; echo ok > "$1"'
+)
+
+
+def hosty(until: int) -> dict[str, list[str]]:
+    return {"hosty": ["sh", "-c", ON_HOST_A, "sh", "{output}", "{attempt}", str(until)]}
+
+
+class Host:
+    def __init__(self, name: str, spool: Path, log: Path) -> None:
+        argv = [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
+        self.name = name
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                ["unshare", "-u", "-p", "-f", "--mount-proc", "--kill-child=SIGKILL", "sh", "-c",
+                 f'hostname {name} && exec "$@"', "sh", *argv],
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Iterator[SpoolLayout]:
+    layout = init_spool(tmp_path / "spool")
+    config = {
+        "settle_seconds": 0.3, "heartbeat_seconds": 0.3, "lease_seconds": LEASE, "rescan_seconds": 0.5,
+        "poll_seconds": 0.3, "backoff_base_seconds": 4, "backoff_cap_seconds": 4, "slots": 2,
+        "retry_elsewhere_seconds": 120, "host_block_jobs": 50,
+        "commands": hosty(2),
+    }  # fmt: skip
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    yield layout
+
+
+def set_config(layout: SpoolLayout, **changes: Any) -> None:
+    path = layout.root / "spoolrender.yaml"
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **changes}))
+
+
+def drop(layout: SpoolLayout, name: str, attempts: int = 3) -> None:
+    job = {"renderer": "command", "command": "hosty", "max_attempts": attempts}
+    tmp = layout.incoming / f".{name}.part"
+    tmp.write_text(yaml.safe_dump(job))
+    os.rename(tmp, layout.incoming / name)
+
+
+def attempts(layout: SpoolLayout) -> dict[str, list[str]]:
+    out = {}
+    for entry in os.listdir(layout.done):
+        result = json.loads((layout.done / entry / "result.json").read_text())
+        out[result["id"]] = [a["host"] for a in result["attempt_hosts"]]
+    return out
+
+
+def beacons_of(layout: SpoolLayout, host: str) -> int:
+    count = 0
+    for name in os.listdir(layout.runners):
+        if name.endswith(".json"):
+            with contextlib.suppress(OSError, ValueError):
+                count += json.loads((layout.runners / name).read_text()).get("host") == host
+    return count
+
+
+def test_next_attempt_goes_to_another_host_and_a_lone_host_still_retries(spool: SpoolLayout, tmp_path: Path) -> None:
+    log = tmp_path / "hosts.log"
+    # host-a fails attempt 1 only (hosty(2) in the fixture's config).
+    hosts = [Host("host-a", spool.root, log)]
+    try:
+        wait_until(lambda: beacons_of(spool, "host-a") == 1, timeout=30)
+        jobs = [f"j{i}" for i in range(4)]
+        for job in jobs:
+            drop(spool, f"{job}.yaml")
+        wait_until(lambda: len(os.listdir(spool.retry)) == len(jobs), timeout=30)
+        # Hold every claim (the retries are due in 2-4 s) until host-b is up: then both
+        # hosts see the same due retries, and without the preference host-a would take
+        # about half of them back.
+        (spool.private / "paused").write_text("test: wait for host-b\n")
+        hosts.append(Host("host-b", spool.root, log))
+        wait_until(lambda: beacons_of(spool, "host-b") == 1, timeout=30)
+        (spool.private / "paused").unlink()
+        wait_until(lambda: len(attempts(spool)) == len(jobs), timeout=60)
+        # Attempt 1 failed on host-a; host-a left every retry alone, host-b took them.
+        assert {job: attempts(spool)[job] for job in jobs} == {job: ["host-a", "host-b"] for job in jobs}
+
+        # Alone (host-b gone, its beacon past the lease), host-a takes its own retry.
+        hosts.pop().stop()
+        b_beacon = next(p for p in spool.runners.glob("*.json") if json.loads(p.read_text())["host"] == "host-b")
+        wait_until(lambda: time.time() - b_beacon.stat().st_mtime > LEASE + 0.5, timeout=30)
+        set_config(spool, backoff_base_seconds=0.05, backoff_cap_seconds=0.1)
+        hosts[0].stop()
+        hosts[0] = Host("host-a", spool.root, log)  # re-read the faster backoff
+        drop(spool, "two.yaml")
+        wait_until(lambda: "two" in attempts(spool), timeout=60)
+        assert attempts(spool)["two"] == ["host-a", "host-a"]
+    finally:
+        for h in hosts:
+            h.stop()
+
+
+def test_a_host_failing_many_jobs_is_blocked_until_cleared(spool: SpoolLayout, tmp_path: Path) -> None:
+    log = tmp_path / "hosts.log"
+    set_config(
+        spool, host_block_jobs=2, backoff_base_seconds=0.2, backoff_cap_seconds=0.4,
+        commands=hosty(99),
+    )  # fmt: skip
+    hosts = [Host("host-a", spool.root, log)]
+    try:
+        wait_until(lambda: beacons_of(spool, "host-a") == 1, timeout=30)
+        for i in range(3):
+            drop(spool, f"j{i}.yaml", attempts=10)
+        blocked = spool.private / "hosts" / "host-a.blocked"
+        wait_until(blocked.exists, timeout=60)
+        wait_until(lambda: "host host-a is blocked, not claiming" in log.read_text(), timeout=30)
+        status = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "spoolrender.cli", "status", "--json", "--spool", str(spool.root)],
+                capture_output=True, text=True, check=True, timeout=60,
+            ).stdout
+        )  # fmt: skip
+        (entry,) = status["blocked_hosts"]
+        assert entry["host"] == "host-a" and "different jobs failed on this host" in entry["reason"]
+        # Blocked: host-a claims nothing although retries are due.
+        runs_before = sum(len(list(p.glob("run-*.json"))) for p in spool.retry.iterdir())
+        time.sleep(1.5)  # that nothing happens can only be seen by letting time pass
+        assert sum(len(list(p.glob("run-*.json"))) for p in spool.retry.iterdir()) == runs_before
+        # Another host takes them all.
+        hosts.append(Host("host-b", spool.root, log))
+        wait_until(lambda: len(attempts(spool)) == 3, timeout=90)
+        assert all(hs[-1] == "host-b" and "host-b" not in hs[:-1] for hs in attempts(spool).values())
+        result = subprocess.run(
+            [sys.executable, "-m", "spoolrender.cli", "unblock", "host-a", "--spool", str(spool.root)],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert "host host-a unblocked" in result.stdout and not blocked.exists()
+        wait_until(lambda: "host host-a is no longer blocked: claiming again" in log.read_text(), timeout=30)
+    finally:
+        for h in hosts:
+            h.stop()
