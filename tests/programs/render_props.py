@@ -18,13 +18,21 @@ import time
 output, props_file = sys.argv[1], sys.argv[2]
 with open(props_file) as fh:
     props = json.load(fh)
+
+
+def write_pidfile(path: str, pid: int) -> None:
+    # Written aside and renamed into place: a test that sees the file exist reads the
+    # whole pid, never the empty file open() has just created.
+    with open(path + ".tmp", "w") as fh:
+        fh.write(str(pid))
+    os.rename(path + ".tmp", path)
+
+
 if props.get("pidfile"):
-    with open(props["pidfile"], "w") as fh:
-        fh.write(str(os.getpid()))
+    write_pidfile(props["pidfile"], os.getpid())
 if props.get("child_pidfile"):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    with open(props["child_pidfile"], "w") as fh:
-        fh.write(str(child.pid))
+    write_pidfile(props["child_pidfile"], child.pid)
 attempt = int(os.environ.get("SPOOLRENDER_ATTEMPT", "1"))
 if attempt < int(props.get("fail_until_attempt", 0)):
     print(f"transient trouble on attempt {attempt}", flush=True)
