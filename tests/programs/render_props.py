@@ -4,7 +4,8 @@ argv: render_props.py OUTPUT PROPS_FILE
 props: sleep (seconds, in steps that print PROGRESS), exit (exit code, after writing
 nothing), content (bytes to write), pidfile (write our pid there), child_pidfile
 (spawn a sleeping grandchild and write its pid: for process-tree kill tests),
-fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), marker (append a line
+fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), until_file (keep
+rendering until this file exists: a test decides when the render ends), marker (append a line
 to this file when the render completes: counts renders), content_pid (write
 "rendered by PID" as the output), size (write that many bytes).
 """
@@ -41,6 +42,8 @@ steps = 10
 for i in range(steps):
     time.sleep(float(props.get("sleep", 0)) / steps)
     print(f"PROGRESS {(i + 1) / steps:.2f}", flush=True)
+while props.get("until_file") and not os.path.exists(props["until_file"]):
+    time.sleep(0.05)
 if "exit" in props:
     print(props.get("message", "failing as asked"), flush=True)
     sys.exit(int(props["exit"]))
