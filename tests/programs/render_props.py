@@ -17,8 +17,8 @@ import sys
 import time
 
 output, props_file = sys.argv[1], sys.argv[2]
-with open(props_file) as fh:
-    props = json.load(fh)
+with open(props_file) as props_fh:
+    props = json.load(props_fh)
 
 
 def write_pidfile(path: str, pid: int) -> None:
@@ -54,11 +54,11 @@ elif props.get("content_pid"):
     content = f"rendered by {os.getpid()}".encode()
 else:
     content = props.get("content", "video bytes").encode()
-with open(output, "wb") as fh:
-    fh.write(content[: len(content) // 2])
-    fh.flush()
+with open(output, "wb") as out:
+    out.write(content[: len(content) // 2])
+    out.flush()
     time.sleep(float(props.get("half_pause", 0)))
-    fh.write(content[len(content) // 2 :])
+    out.write(content[len(content) // 2 :])
 if props.get("marker"):
     with open(props["marker"], "a") as fh:
         fh.write(f"{props.get('tag', '')} {os.getpid()}\n")
