@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -139,6 +140,48 @@ def test_decided_publish_is_rolled_forward(spool: SpoolLayout, config: SpoolConf
     assert result["attempts"] == 1 and result["bytes"] == 14
     assert (config.output_root / "out" / "x.mp4").read_bytes() == b"finished video"
     assert not scratch.exists()
+
+
+def test_decided_publish_already_linked_is_recognised_without_its_inode_number(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    """The owner died after linking the output and removing its temp, before done/.
+
+    Simulated: over sshfs the recovering host sees another inode number than the one the
+    owner recorded (tests/test_fscheck.py shows that on real mounts); here the recorded
+    number is made wrong. Size and mtime still recognise the output: done/, not failed/.
+    """
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool)
+    token = job_dir.name.rsplit(".", 1)[1]
+    scratch = scratch_dir(config.output_root, job_dir.name)
+    scratch.mkdir(parents=True)
+    temp = scratch / "output.mp4"
+    temp.write_bytes(b"finished video")
+    st = temp.stat()
+    publish = {
+        "temp": str(temp.relative_to(config.output_root)),
+        "output": "x.mp4",
+        "replace": False,
+        "bytes": st.st_size,
+        "inode": st.st_ino + 1,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    os.link(temp, config.output_root / "x.mp4")
+    temp.unlink()
+    record = RunRecord(
+        run=1, outcome=PUBLISHING, host="elsewhere", pid=1, token=token, ended=clock.wall(),
+        started=clock.wall(), attempt=1, publish=publish,
+    )  # fmt: skip
+    assert create_exclusive(run_path(job_dir, 1), record.to_json())
+    rec.sweep(set())
+    clock.advance(config.lease_seconds)
+    rec.sweep(set())
+    assert entries(spool, "failed") == []
+    (entry,) = entries(spool, "done")
+    result = json.loads((spool.done / entry / "result.json").read_text())
+    assert result["bytes"] == 14 and (config.output_root / "x.mp4").read_bytes() == b"finished video"
 
 
 def test_decided_retry_is_moved_without_counting_twice(spool: SpoolLayout, config: SpoolConfig) -> None:
