@@ -251,6 +251,8 @@ class JobExecutor:
             "replace": spec.rerun,
             "bytes": st.st_size,
             "inode": st.st_ino,
+            # Recognises the output where inode numbers differ per host (sshfs).
+            "mtime_ns": st.st_mtime_ns,
         }
         # Data first, then the decision: a power cut after "publishing" was recorded must
         # find a complete file to publish (see durable.py).

@@ -34,6 +34,41 @@ class Published:
     inode: int
 
 
+@dataclass(frozen=True)
+class RenderedFile:
+    """How a publish decision recognises its output later, from any host.
+
+    The inode number alone is not enough: over sshfs (SFTP has no inode numbers) every
+    mount numbers every name on its own, so the host that carries out a dead runner's
+    decision never sees the number the runner recorded. Size and modification time are
+    the server's and survive link() and rename(); they decide when the numbers differ.
+    """
+
+    inode: int
+    bytes: int
+    mtime_ns: int | None  # None in decisions recorded by older versions
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0:
+            raise ValueError(f"negative size {self.bytes}")
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> RenderedFile:
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def matches(self, st: os.stat_result) -> bool:
+        """True if ``st`` (of the published name) is this file."""
+        if st.st_ino == self.inode:
+            return True
+        if self.mtime_ns is None or not stat.S_ISREG(st.st_mode) or st.st_size != self.bytes:
+            return False
+        # SFTP (protocol 3) carries whole seconds only: a host on sshfs sees the mtime a
+        # host on the server's own filesystem recorded with its fraction cut off.
+        if st.st_mtime_ns % 1_000_000_000 == 0 or self.mtime_ns % 1_000_000_000 == 0:
+            return st.st_mtime_ns // 1_000_000_000 == self.mtime_ns // 1_000_000_000
+        return st.st_mtime_ns == self.mtime_ns
+
+
 def scratch_dir(output_root: Path, job_key: str) -> Path:
     """The job's scratch directory on the output filesystem (temp output, TMPDIR)."""
     return output_root / SCRATCH_DIR / job_key
@@ -138,12 +173,12 @@ def _is_same_file(temp: Path, st: os.stat_result, dir_fd: int, name: str, existi
 
 
 def publish_output(
-    output_root: Path, rel: PurePosixPath, temp: Path, *, replace: bool, expect_inode: int | None = None
+    output_root: Path, rel: PurePosixPath, temp: Path, *, replace: bool, expect: RenderedFile | None = None
 ) -> Published:
     """Move the finished ``temp`` file to ``output_root/rel`` atomically.
 
     ``replace`` allows overwriting an existing output (re-runs). Idempotent for recovery:
-    if ``temp`` is already gone and the output is the file ``expect_inode`` names, the
+    if ``temp`` is already gone and the output is the file ``expect`` describes, the
     earlier publish is reported instead of failing.
     """
     fd = _open_parent(output_root, rel, create=True)
@@ -158,7 +193,7 @@ def publish_output(
                 done = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 done = None
-            if done is not None and expect_inode is not None and done.st_ino == expect_inode:
+            if done is not None and expect is not None and expect.matches(done):
                 return Published(final, done.st_size, done.st_ino)
             raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
         try:

@@ -48,7 +48,7 @@ class RunRecord:
     attempt: int | None = None
     error: dict[str, Any] | None = None  # {"kind", "message", "transient", "detail"?}
     due: float | None = None  # RETRY/REQUEUE: not before this wall time
-    publish: dict[str, Any] | None = None  # PUBLISHING: {"temp", "output", "bytes", "inode"}
+    publish: dict[str, Any] | None = None  # PUBLISHING: {"temp", "output", "bytes", "inode", "mtime_ns"}
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

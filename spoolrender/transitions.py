@@ -26,7 +26,7 @@ from spoolrender.hook_config import HookSpec
 from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
 from spoolrender.layout import SpoolLayout, final_name, retry_name
-from spoolrender.publish import Published, publish_output
+from spoolrender.publish import Published, RenderedFile, publish_output
 from spoolrender.records import (
     FAILED,
     PUBLISHING,
@@ -125,6 +125,14 @@ def move_to_failed(
     return target
 
 
+def _rendered_file(info: dict[str, Any]) -> RenderedFile | None:
+    """The decided output's identity as recorded (``mtime_ns`` only since sshfs support)."""
+    if info.get("inode") is None:
+        return None
+    mtime_ns = info.get("mtime_ns")
+    return RenderedFile(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
+
+
 def complete_publish(
     layout: SpoolLayout,
     output_root: Path,
@@ -143,7 +151,7 @@ def complete_publish(
         PurePosixPath(info["output"]),
         output_root / info["temp"],
         replace=bool(info.get("replace")),
-        expect_inode=info.get("inode"),
+        expect=_rendered_file(info),
     )
     crash_point("after-publish")
     runs = read_runs(job_dir)

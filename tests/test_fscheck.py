@@ -23,7 +23,7 @@ import pytest
 from spoolrender.errors import PublishError, UnsupportedFilesystem
 from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
 from spoolrender.layout import init_spool
-from spoolrender.publish import SCRATCH_DIR, publish_output, remove_scratch
+from spoolrender.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -44,11 +44,16 @@ class Mounts:
         self.tmp_path = tmp_path
         self.mounted: list[Path] = []
 
-    def sshfs(self, *, denied: str = "", options: str = "") -> Path:
-        """A directory served by sftp-server (``denied``: requests it refuses), mounted."""
+    def sshfs(self, *, denied: str = "", options: str = "", served: Path | None = None) -> Path:
+        """A directory served by sftp-server (``denied``: requests it refuses), mounted.
+
+        ``served``: mount that (an earlier mount's) directory again, as another host would.
+        """
         n = len(self.mounted)
-        served, mountpoint = self.tmp_path / f"served{n}", self.tmp_path / f"mnt{n}"
-        served.mkdir()
+        mountpoint = self.tmp_path / f"mnt{n}"
+        if served is None:
+            served = self.tmp_path / f"served{n}"
+            served.mkdir()
         mountpoint.mkdir()
         server = self.tmp_path / f"sftp{n}.sh"
         server.write_text(f"#!/bin/sh\nexec {SFTP_SERVER} {'-P ' + denied if denied else ''}\n")
@@ -166,7 +171,7 @@ def test_interrupted_publish_is_recognised_without_inode_numbers(mounts: Mounts)
     st = temp.stat()
     os.link(temp, root / "x.mp4")  # the interrupted publish: linked, temp still there
     assert os.stat(root / "x.mp4").st_ino != st.st_ino  # the fact that broke the old check
-    published = publish_output(root, PurePosixPath("x.mp4"), temp, replace=False, expect_inode=st.st_ino)
+    published = publish_output(root, PurePosixPath("x.mp4"), temp, replace=False, expect=RenderedFile.of(st))
     assert published.bytes == len(b"video bytes") and not temp.exists()
 
     temp.write_bytes(b"video bytez")  # same size and mtime, other bytes
@@ -174,6 +179,33 @@ def test_interrupted_publish_is_recognised_without_inode_numbers(mounts: Mounts)
     with pytest.raises(PublishError, match="already exists"):
         publish_output(root, PurePosixPath("x.mp4"), temp, replace=False)
     assert (root / "x.mp4").read_bytes() == b"video bytes"
+
+
+@needs_sshfs
+def test_publish_of_a_dead_runner_is_recognised_from_another_sshfs_host(mounts: Mounts) -> None:
+    # Host A renders, records its decision, links the output and removes its temp file,
+    # then dies before moving the job to done/. Host B mounts the same directory and
+    # carries the decision out: its mount numbers the output differently from A's, so
+    # only the recorded size and mtime can say the output is the decided file.
+    options = "dir_cache=no,attr_timeout=0,entry_timeout=0"
+    host_a = mounts.sshfs(options=options)
+    host_b = mounts.sshfs(options=options, served=mounts.tmp_path / "served0")
+    (host_a / SCRATCH_DIR).mkdir()
+    temp_a = host_a / SCRATCH_DIR / "x.mp4"
+    temp_a.write_bytes(b"video bytes")
+    decided = RenderedFile.of(temp_a.stat())
+    os.link(temp_a, host_a / "x.mp4")
+    temp_a.unlink()  # A dies here
+    assert os.stat(host_b / "x.mp4").st_ino != decided.inode  # what failed the old check
+    published = publish_output(host_b, PurePosixPath("x.mp4"), host_b / SCRATCH_DIR / "x.mp4",
+                               replace=False, expect=decided)  # fmt: skip
+    assert published.bytes == len(b"video bytes")
+
+    # Another file under the name (another job's output, other bytes): not ours.
+    (host_a / "x.mp4").unlink()
+    (host_a / "x.mp4").write_bytes(b"other video bytes")
+    with pytest.raises(PublishError, match="vanished before publishing"):
+        publish_output(host_b, PurePosixPath("x.mp4"), host_b / SCRATCH_DIR / "x.mp4", replace=False, expect=decided)
 
 
 @needs_sshfs

@@ -9,7 +9,14 @@ import pytest
 
 from spoolrender.durable import create_exclusive, write_atomic
 from spoolrender.errors import PublishError
-from spoolrender.publish import SCRATCH_DIR, Published, output_exists, publish_output, scratch_dir
+from spoolrender.publish import (
+    SCRATCH_DIR,
+    Published,
+    RenderedFile,
+    output_exists,
+    publish_output,
+    scratch_dir,
+)
 
 
 @pytest.fixture
@@ -129,7 +136,13 @@ def test_publish_again_after_completed_publish_with_expected_inode(root: Path) -
     first = publish_output(root, PurePosixPath("a/clip.mp4"), temp, replace=False)
     assert not temp.exists()
     for replace in (False, True):
-        again = publish_output(root, PurePosixPath("a/clip.mp4"), temp, replace=replace, expect_inode=first.inode)
+        again = publish_output(
+            root,
+            PurePosixPath("a/clip.mp4"),
+            temp,
+            replace=replace,
+            expect=RenderedFile(first.inode, first.bytes, None),
+        )
         assert again == first
     assert (root / "a" / "clip.mp4").read_bytes() == b"new video"
 
@@ -142,17 +155,52 @@ def test_publish_temp_gone_output_is_someone_elses(root: Path) -> None:
     temp.unlink()
     assert (root / "clip.mp4").stat().st_ino != ino
     with pytest.raises(PublishError) as info:
-        publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect_inode=ino)
+        publish_output(
+            root, PurePosixPath("clip.mp4"), temp, replace=False, expect=RenderedFile(ino, len(b"new video"), None)
+        )
     assert info.value.transient is True
     assert "vanished before publishing" in str(info.value)
     assert (root / "clip.mp4").read_bytes() == b"another job's video"
+
+
+def test_publish_done_is_recognised_by_size_and_mtime_when_inode_numbers_differ(root: Path) -> None:
+    # Simulated: a local filesystem keeps one inode number per file, so the recorded
+    # number is made wrong here, as sshfs makes it for a host other than the recorder
+    # (test_fscheck has the same case on real sshfs mounts).
+    temp = rendered(root)
+    recorded = RenderedFile.of(temp.stat())
+    assert recorded.mtime_ns is not None
+    other_host = RenderedFile(recorded.inode + 1, recorded.bytes, recorded.mtime_ns)
+    first = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False)
+    again = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=other_host)
+    assert again == first
+    # The same numbers differing, but another file: not ours, not published.
+    for not_ours in (
+        RenderedFile(recorded.inode + 1, recorded.bytes + 1, recorded.mtime_ns),
+        RenderedFile(recorded.inode + 1, recorded.bytes, recorded.mtime_ns - 1),
+        RenderedFile(recorded.inode + 1, recorded.bytes, None),  # an older version's record
+    ):
+        with pytest.raises(PublishError, match="vanished before publishing"):
+            publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=not_ours)
+
+
+def test_rendered_file_mtime_in_whole_seconds_matches_on_the_second(root: Path) -> None:
+    # SFTP carries whole seconds: one side of the comparison may have lost the fraction.
+    temp = rendered(root)
+    os.utime(temp, ns=(0, 1_700_000_000_250_000_000))
+    st = temp.stat()
+    assert RenderedFile(st.st_ino + 1, st.st_size, 1_700_000_000_000_000_000).matches(st)
+    assert not RenderedFile(st.st_ino + 1, st.st_size, 1_700_000_001_000_000_000).matches(st)
+    assert not RenderedFile(st.st_ino + 1, st.st_size, 1_700_000_000_250_000_001).matches(st)
+    with pytest.raises(ValueError, match="negative size"):
+        RenderedFile(1, -1, None)
 
 
 def test_publish_temp_gone_and_no_output(root: Path) -> None:
     temp = rendered(root)
     temp.unlink()
     with pytest.raises(PublishError) as info:
-        publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect_inode=12345)
+        publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=RenderedFile(12345, 9, None))
     assert info.value.transient is True
     assert not (root / "clip.mp4").exists()
 

@@ -120,8 +120,11 @@ def test_heartbeat_deleted_and_corrupted_under_a_running_job(tmp_path: Path) -> 
     logs = [open(tmp_path / f"r{i}.log", "wb") for i in range(2)]  # noqa: SIM115 - closed below
     runners = [subprocess.Popen([*CMD, "run", "--spool", str(layout.root)], stdout=f, stderr=f) for f in logs]
     try:
-        drop(layout, "j.yaml", {"sleep": 4, "content": "intact"})
-        wait_until(lambda: bool(os.listdir(layout.running)), 10)
+        # The render lasts until the test ends it: a fixed render time could end before a
+        # slow test even saw it running, or in the middle of the vandalism.
+        release = tmp_path / "release"
+        drop(layout, "j.yaml", {"until_file": str(release), "content": "intact"})
+        wait_until(lambda: bool(os.listdir(layout.running)), 60)
         (entry,) = os.listdir(layout.running)
         hb = layout.running / entry / "heartbeat"
         end = time.monotonic() + 3.5  # longer than the lease (2 s)
@@ -133,7 +136,9 @@ def test_heartbeat_deleted_and_corrupted_under_a_running_job(tmp_path: Path) -> 
             except FileNotFoundError:
                 pass
             time.sleep(0.05)
-        wait_until(lambda: bool(os.listdir(layout.done)), 20)
+        assert os.listdir(layout.running) == [entry]  # the vandalism spanned a running job
+        release.touch()
+        wait_until(lambda: bool(os.listdir(layout.done)), 60)
     finally:
         for r in runners:
             r.terminate()
