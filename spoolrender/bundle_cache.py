@@ -34,15 +34,26 @@ log = logging.getLogger(__name__)
 BUILD_TIMEOUT_S = 600
 
 
+def bundle_dir(project: Path, cache_dir: Path) -> Path:
+    """Where the bundle of ``project``'s current content is (or would be) cached."""
+    project = project.resolve()
+    key = bundle_key(project, check_project(project), cache_dir.expanduser())
+    return cache_dir.expanduser() / "bundles" / key
+
+
+def cached_bundle(project: Path, cache_dir: Path) -> Path | None:
+    """The cached bundle of ``project``'s current content, or None when none is built."""
+    target = bundle_dir(project, cache_dir)
+    return target if (target / "index.html").is_file() else None
+
+
 def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) -> Path:
     """The bundle directory for ``project``'s current content, building it if needed."""
-    project = project.resolve()
-    version = check_project(project)
-    key = bundle_key(project, version, cache_dir.expanduser())
-    bundles = cache_dir.expanduser() / "bundles"
-    target = bundles / key
+    target = bundle_dir(project, cache_dir)
     if (target / "index.html").is_file():
         return target
+    project = project.resolve()
+    bundles, key = target.parent, target.name
     bundles.mkdir(parents=True, exist_ok=True)
     # One lock for all builds on the host: one build per content however many runners
     # and slots start at once, and never two webpack runs sharing node_modules/.cache.
