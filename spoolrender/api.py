@@ -170,12 +170,13 @@ class Spool:
         path = os.fspath(job)
         return control.read_submission(path, None, self.config.max_job_bytes)
 
-    def compositions(self) -> list[Composition]:
-        """The Remotion project's compositions (size, fps, duration, default props, props
-        schema), bundling the project and listing them when its current content has no
-        cached listing yet."""
+    def compositions(self, project: str | None = None) -> list[Composition]:
+        """The compositions (size, fps, duration, default props, props schema) of the
+        Remotion project ``project`` (a name in the config's ``projects``; None: the default
+        ``remotion_project``), bundling the project and listing them when its current
+        content has no cached listing yet."""
         config = self.config
-        return list_compositions(config.remotion_project, config.cache_dir, config.browser_executable)
+        return list_compositions(config.project_dir(project), config.cache_dir, config.browser_executable)
 
     def job(self, job_id: str) -> Job:
         """A handle on the job ``job_id`` already in the spool (its newest entry for re-runs)."""

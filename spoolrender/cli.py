@@ -141,9 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
             examples:
               spoolrender compositions
               spoolrender compositions --json | jq '.compositions[].id'
+              spoolrender compositions --project promo   (a project of spoolrender.yaml's projects:)
             A job's props are merged over the default props, so only props without a default
             must be given.
         """),
+    )  # fmt: skip
+    p.add_argument(
+        "--project", metavar="NAME",
+        help="a project of the config's `projects:` map (default: remotion_project)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object: {project, compositions: [...]}")
     _add_common(p)
@@ -554,9 +559,10 @@ def _compositions(args: argparse.Namespace) -> int:
     from spoolrender.compositions import describe
 
     spool = _spool(args)
-    found = spool.compositions()
+    found = spool.compositions(args.project)
     if args.json:
-        document = {"project": str(spool.config.remotion_project), "compositions": [c.as_json() for c in found]}
+        project = str(spool.config.project_dir(args.project))
+        document = {"project": project, "compositions": [c.as_json() for c in found]}
         print(json.dumps(document, indent=2, ensure_ascii=False))
     else:
         sys.stdout.write(describe(found))

@@ -77,7 +77,7 @@ def check_props(config: SpoolConfig, spec: JobSpec) -> None:
     content nothing is checked here: submit never bundles or starts a browser."""
     if spec.renderer != "remotion" or spec.composition is None:
         return
-    listing = cached_compositions(config.remotion_project, config.cache_dir)
+    listing = cached_compositions(config.project_dir(spec.project), config.cache_dir)
     if listing is None:
         return
     problems = submit_problems(listing, spec.composition, spec.props)

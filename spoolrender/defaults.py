@@ -92,3 +92,7 @@ DEFAULT_RENDERER = "remotion"
 BROWSER_EXECUTABLE = "/usr/bin/chromium"
 REMOTION_PROJECT = "../remotion"  # relative to the spool directory unless absolute (repo layout)
 OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute
+
+# Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
+# when a job for another project needs one more. Each holds a Chromium (~150-300 MB).
+WARM_PROJECTS_PER_SLOT = 2
