@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -89,19 +90,24 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
         return target
 
 
-def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
-    """The error of a failed build, from bundle.mjs's one JSON line. A ``setup`` failure
-    (a package or the CLI missing) is permanent; a compile error may be fixed by the next
-    deploy of the project, so it is retried."""
-    event: dict[str, object] = {}
-    for line in reversed(proc.stdout.decode("utf-8", "replace").splitlines()):
+def last_json_object(stdout: bytes) -> dict[str, Any]:
+    """The last line of a Node script's stdout that is a JSON object ({} if none): its
+    protocol line, whatever the script's dependencies printed before it."""
+    for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
         try:
             parsed = json.loads(line)
         except ValueError:
             continue
         if isinstance(parsed, dict):
-            event = parsed
-            break
+            return parsed
+    return {}
+
+
+def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
+    """The error of a failed build, from bundle.mjs's one JSON line. A ``setup`` failure
+    (a package or the CLI missing) is permanent; a compile error may be fixed by the next
+    deploy of the project, so it is retried."""
+    event = last_json_object(proc.stdout)
     message = str(event.get("message") or "")
     if event.get("kind") == "setup":
         return setup_error(message)

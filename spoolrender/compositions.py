@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoolrender.bundle_cache import cached_bundle, ensure_bundle
+from spoolrender.bundle_cache import cached_bundle, ensure_bundle, last_json_object
 from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError, SpoolrenderError
 from spoolrender.props_schema import props_problems
@@ -65,7 +65,7 @@ class Composition:
             "id": self.id,
             "width": self.width,
             "height": self.height,
-            "fps": self.fps,
+            "fps": int(self.fps) if self.fps.is_integer() else self.fps,
             "duration_in_frames": self.duration_in_frames,
             "duration_seconds": round(self.duration_in_frames / self.fps, 3),
             "default_props": self.default_props,
@@ -100,7 +100,7 @@ def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RenderError(f"listing the compositions failed: {exc}", transient=True, kind="compositions") from exc
-    event = _last_json_line(proc.stdout)
+    event = last_json_object(proc.stdout)
     if proc.returncode != 0 or event.get("type") != "compositions":
         message = str(event.get("message") or proc.stderr.decode("utf-8", "replace").strip()[-300:])
         if event.get("kind") == "setup":
@@ -145,17 +145,6 @@ def _read_listing(bundle: Path) -> list[Composition] | None:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         log.warning("ignoring the unreadable composition listing in %s: %s", bundle, exc)
         return None
-
-
-def _last_json_line(stdout: bytes) -> dict[str, Any]:
-    for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
-            return parsed
-    return {}
 
 
 def describe(compositions: list[Composition]) -> str:

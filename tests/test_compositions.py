@@ -63,6 +63,7 @@ def test_lists_every_composition_with_size_timing_and_default_props(
     title = by_id["TitleCard"]
     # calculateMetadata ran for the default props (seconds: 3 at 30 fps).
     assert (title["width"], title["height"], title["fps"], title["duration_in_frames"]) == (1280, 720, 30, 90)
+    assert isinstance(title["fps"], int)
     assert title["duration_seconds"] == 3
     assert title["default_props"]["title"] == "spoolrender"
     tiny = by_id["Tiny"]
