@@ -155,3 +155,50 @@ def test_a_changed_project_has_no_listing_until_listed_again(
     (copy / "src").symlink_to(REMOTION / "src")
     assert cached_compositions(copy, cache) is None
     assert cached_compositions(tmp_path / "missing", cache) is None
+
+
+SCHEMAS_PROJECT: dict[str, str | bytes] = {
+    "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
+    "src/Root.tsx": """
+import {AbsoluteFill, Composition, Folder} from 'remotion';
+import {z} from 'zod';
+import {z as z3} from 'zod/v3';
+const Blank = () => <AbsoluteFill style={{background: 'black'}} />;
+export const Root = () => (
+  <Folder name="nested">
+    <Composition id="Legacy" component={Blank} schema={z3.object({n: z3.number()})}
+      defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
+    <Composition id="Dated" component={Blank} schema={z.object({when: z.date()})}
+      defaultProps={{when: new Date(0)}} width={32} height={32} fps={25} durationInFrames={5} />
+    <Composition id="Modern" component={Blank} schema={z.object({n: z.number().int()})}
+      defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
+  </Folder>
+);
+""",
+}
+
+
+def test_schemas_that_cannot_be_converted_say_why(tmp_path: Path) -> None:
+    """zod 3 schemas (here through zod 4's zod/v3) have no converter in the page, and a
+    zod 4 schema with a type JSON cannot express has none either: each is listed without
+    a schema and with the reason; a composition inside a <Folder> is found too."""
+    from test_projects import make_project, remotion_deps
+
+    project = make_project(tmp_path / "schemas", SCHEMAS_PROJECT, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    layout = init_spool(tmp_path / "spool")
+    write_spool_config(layout, {"remotion_project": str(project), "cache_dir": str(tmp_path / "cache")})
+    proc = run("compositions", "--json", layout=layout, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    by_id = {c["id"]: c for c in json.loads(proc.stdout)["compositions"]}
+    assert by_id["Legacy"]["props_schema"] is None
+    assert by_id["Legacy"]["schema_note"].startswith("a zod 3 schema")
+    assert by_id["Dated"]["props_schema"] is None
+    assert by_id["Dated"]["schema_note"].startswith("the schema cannot be expressed as JSON Schema")
+    assert by_id["Modern"]["props_schema"]["properties"]["n"]["type"] == "integer"
+    assert by_id["Modern"]["fps"] == 25
+    # Without a schema nothing is refused; with one, the props are checked.
+    legacy = run("submit", "-", "--name", "l.yaml", layout=layout, stdin=job("Legacy", {"n": "x"}))
+    assert legacy.returncode == 0, legacy.stderr
+    modern = run("submit", "-", "--name", "m.yaml", layout=layout, stdin=job("Modern", {"n": 1.5}))
+    assert modern.returncode == 1
+    assert "field 'props': props.n: must be integer, not number" in modern.stderr
