@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from spoolrender import control
+from spoolrender.compositions import Composition, list_compositions
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
@@ -136,6 +137,7 @@ class Spool:
         *,
         name: str | None = None,
         check: bool = True,
+        props_check: bool = True,
     ) -> Job:
         """Validate ``job`` and drop it into incoming/ atomically; the returned handle follows it.
 
@@ -144,7 +146,9 @@ class Spool:
         ``name`` is its file name in incoming/ (default: the path's name, else the job's
         id, else a unique one). With ``check`` (the default) an invalid job, or an id that
         is already queued, running or done (without ``rerun``), raises
-        :class:`~spoolrender.errors.JobInvalid` listing every problem.
+        :class:`~spoolrender.errors.JobInvalid` listing every problem. With ``props_check``
+        too, a Remotion job's composition and props are checked against the cached listing
+        of :meth:`compositions` when the project is unchanged since it was made.
         """
         data, default_name = self._job_bytes(job)
         name = name or default_name or _declared_id(data) or f"api-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}"
@@ -153,7 +157,7 @@ class Spool:
         # re-run's done/ entry, a failed predecessor): the handle must not report them.
         job_id = job_id_of(self.config, data, name)
         earlier = frozenset(w.uid for w in find_job(self.config, job_id, incoming=False) if w.uid is not None)
-        path = control.submit(self.config, data, name, check=check)
+        path = control.submit(self.config, data, name, check=check, props_check=props_check)
         return Job(self, job_id, incoming=path, earlier=earlier)
 
     def _job_bytes(self, job: Mapping[str, Any] | bytes | str | os.PathLike[str]) -> tuple[bytes, str | None]:
@@ -165,6 +169,14 @@ class Spool:
             return job.encode(), None
         path = os.fspath(job)
         return control.read_submission(path, None, self.config.max_job_bytes)
+
+    def compositions(self, project: str | None = None) -> list[Composition]:
+        """The compositions (size, fps, duration, default props, props schema) of the
+        Remotion project ``project`` (a name in the config's ``projects``; None: the default
+        ``remotion_project``), bundling the project and listing them when its current
+        content has no cached listing yet."""
+        config = self.config
+        return list_compositions(config.project_dir(project), config.cache_dir, config.browser_executable)
 
     def job(self, job_id: str) -> Job:
         """A handle on the job ``job_id`` already in the spool (its newest entry for re-runs)."""

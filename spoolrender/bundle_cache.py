@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -34,15 +35,26 @@ log = logging.getLogger(__name__)
 BUILD_TIMEOUT_S = 600
 
 
+def bundle_dir(project: Path, cache_dir: Path) -> Path:
+    """Where the bundle of ``project``'s current content is (or would be) cached."""
+    project = project.resolve()
+    key = bundle_key(project, check_project(project), cache_dir.expanduser())
+    return cache_dir.expanduser() / "bundles" / key
+
+
+def cached_bundle(project: Path, cache_dir: Path) -> Path | None:
+    """The cached bundle of ``project``'s current content, or None when none is built."""
+    target = bundle_dir(project, cache_dir)
+    return target if (target / "index.html").is_file() else None
+
+
 def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) -> Path:
     """The bundle directory for ``project``'s current content, building it if needed."""
-    project = project.resolve()
-    version = check_project(project)
-    key = bundle_key(project, version, cache_dir.expanduser())
-    bundles = cache_dir.expanduser() / "bundles"
-    target = bundles / key
+    target = bundle_dir(project, cache_dir)
     if (target / "index.html").is_file():
         return target
+    project = project.resolve()
+    bundles, key = target.parent, target.name
     bundles.mkdir(parents=True, exist_ok=True)
     # One lock for all builds on the host: one build per content however many runners
     # and slots start at once, and never two webpack runs sharing node_modules/.cache.
@@ -78,19 +90,24 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
         return target
 
 
-def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
-    """The error of a failed build, from bundle.mjs's one JSON line. A ``setup`` failure
-    (a package or the CLI missing) is permanent; a compile error may be fixed by the next
-    deploy of the project, so it is retried."""
-    event: dict[str, object] = {}
-    for line in reversed(proc.stdout.decode("utf-8", "replace").splitlines()):
+def last_json_object(stdout: bytes) -> dict[str, Any]:
+    """The last line of a Node script's stdout that is a JSON object ({} if none): its
+    protocol line, whatever the script's dependencies printed before it."""
+    for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
         try:
             parsed = json.loads(line)
         except ValueError:
             continue
         if isinstance(parsed, dict):
-            event = parsed
-            break
+            return parsed
+    return {}
+
+
+def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
+    """The error of a failed build, from bundle.mjs's one JSON line. A ``setup`` failure
+    (a package or the CLI missing) is permanent; a compile error may be fixed by the next
+    deploy of the project, so it is retried."""
+    event = last_json_object(proc.stdout)
     message = str(event.get("message") or "")
     if event.get("kind") == "setup":
         return setup_error(message)

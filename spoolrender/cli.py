@@ -52,6 +52,7 @@ EPILOG = """\
 examples:
   spoolrender init spool                    create a spool (and spool/spoolrender.yaml)
   spoolrender submit job.yaml               queue a job atomically
+  spoolrender compositions                  what the project can render, and which props
   spoolrender run                           render jobs as they arrive (Ctrl-C to stop)
   spoolrender run --drain                   render what is queued, then exit (for cron)
   spoolrender status --watch                what is queued, running, failed (live)
@@ -125,6 +126,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="job file (a regular file), or - for standard input; at most max_job_bytes")
     p.add_argument("--name", help="file name in incoming/ (default: the file's name; for stdin a unique one)")
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
+    p.add_argument(
+        "--no-props-check", action="store_true",
+        help="do not check props against the composition's schema from the cached listing of "
+        "`spoolrender compositions` (the render still validates them)",
+    )  # fmt: skip
+    _add_common(p)
+
+    p = sub.add_parser(
+        "compositions", help="list the Remotion project's compositions and their props", formatter_class=raw,
+        description="List the compositions of the Remotion project: id, size, fps, duration, default "
+        "props, and the props JSON schema of compositions with a zod 4 schema (<Composition schema>). "
+        "Bundles the project if its current content has no cached bundle, then opens the bundle in "
+        "Chromium (seconds); the listing is cached with the bundle, and `submit` checks job props "
+        "against it while the project is unchanged.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender compositions
+              spoolrender compositions --json | jq '.compositions[].id'
+              spoolrender compositions --project promo   (a project of spoolrender.yaml's projects:)
+            A job's props are merged over the default props, so only props without a default
+            must be given.
+        """),
+    )  # fmt: skip
+    p.add_argument(
+        "--project", metavar="NAME",
+        help="a project of the config's `projects:` map (default: remotion_project)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON object: {project, compositions: [...]}")
     _add_common(p)
 
     p = sub.add_parser(
@@ -481,9 +510,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         spool = _spool(args)
         data, name = read_submission(args.file, args.name, spool.config.max_job_bytes)
-        job = spool.submit(data, name=name, check=not args.no_check)
+        job = spool.submit(data, name=name, check=not args.no_check, props_check=not args.no_props_check)
         _say(str(job.submitted_as))
         return EXIT_OK
+    if args.command == "compositions":
+        return _compositions(args)
     if args.command == "run":
         from spoolrender.runner import Runner
 
@@ -629,6 +660,20 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"serving {server.url} for spool {config.spool}; write actions {writes}", flush=True)
     server.install_signal_handlers()
     server.serve()
+    return EXIT_OK
+
+
+def _compositions(args: argparse.Namespace) -> int:
+    from spoolrender.compositions import describe
+
+    spool = _spool(args)
+    found = spool.compositions(args.project)
+    if args.json:
+        project = str(spool.config.project_dir(args.project))
+        document = {"project": project, "compositions": [c.as_json() for c in found]}
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(describe(found))
     return EXIT_OK
 
 

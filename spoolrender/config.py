@@ -159,6 +159,23 @@ def _names(kind: str, allow_all: bool) -> Callable[[str, Any], tuple[str, ...]]:
     return check
 
 
+PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _projects(name: str, value: Any) -> dict[str, Path]:
+    """``projects:``: project name -> Remotion project directory (a job's ``project:``)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name}: expected a mapping of project name: directory, got {value!r}")
+    out: dict[str, Path] = {}
+    for key, path in value.items():
+        if not isinstance(key, str) or not PROJECT_NAME.fullmatch(key):
+            raise ConfigError(f"{name}: project names are 1-64 letters, digits, '_', '.', '-', got {key!r}")
+        out[key] = _path(f"{name}.{key}", path)
+    return out
+
+
 @dataclass(frozen=True)
 class SpoolConfig:
     """Validated configuration of one spool, as seen by one process."""
@@ -183,6 +200,9 @@ class SpoolConfig:
     watch: str = "auto"
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     remotion_project: Path = Path(defaults.REMOTION_PROJECT)
+    # Further Remotion projects, by name (a job's `project:`); remotion_project is the default.
+    projects: dict[str, Path] = field(default_factory=dict)
+    warm_projects: int = defaults.WARM_PROJECTS_PER_SLOT  # warm workers per slot, least recently used go
     browser_executable: str = defaults.BROWSER_EXECUTABLE
     cache_dir: Path = Path("~/.cache/spoolrender")
     serve_token: str | None = None  # `spoolrender serve` write actions; off while unset
@@ -219,6 +239,7 @@ class SpoolConfig:
             path = getattr(self, name)
             if path is not None and not path.is_absolute():
                 object.__setattr__(self, name, self.spool / path)
+        object.__setattr__(self, "projects", {k: self.spool / p for k, p in self.projects.items()})
         if self.lease_seconds < 2 * self.heartbeat_seconds:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds:g}) must be at least twice "
@@ -239,6 +260,17 @@ class SpoolConfig:
                 f"timeout_seconds ({self.timeout_seconds:g}) is over max_job_timeout_seconds "
                 f"({self.max_job_timeout_seconds:g}); raise max_job_timeout_seconds or lower timeout_seconds"
             )
+
+    def project_dir(self, name: str | None) -> Path:
+        """The directory of the Remotion project ``name`` (None: the default,
+        ``remotion_project``)."""
+        if name is None:
+            return self.remotion_project
+        try:
+            return self.projects[name]
+        except KeyError:
+            known = ", ".join(sorted(self.projects)) or "none"
+            raise ConfigError(f"unknown project {name!r} (projects in spoolrender.yaml: {known})") from None
 
     @property
     def job_attempts_limit(self) -> int:
@@ -282,6 +314,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "watch": _watch,
     "commands": _commands,
     "remotion_project": _path,
+    "projects": _projects,
+    "warm_projects": _positive_int,
     "browser_executable": _string,
     "cache_dir": _path,
     "serve_token": _optional_token,

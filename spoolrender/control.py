@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_now
+from spoolrender.compositions import cached_compositions, submit_problems
 from spoolrender.config import SpoolConfig
 from spoolrender.display import has_control_characters
 from spoolrender.durable import rename_durable, write_atomic
@@ -33,7 +34,7 @@ from spoolrender.lookup import LIVE_STATES, find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
 
 
-def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -> Path:
+def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, props_check: bool = True) -> Path:
     """Drop job ``data`` into incoming/ as ``name``, atomically; returns the new path.
 
     With ``check`` the job is validated first and refused with every problem listed,
@@ -57,7 +58,10 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
     if os.path.lexists(target):
         raise SpoolrenderError(f"{target} already exists; choose another name (--name)")
     if check:
-        check_id_is_free(config, parse_job(data, name, config))
+        spec = parse_job(data, name, config)
+        check_id_is_free(config, spec)
+        if props_check:
+            check_props(config, spec)
     # Maildir's rule: written under a name the runner ignores (leading dot), fsynced,
     # then renamed into place, so the runner never sees a partial file and the rename
     # (IN_MOVED_TO) tells it at once that the job is complete; the directory is fsynced
@@ -65,6 +69,20 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True) -
     # 0644 whatever the submitter's umask: the runner is often another user.
     write_atomic(target, data, mode=0o644)
     return target
+
+
+def check_props(config: SpoolConfig, spec: JobSpec) -> None:
+    """Refuse a Remotion job whose composition or props the project's cached listing
+    (``spoolrender compositions``) rejects. Without a listing of the project's current
+    content nothing is checked here: submit never bundles or starts a browser."""
+    if spec.renderer != "remotion" or spec.composition is None:
+        return
+    listing = cached_compositions(config.project_dir(spec.project), config.cache_dir)
+    if listing is None:
+        return
+    problems = submit_problems(listing, spec.composition, spec.props)
+    if problems:
+        raise JobInvalid(problems, job_id=spec.id)
 
 
 def check_id_is_free(config: SpoolConfig, spec: JobSpec) -> None:

@@ -107,3 +107,8 @@ RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the re
 HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
 HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
+
+
+# Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
+# when a job for another project needs one more. Each holds a Chromium (~150-300 MB).
+WARM_PROJECTS_PER_SLOT = 2

@@ -50,6 +50,9 @@ DEFAULT_CONFIG_TEXT = """\
 # memory_per_job_mb: 1024
 # watch: auto                  # auto | inotify | polling (auto polls on network filesystems)
 # remotion_project: ../remotion  # the Remotion project (relative to this spool)
+# projects:                    # more projects, for a job's `project: promo`
+#   promo: /srv/video/promo
+# warm_projects: 2             # warm workers (one per project) per job slot
 # browser_executable: /usr/bin/chromium
 # cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
 # serve_token_file: /etc/spoolrender/serve-token  # enables `spoolrender serve` write actions

@@ -115,6 +115,20 @@ def _command(value: Any, f: Fields) -> str | None:
     return command
 
 
+def _project(value: Any, f: Fields) -> str | None:
+    """Which of the spool's Remotion projects renders the job (absent: ``remotion_project``)."""
+    if value is MISSING or value is None:
+        return None
+    if f.values["renderer"] != "remotion":
+        f.problem("project", "only for renderer: remotion")
+        return None
+    if not isinstance(value, str) or value not in f.config.projects:
+        known = ", ".join(sorted(f.config.projects)) or "none: spoolrender.yaml has no projects"
+        f.problem("project", f"expected one of the spool config's projects ({known}), got {describe(value)}")
+        return None
+    return value
+
+
 def _json_problem(value: dict[str, Any]) -> str | None:
     """Props travel to renderers as JSON: YAML dates, sets, binary or NaN cannot."""
     try:
@@ -323,6 +337,7 @@ FIELD_CHECKS: dict[str, Check] = {
     "id": _id,
     "renderer": _renderer,
     "composition": _composition,
+    "project": _project,
     "command": _command,
     "props": _props,
     "output": _output,

@@ -21,6 +21,7 @@ class JobSpec:
     id: str
     renderer: str = defaults.DEFAULT_RENDERER
     composition: str | None = None
+    project: str | None = None  # a name in the config's projects; None: remotion_project
     command: str | None = None
     props: dict[str, Any] = field(default_factory=dict)
     output: PurePosixPath = field(default_factory=lambda: PurePosixPath("out.mp4"))

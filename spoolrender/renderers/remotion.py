@@ -22,13 +22,14 @@ import shutil
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any
 
 from spoolrender import defaults
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
-from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.errors import ConfigError, RenderCancelled, RenderError
 from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.records import NOT_AN_ATTEMPT, read_runs
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
@@ -68,7 +69,7 @@ class WorkerDied(Exception):
 class RemotionWorker:
     """One Node render worker process and the threads that read its output."""
 
-    def __init__(self, config: SpoolConfig, serve_url: Path, tmp: WorkerTmp) -> None:
+    def __init__(self, config: SpoolConfig, project: Path, serve_url: Path, tmp: WorkerTmp) -> None:
         self._config = config
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._log_lock = threading.Lock()
@@ -78,11 +79,11 @@ class RemotionWorker:
         self.memory: str | None = None  # the first output line saying memory ran out
         self.tmp = tmp
         self.tmpdir = tmpdir = tmp.path
-        project = config.remotion_project.resolve()
+        self.project = project.resolve()
         argv = [
             "node",
             str(WORKER_DIR / "render-worker.mjs"),
-            "--project", str(project),
+            "--project", str(self.project),
             "--serve-url", str(serve_url),
             "--browser-executable", config.browser_executable,
         ]  # fmt: skip
@@ -90,7 +91,7 @@ class RemotionWorker:
         try:
             self.proc = subprocess.Popen(
                 argv,
-                cwd=project,
+                cwd=self.project,
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -223,27 +224,42 @@ class RemotionWorker:
 
 
 class RemotionRenderer:
-    """Renders ``renderer: remotion`` jobs for one slot through one warm worker."""
+    """Renders ``renderer: remotion`` jobs for one slot: one warm worker per project, at
+    most ``warm_projects`` of them, the least recently used stopped to make room."""
 
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
-        self._worker: RemotionWorker | None = None
-        self._serve_url: Path | None = None
+        # project dir -> (its worker, the bundle it serves); least recently used first.
+        self._warm: OrderedDict[Path, tuple[RemotionWorker, Path]] = OrderedDict()
+        self._worker: RemotionWorker | None = None  # the worker of the current/last job
         self.workers_started = 0
 
+    def _project(self, request: RenderRequest) -> Path:
+        try:
+            return self._config.project_dir(request.spec.project).resolve()
+        except ConfigError as exc:  # the job was accepted under another config
+            raise setup_error(str(exc)) from exc
+
     def _ensure_worker(self, request: RenderRequest, log_fh: IO[bytes]) -> RemotionWorker:
-        serve_url = ensure_bundle(self._config.remotion_project, self._config.cache_dir, request.log)
-        worker = self._worker
-        if worker is not None and (not worker.alive() or serve_url != self._serve_url):
+        project = self._project(request)
+        serve_url = ensure_bundle(project, self._config.cache_dir, request.log)
+        worker, warm_url = self._warm.pop(project, (None, None))
+        if worker is not None and (not worker.alive() or serve_url != warm_url):
             worker.stop()  # dead, or the project changed: a fresh worker with the new bundle
-            worker = self._worker = None
+            worker = None
         if worker is None:
+            self._worker = None
+            # Room first: a slot never holds more than warm_projects browsers.
+            while len(self._warm) >= self._config.warm_projects:
+                _, (lru, _) = self._warm.popitem(last=False)
+                log.info("stopping the warm worker of %s (least recently used)", lru.project)
+                lru.stop()
             if not Path(self._config.browser_executable).exists():
                 raise setup_error(
                     f"browser {self._config.browser_executable} not found: install Debian's chromium "
                     "(scripts/setup.sh does) or set browser_executable"
                 )
-            worker = RemotionWorker(self._config, serve_url, WorkerTmp())
+            worker = RemotionWorker(self._config, project, serve_url, WorkerTmp())
             worker.set_log(log_fh)  # start-up errors belong in the job's log too
             request.on_spawn(worker.pgid)
             try:
@@ -253,8 +269,9 @@ class RemotionRenderer:
                 if isinstance(exc, WorkerDied):
                     raise exc.as_render_error("worker") from exc
                 raise
-            self._worker, self._serve_url = worker, serve_url
             self.workers_started += 1
+        self._warm[project] = (worker, serve_url)  # the most recently used, last
+        self._worker = worker
         return worker
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
@@ -387,12 +404,17 @@ class RemotionRenderer:
             )
 
     def _discard_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
+        worker = self._worker
+        if worker is not None:
+            self._warm.pop(worker.project, None)
+            worker.stop()
             self._worker = None
 
     def close(self) -> None:
-        self._discard_worker()
+        while self._warm:
+            _, (worker, _) = self._warm.popitem()
+            worker.stop()
+        self._worker = None
 
 
 def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:

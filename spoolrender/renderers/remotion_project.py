@@ -66,9 +66,15 @@ def remotion_version(project: Path) -> str | None:
 def check_project(project: Path) -> str:
     """The project's Remotion version; a permanent ``setup`` error when it has none."""
     if not project.is_dir():
-        raise setup_error(f"the Remotion project {project} does not exist: set remotion_project in spoolrender.yaml")
+        raise setup_error(
+            f"the Remotion project {project} does not exist: "
+            "set remotion_project (or its entry in projects:) in spoolrender.yaml"
+        )
     if not (project / "package.json").is_file():
-        raise setup_error(f"{project} is not a Remotion project: it has no package.json (set remotion_project)")
+        raise setup_error(
+            f"{project} is not a Remotion project: it has no package.json "
+            "(set remotion_project or its entry in projects:)"
+        )
     version = remotion_version(project)
     if version is None:
         where = "it has no remotion package" if (project / "node_modules").is_dir() else "its node_modules is missing"

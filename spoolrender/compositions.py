@@ -1,0 +1,187 @@
+"""A Remotion project's compositions as job authors need them: size, fps, duration,
+default props and the props JSON schema, read from the project's cached bundle.
+
+Listing opens Chromium on the bundle (``worker/compositions.mjs``), which takes seconds;
+the result is stored in the bundle directory (``compositions.json``), whose name is the
+bundle's content key, so it is valid exactly as long as the bundle is: ``submit`` can
+check props against it without starting Node, and falls silent when the project changed
+since it was listed (the runner's own validation still applies).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spoolrender.bundle_cache import cached_bundle, ensure_bundle, last_json_object
+from spoolrender.durable import write_atomic
+from spoolrender.errors import RenderError, SpoolrenderError
+from spoolrender.props_schema import props_problems
+from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+
+log = logging.getLogger(__name__)
+
+LISTING_FILE = "compositions.json"
+LIST_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Composition:
+    """One composition as Remotion resolves it for its default props."""
+
+    id: str
+    width: int
+    height: int
+    fps: float
+    duration_in_frames: int
+    default_props: dict[str, Any] = field(default_factory=dict)
+    schema: dict[str, Any] | None = None  # the props JSON Schema (zod 4 schemas only)
+    schema_note: str | None = None  # why there is no schema, when the composition has one
+
+    def __post_init__(self) -> None:
+        if not self.id or self.width <= 0 or self.height <= 0 or self.fps <= 0 or self.duration_in_frames <= 0:
+            raise ValueError(f"invalid composition {self!r}")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Composition:
+        return cls(
+            id=str(data["id"]),
+            width=int(data["width"]),
+            height=int(data["height"]),
+            fps=float(data["fps"]),
+            duration_in_frames=int(data["durationInFrames"]),
+            default_props=dict(data.get("defaultProps") or {}),
+            schema=data.get("schema") if isinstance(data.get("schema"), dict) else None,
+            schema_note=str(data["schemaNote"]) if data.get("schemaNote") else None,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "width": self.width,
+            "height": self.height,
+            "fps": int(self.fps) if self.fps.is_integer() else self.fps,
+            "duration_in_frames": self.duration_in_frames,
+            "duration_seconds": round(self.duration_in_frames / self.fps, 3),
+            "default_props": self.default_props,
+            "props_schema": self.schema,
+            "schema_note": self.schema_note,
+        }
+
+    def props_problems(self, props: dict[str, Any]) -> list[str]:
+        """What is wrong with a job's ``props`` (Remotion merges them over the default
+        props, so those are checked together); empty without a schema."""
+        if self.schema is None:
+            return []
+        return props_problems(self.schema, {**self.default_props, **props})
+
+
+def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -> list[Composition]:
+    """The compositions of ``project``'s current content, bundling and listing as needed."""
+    bundle = ensure_bundle(project, cache_dir)
+    cached = _read_listing(bundle)
+    if cached is not None:
+        return cached
+    if not Path(browser_executable).exists():
+        raise setup_error(
+            f"browser {browser_executable} not found: install Debian's chromium or set browser_executable"
+        )
+    try:
+        proc = subprocess.run(
+            ["node", str(WORKER_DIR / "compositions.mjs"), "--project", str(project.resolve()),
+             "--serve-url", str(bundle), "--browser-executable", browser_executable],
+            cwd=project.resolve(), stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=LIST_TIMEOUT_S, check=False, start_new_session=True,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RenderError(f"listing the compositions failed: {exc}", transient=True, kind="compositions") from exc
+    event = last_json_object(proc.stdout)
+    if proc.returncode != 0 or event.get("type") != "compositions":
+        message = str(event.get("message") or proc.stderr.decode("utf-8", "replace").strip()[-300:])
+        if event.get("kind") == "setup":
+            raise setup_error(message)
+        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind="compositions")
+    raw = event.get("compositions")
+    if not isinstance(raw, list):
+        raise RenderError("listing the compositions failed: no list in the answer", transient=True, kind="compositions")
+    # Stored under the bundle's content key: another process may write the same bytes
+    # meanwhile, so an atomic replace keeps every reader's view whole.
+    write_atomic(bundle / LISTING_FILE, json.dumps(raw).encode())
+    return [Composition.from_json(c) for c in raw]
+
+
+def cached_compositions(project: Path, cache_dir: Path) -> list[Composition] | None:
+    """The listing of ``project``'s current bundle if one was made, without building or
+    starting anything; None when there is none (or the project is not usable)."""
+    try:
+        bundle = cached_bundle(project, cache_dir)
+    except SpoolrenderError:
+        return None
+    return None if bundle is None else _read_listing(bundle)
+
+
+def submit_problems(compositions: list[Composition], composition: str, props: dict[str, Any]) -> list[str]:
+    """A job's problems against a project's listing: an unknown composition, or props
+    that break its schema. Phrased as job-file problems (``field 'props'``)."""
+    by_id = {c.id: c for c in compositions}
+    found = by_id.get(composition)
+    if found is None:
+        known = ", ".join(sorted(by_id)) or "none"
+        return [f"field 'composition': {composition!r} is not a composition of the project (it has: {known})"]
+    return [f"field 'props': {problem}" for problem in found.props_problems(props)]
+
+
+def _read_listing(bundle: Path) -> list[Composition] | None:
+    try:
+        raw = json.loads((bundle / LISTING_FILE).read_bytes())
+        return [Composition.from_json(c) for c in raw]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        log.warning("ignoring the unreadable composition listing in %s: %s", bundle, exc)
+        return None
+
+
+def describe(compositions: list[Composition]) -> str:
+    """The human-readable listing of ``spoolrender compositions``."""
+    lines: list[str] = []
+    for c in compositions:
+        seconds = c.duration_in_frames / c.fps
+        lines.append(f"{c.id}  {c.width}x{c.height}  {c.fps:g} fps  {c.duration_in_frames} frames ({seconds:.2f} s)")
+        lines.append(f"  default props: {json.dumps(c.default_props, ensure_ascii=False)}")
+        if c.schema is not None:
+            lines.extend("  " + line for line in _schema_lines(c.schema, c.default_props))
+        elif c.schema_note:
+            lines.append(f"  props schema: none ({c.schema_note})")
+        else:
+            lines.append("  props schema: none (the composition declares no schema; props are not checked)")
+        lines.append("")
+    return os.linesep.join(lines).rstrip() + "\n"
+
+
+def _schema_lines(schema: dict[str, Any], default_props: dict[str, Any]) -> list[str]:
+    """One line per top-level prop: name, type, whether a job must give it, bounds."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return [f"props schema: {json.dumps(schema)}"]
+    required = set(schema.get("required") or [])
+    lines = ["props:"]
+    for name, sub in properties.items():
+        sub = sub if isinstance(sub, dict) else {}
+        kind = sub.get("type") or ("one of " + ", ".join(map(json.dumps, sub["enum"])) if "enum" in sub else "any")
+        extras = [f"{k} {sub[k]}" for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
+                                            "minLength", "maxLength", "minItems", "maxItems") if k in sub]  # fmt: skip
+        if name in default_props:
+            flag = f"default {json.dumps(default_props[name], ensure_ascii=False)[:40]}"
+        else:
+            flag = "required" if name in required else "optional"
+        lines.append(f"  {name}: {kind if isinstance(kind, str) else '|'.join(kind)}, {flag}"
+                     + (f" ({', '.join(extras)})" if extras else ""))  # fmt: skip
+    if schema.get("additionalProperties") is False:
+        lines.append("  (no other props)")
+    return lines

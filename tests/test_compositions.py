@@ -1,0 +1,204 @@
+"""`spoolrender compositions` and submit's props check, against the real remotion/ project.
+
+The listing is real: the project is bundled, the bundle opened in Debian's Chromium by
+the project's own @remotion/renderer, and the zod schemas read from the page. One spool
+and one bundle cache serve the whole module (a bundle takes minutes on a busy host).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import spoolrender_cmd, write_spool_config
+
+from spoolrender.compositions import LISTING_FILE, cached_compositions
+from spoolrender.layout import SpoolLayout, init_spool
+
+REMOTION = Path(__file__).resolve().parent.parent / "remotion"
+
+pytestmark = [
+    pytest.mark.remotion,
+    pytest.mark.skipif(
+        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
+        reason="remotion/node_modules missing: run scripts/setup.sh",
+    ),
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
+]
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> tuple[SpoolLayout, Path, dict[str, Any]]:
+    """A spool on remotion/ and its `compositions --json` document (listed once)."""
+    root = tmp_path_factory.mktemp("compositions")
+    layout = init_spool(root / "spool")
+    cache = root / "cache"
+    write_spool_config(layout, {"remotion_project": str(REMOTION), "cache_dir": str(cache)})
+    proc = run("compositions", "--json", layout=layout, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return layout, cache, json.loads(proc.stdout)
+
+
+def run(
+    *args: str, layout: SpoolLayout, timeout: float = 120, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        spoolrender_cmd(*args, "--spool", str(layout.root)),
+        input=stdin, capture_output=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def test_lists_every_composition_with_size_timing_and_default_props(
+    listed: tuple[SpoolLayout, Path, dict[str, Any]],
+) -> None:
+    _, _, document = listed
+    assert document["project"] == str(REMOTION)
+    by_id = {c["id"]: c for c in document["compositions"]}
+    assert sorted(by_id) == ["DataRecap", "Failing", "Tiny", "TitleCard"]
+    title = by_id["TitleCard"]
+    # calculateMetadata ran for the default props (seconds: 3 at 30 fps).
+    assert (title["width"], title["height"], title["fps"], title["duration_in_frames"]) == (1280, 720, 30, 90)
+    assert isinstance(title["fps"], int)
+    assert title["duration_seconds"] == 3
+    assert title["default_props"]["title"] == "spoolrender"
+    tiny = by_id["Tiny"]
+    assert (tiny["width"], tiny["height"], tiny["duration_in_frames"]) == (160, 90, 12)
+    assert by_id["Failing"]["default_props"] == {"atFrame": 0, "reason": "requested by test"}
+
+
+def test_zod_schemas_become_json_schemas_and_others_have_none(
+    listed: tuple[SpoolLayout, Path, dict[str, Any]],
+) -> None:
+    _, _, document = listed
+    by_id = {c["id"]: c for c in document["compositions"]}
+    recap = by_id["DataRecap"]["props_schema"]
+    assert recap["type"] == "object"
+    assert recap["additionalProperties"] is False
+    items = recap["properties"]["items"]
+    assert (items["type"], items["minItems"], items["maxItems"]) == ("array", 1, 12)
+    assert items["items"]["properties"]["value"]["type"] == "number"
+    assert by_id["TitleCard"]["props_schema"]["properties"]["title"]["minLength"] == 1
+    for plain in ("Tiny", "Failing"):  # no <Composition schema>: nothing to show, nothing to excuse
+        assert by_id[plain]["props_schema"] is None
+        assert by_id[plain]["schema_note"] is None
+
+
+def test_human_listing_teaches_what_to_write(listed: tuple[SpoolLayout, Path, dict[str, Any]]) -> None:
+    layout, _, _ = listed
+    proc = run("compositions", layout=layout)  # from the cached listing: no browser this time
+    assert proc.returncode == 0, proc.stderr
+    assert "DataRecap  1280x720  30 fps  90 frames (3.00 s)" in proc.stdout
+    assert "items: array, default" in proc.stdout
+    assert "seconds: number, default 3 (exclusiveMinimum 0, maximum 600)" in proc.stdout
+    assert "(no other props)" in proc.stdout
+    assert "Tiny  160x90" in proc.stdout
+    assert "props schema: none (the composition declares no schema" in proc.stdout
+
+
+def job(composition: str, props: dict[str, Any]) -> bytes:
+    return yaml.safe_dump({"composition": composition, "props": props, "output": "x.mp4"}).encode()
+
+
+def test_submit_refuses_props_the_schema_rejects(listed: tuple[SpoolLayout, Path, dict[str, Any]]) -> None:
+    layout, cache, _ = listed
+    assert (cache / "bundles").is_dir() and list((cache / "bundles").glob(f"*/{LISTING_FILE}"))
+    bad = {"items": [{"label": "Mon", "value": -3}], "colour": "#fff", "seconds": 0}
+    proc = run("submit", "-", "--name", "bad.yaml", layout=layout, stdin=job("DataRecap", bad))
+    assert proc.returncode == 1
+    for expected in (
+        "props.items[0].value: must be at least 0",
+        "props.colour: not a prop of this composition",
+        "props.seconds: must be greater than 0",
+    ):
+        assert expected in proc.stderr, proc.stderr
+    assert not (layout.incoming / "bad.yaml").exists()
+    unknown = run("submit", "-", "--name", "typo.yaml", layout=layout, stdin=job("DataRecapp", {}))
+    assert unknown.returncode == 1
+    assert "'DataRecapp' is not a composition of the project (it has: DataRecap, Failing, Tiny, TitleCard)" in (
+        unknown.stderr
+    )
+
+
+def test_submit_accepts_valid_props_and_skips_the_check_on_request(
+    listed: tuple[SpoolLayout, Path, dict[str, Any]],
+) -> None:
+    layout, _, _ = listed
+    good = run("submit", "-", "--name", "good.yaml", layout=layout, stdin=job("DataRecap", {"unit": "kg"}))
+    assert good.returncode == 0, good.stderr
+    plain = run("submit", "-", "--name", "tiny.yaml", layout=layout, stdin=job("Tiny", {"anything": [1, 2]}))
+    assert plain.returncode == 0, plain.stderr  # no schema: the composition decides at render time
+    skipped = run(
+        "submit", "-", "--name", "skipped.yaml", "--no-props-check",
+        layout=layout, stdin=job("DataRecap", {"seconds": -1}),
+    )  # fmt: skip
+    assert skipped.returncode == 0, skipped.stderr
+    assert sorted(p.name for p in layout.incoming.iterdir()) == ["good.yaml", "skipped.yaml", "tiny.yaml"]
+
+
+def test_a_changed_project_has_no_listing_until_listed_again(
+    listed: tuple[SpoolLayout, Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The listing belongs to the bundle of the project's content: a project that changed
+    since (here: a copy with one more source file) is not checked against a stale one."""
+    _, cache, _ = listed
+    assert cached_compositions(REMOTION, cache) is not None
+    copy = tmp_path / "project"
+    copy.mkdir()
+    for name in ("package.json", "package-lock.json"):
+        (copy / name).write_bytes((REMOTION / name).read_bytes())
+    (copy / "node_modules").symlink_to(REMOTION / "node_modules")
+    (copy / "src").symlink_to(REMOTION / "src")
+    assert cached_compositions(copy, cache) is None
+    assert cached_compositions(tmp_path / "missing", cache) is None
+
+
+SCHEMAS_PROJECT: dict[str, str | bytes] = {
+    "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
+    "src/Root.tsx": """
+import {AbsoluteFill, Composition, Folder} from 'remotion';
+import {z} from 'zod';
+import {z as z3} from 'zod/v3';
+const Blank = () => <AbsoluteFill style={{background: 'black'}} />;
+export const Root = () => (
+  <Folder name="nested">
+    <Composition id="Legacy" component={Blank} schema={z3.object({n: z3.number()})}
+      defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
+    <Composition id="Dated" component={Blank} schema={z.object({when: z.date()})}
+      defaultProps={{when: new Date(0)}} width={32} height={32} fps={25} durationInFrames={5} />
+    <Composition id="Modern" component={Blank} schema={z.object({n: z.number().int()})}
+      defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
+  </Folder>
+);
+""",
+}
+
+
+def test_schemas_that_cannot_be_converted_say_why(tmp_path: Path) -> None:
+    """zod 3 schemas (here through zod 4's zod/v3) have no converter in the page, and a
+    zod 4 schema with a type JSON cannot express has none either: each is listed without
+    a schema and with the reason; a composition inside a <Folder> is found too."""
+    from test_projects import make_project, remotion_deps
+
+    project = make_project(tmp_path / "schemas", SCHEMAS_PROJECT, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    layout = init_spool(tmp_path / "spool")
+    write_spool_config(layout, {"remotion_project": str(project), "cache_dir": str(tmp_path / "cache")})
+    proc = run("compositions", "--json", layout=layout, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    by_id = {c["id"]: c for c in json.loads(proc.stdout)["compositions"]}
+    assert by_id["Legacy"]["props_schema"] is None
+    assert by_id["Legacy"]["schema_note"].startswith("a zod 3 schema")
+    assert by_id["Dated"]["props_schema"] is None
+    assert by_id["Dated"]["schema_note"].startswith("the schema cannot be expressed as JSON Schema")
+    assert by_id["Modern"]["props_schema"]["properties"]["n"]["type"] == "integer"
+    assert by_id["Modern"]["fps"] == 25
+    # Without a schema nothing is refused; with one, the props are checked.
+    legacy = run("submit", "-", "--name", "l.yaml", layout=layout, stdin=job("Legacy", {"n": "x"}))
+    assert legacy.returncode == 0, legacy.stderr
+    modern = run("submit", "-", "--name", "m.yaml", layout=layout, stdin=job("Modern", {"n": 1.5}))
+    assert modern.returncode == 1
+    assert "field 'props': props.n: must be integer, not number" in modern.stderr
