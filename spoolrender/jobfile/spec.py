@@ -31,6 +31,7 @@ class JobSpec:
     rerun: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     fallback: dict[str, Any] = field(default_factory=dict)
+    still: dict[str, Any] | None = None  # {frame, format (None: from the output's suffix)}
     # Where the id came from, as reasons about the id name it: "field 'id'", or the
     # file name it was derived from (a user who never wrote `id:` must not be told to fix it).
     id_origin: str = ID_FIELD_ORIGIN

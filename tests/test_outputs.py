@@ -1,0 +1,136 @@
+"""The outputs and options of Remotion jobs: stills, audio-only codecs, video options.
+
+Real renders of the repo's Tiny composition (160x90, 30 fps, a few frames) through one
+warm Remotion worker (RemotionRenderer, as a runner slot uses it), each output checked by
+the renderer's own verify (the project's ffprobe) and by the test. Marked `remotion`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spoolrender.config import load_config
+from spoolrender.errors import RenderError
+from spoolrender.jobfile import parse_job
+from spoolrender.layout import init_spool
+from spoolrender.renderers import output_check
+from spoolrender.renderers.base import CancelToken, RenderRequest, RenderResult
+from spoolrender.renderers.remotion import RemotionRenderer
+
+REMOTION = Path(__file__).resolve().parent.parent / "remotion"
+FFPROBE = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu/ffprobe"
+WIDTH, HEIGHT, FPS = 160, 90, 30
+
+pytestmark = [
+    pytest.mark.remotion,
+    pytest.mark.skipif(
+        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
+        reason="remotion/node_modules missing: run scripts/setup.sh",
+    ),
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
+]
+
+
+class Slot:
+    """One runner slot's renderer, fed parsed job files; outputs go to a temp dir."""
+
+    def __init__(self, root: Path) -> None:
+        layout = init_spool(root / "spool")
+        (layout.root / "spoolrender.yaml").write_text(
+            yaml.safe_dump({"remotion_project": str(REMOTION), "cache_dir": str(root / "cache")}), encoding="utf-8"
+        )
+        self.config = load_config(layout.root, environ={})
+        self.renderer = RemotionRenderer(self.config)
+        self.root = root
+        self._n = itertools.count()
+
+    def render(self, job: dict[str, Any]) -> tuple[RenderRequest, RenderResult]:
+        n = next(self._n)
+        spec = parse_job(yaml.safe_dump({"id": f"job-{n}", "composition": "Tiny", **job}).encode(), "j.yaml",
+                         self.config)  # fmt: skip
+        work = self.root / f"work-{n}"
+        work.mkdir()
+        job_file = work / "job.yaml"
+        job_file.write_text("{}", encoding="utf-8")
+        props, settings, _ = spec.settings_for_attempt(1)
+        request = RenderRequest(spec=spec, job_file=job_file, output=work / ("output" + spec.output.suffix),
+                                work_dir=work, log=work / "run.log", threads=1, attempt=1, props=props,
+                                settings=settings)  # fmt: skip
+        result = self.renderer.render(request, lambda fraction, stage=None: None, CancelToken())
+        self.renderer.verify(request, result)
+        return request, result
+
+
+@pytest.fixture(scope="module")
+def slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slot]:
+    s = Slot(tmp_path_factory.mktemp("outputs"))
+    yield s
+    s.renderer.close()
+
+
+def probe(path: Path) -> dict[str, Any]:
+    entries = "stream=codec_type,codec_name,width,height,nb_read_frames,profile:format=duration"
+    return output_check.probe(FFPROBE, path, "-count_frames", "-show_entries", entries)
+
+
+def stream(path: Path, kind: str) -> dict[str, Any]:
+    return next(s for s in probe(path)["streams"] if s["codec_type"] == kind)
+
+
+# --- stills ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("still", "output", "settings", "codec_name", "size"),
+    [
+        ({"frame": 3}, "a.png", {}, "png", (WIDTH, HEIGHT)),
+        ({"frame": 0, "format": "jpeg"}, "b.jpg", {"jpeg_quality": 40, "scale": 0.5}, "mjpeg", (80, 45)),
+    ],
+)
+def test_still_images(
+    slot: Slot, still: Any, output: str, settings: dict[str, Any], codec_name: str, size: tuple[int, int]
+) -> None:
+    request, result = slot.render({"still": still, "output": output, "settings": settings, "props": {"frames": 5}})
+    assert result.details["frames"] == 1
+    image = stream(request.output, "video")
+    assert image["codec_name"] == codec_name
+    assert (image["width"], image["height"]) == size
+
+
+def test_still_webp(slot: Slot) -> None:
+    # ffprobe cannot decode WebP: verify read the size from its header.
+    request, _ = slot.render({"still": True, "output": "c.webp", "props": {"frames": 2}})
+    assert request.output.read_bytes()[8:12] == b"WEBP"
+    with pytest.raises(RenderError, match="expected a 161x90 WebP image"):
+        output_check.check_still(FFPROBE, request.output, "webp", 161, 90)
+
+
+def test_still_pdf_has_the_composition_page_size(slot: Slot) -> None:
+    request, result = slot.render({"still": {"frame": 2, "format": "pdf"}, "props": {"frames": 4}})
+    assert request.spec.output.name == "job-" + request.spec.id.split("-")[1] + ".pdf"  # default name from format
+    data = request.output.read_bytes()
+    assert data.startswith(b"%PDF-")
+    assert result.details["still"] == "pdf"
+
+
+def test_still_frame_past_the_end_fails_for_good(slot: Slot) -> None:
+    with pytest.raises(RenderError) as info:
+        slot.render({"still": {"frame": 9}, "props": {"frames": 4}})
+    assert info.value.kind == "invalid-settings"
+    assert not info.value.transient
+    assert "still frame 9 is past the composition's last frame 3" in info.value.message
+
+
+def test_a_still_of_the_wrong_size_is_refused(slot: Slot) -> None:
+    request, _ = slot.render({"still": True, "output": "d.png", "props": {"frames": 2}})
+    output_check.check_still(FFPROBE, request.output, "png", WIDTH, HEIGHT)
+    with pytest.raises(RenderError, match="is 160x90, expected 320x180"):
+        output_check.check_still(FFPROBE, request.output, "png", 320, 180)
+    with pytest.raises(RenderError, match="is png, expected jpeg"):
+        output_check.check_still(FFPROBE, request.output, "jpeg", WIDTH, HEIGHT)
