@@ -134,3 +134,34 @@ def test_a_still_of_the_wrong_size_is_refused(slot: Slot) -> None:
         output_check.check_still(FFPROBE, request.output, "png", 320, 180)
     with pytest.raises(RenderError, match="is png, expected jpeg"):
         output_check.check_still(FFPROBE, request.output, "jpeg", WIDTH, HEIGHT)
+
+
+# --- audio-only codecs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("codec", "output", "settings", "codec_name"),
+    [
+        ("mp3", None, {"audio_bitrate": "64k"}, "mp3"),
+        ("aac", "e.m4a", {}, "aac"),
+        ("wav", None, {}, "pcm_s16le"),
+    ],
+)
+def test_audio_only(slot: Slot, codec: str, output: str | None, settings: dict[str, Any], codec_name: str) -> None:
+    job: dict[str, Any] = {"settings": {"codec": codec, **settings}, "props": {"frames": 15}}
+    if output is not None:
+        job["output"] = output
+    request, result = slot.render(job)
+    assert request.output.suffix == (Path(output).suffix if output else "." + codec)
+    data = probe(request.output)
+    assert [s["codec_type"] for s in data["streams"]] == ["audio"]
+    assert data["streams"][0]["codec_name"] == codec_name
+    assert abs(float(data["format"]["duration"]) - 0.5) < 0.2  # 15 frames at 30 fps
+    assert result.details["codec"] == codec
+
+
+def test_audio_of_the_wrong_length_is_refused(slot: Slot) -> None:
+    request, _ = slot.render({"settings": {"codec": "wav"}, "props": {"frames": 30}})
+    output_check.check_audio(FFPROBE, request.output, 30, FPS)
+    with pytest.raises(RenderError, match=r"lasts 1.0\d\d s, expected 2.000 s"):
+        output_check.check_audio(FFPROBE, request.output, 60, FPS)
