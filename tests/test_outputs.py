@@ -165,3 +165,62 @@ def test_audio_of_the_wrong_length_is_refused(slot: Slot) -> None:
     output_check.check_audio(FFPROBE, request.output, 30, FPS)
     with pytest.raises(RenderError, match=r"lasts 1.0\d\d s, expected 2.000 s"):
         output_check.check_audio(FFPROBE, request.output, 60, FPS)
+
+
+# --- video options ---------------------------------------------------------------------
+
+
+def test_h264_mkv_with_encoder_options(slot: Slot) -> None:
+    settings = {"codec": "h264-mkv", "x264_preset": "ultrafast", "pixel_format": "yuv444p", "color_space": "bt709",
+                "image_format": "jpeg", "jpeg_quality": 60, "muted": True}  # fmt: skip
+    request, result = slot.render({"settings": settings, "props": {"frames": 4}})
+    assert request.output.suffix == ".mkv"
+    video = output_check.probe(FFPROBE, request.output, "-show_entries", "stream=codec_name,pix_fmt,color_space")
+    assert video["streams"][0] == {"codec_name": "h264", "pix_fmt": "yuv444p", "color_space": "bt709"}
+    assert result.details["frames"] == 4
+
+
+def test_prores_profile_and_frame_range(slot: Slot) -> None:
+    request, result = slot.render(
+        {"settings": {"codec": "prores", "prores_profile": "proxy", "frame_range": [1, 3]}, "props": {"frames": 6}}
+    )
+    video = output_check.probe(FFPROBE, request.output, "-count_frames", "-show_entries",
+                               "stream=codec_name,codec_tag_string,nb_read_frames")["streams"][0]  # fmt: skip
+    assert (video["codec_name"], video["codec_tag_string"]) == ("prores", "apco")  # apco: ProRes 422 Proxy
+    assert int(video["nb_read_frames"]) == 3 == result.details["frames"]
+
+
+def test_gif_every_nth_frame_and_loops(slot: Slot) -> None:
+    request, result = slot.render(
+        {"settings": {"codec": "gif", "every_nth_frame": 2, "gif_loops": 3}, "props": {"frames": 6}}
+    )
+    assert int(stream(request.output, "video")["nb_read_frames"]) == 3 == result.details["frames"]
+    data = request.output.read_bytes()
+    # The NETSCAPE2.0 application extension holds the repeat count (little-endian).
+    at = data.index(b"NETSCAPE2.0") + len(b"NETSCAPE2.0") + 2
+    assert int.from_bytes(data[at : at + 2], "little") == 3
+
+
+def test_vp9_bitrate_and_single_frame_range(slot: Slot) -> None:
+    request, result = slot.render(
+        {"settings": {"codec": "vp9", "video_bitrate": "200k", "frame_range": 2}, "output": "f.webm",
+         "props": {"frames": 4}}
+    )  # fmt: skip
+    assert stream(request.output, "video")["codec_name"] == "vp9"
+    assert result.details["frames"] == 1
+
+
+def test_gl_backend_relaunches_the_browser(slot: Slot) -> None:
+    _, before = slot.render({"still": True, "output": "g.png", "props": {"frames": 2}})
+    _, after = slot.render(
+        {"still": True, "output": "h.png", "settings": {"gl": "swiftshader"}, "props": {"frames": 2}}
+    )
+    launches = after.details["worker"]["browserLaunches"] - before.details["worker"]["browserLaunches"]
+    assert launches == 1
+
+
+def test_frame_range_past_the_end_fails_for_good(slot: Slot) -> None:
+    with pytest.raises(RenderError) as info:
+        slot.render({"settings": {"frame_range": [2, 8]}, "props": {"frames": 4}})
+    assert (info.value.kind, info.value.transient) == ("invalid-settings", False)
+    assert "frame_range ends at 8, past the composition's last frame 3" in info.value.message

@@ -189,7 +189,10 @@ def default_suffix(settings: Mapping[str, Any], still: Mapping[str, Any] | None)
     if codec is None:
         return None
     audio_default, files = CODEC_FILES[codec]
-    return files[audio_default][0] if audio_default is not None else "." + codec
+    audio = settings.get("audio_codec", audio_default)
+    if audio is None or audio not in files:
+        return "." + codec if audio is None else None  # gif; or a pair refused by combination_problems
+    return files[audio][0]
 
 
 def combination_problems(
