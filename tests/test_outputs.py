@@ -8,12 +8,15 @@ the renderer's own verify (the project's ffprobe) and by the test. Marked `remot
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import drop, entries, spoolrender_cmd, write_spool_config
 
 from spoolrender.config import load_config
 from spoolrender.errors import RenderError
@@ -101,6 +104,11 @@ def test_still_images(
     image = stream(request.output, "video")
     assert image["codec_name"] == codec_name
     assert (image["width"], image["height"]) == size
+    # verify refuses the same file as another size or format.
+    with pytest.raises(RenderError, match=f"is {size[0]}x{size[1]}, expected 320x180"):
+        output_check.check_still(FFPROBE, request.output, str(result.details["still"]), 320, 180)
+    with pytest.raises(RenderError, match=f"is {codec_name}, expected webp|not a WebP"):
+        output_check.check_still(FFPROBE, request.output, "webp", *size)
 
 
 def test_still_webp(slot: Slot) -> None:
@@ -127,15 +135,6 @@ def test_still_frame_past_the_end_fails_for_good(slot: Slot) -> None:
     assert "still frame 9 is past the composition's last frame 3" in info.value.message
 
 
-def test_a_still_of_the_wrong_size_is_refused(slot: Slot) -> None:
-    request, _ = slot.render({"still": True, "output": "d.png", "props": {"frames": 2}})
-    output_check.check_still(FFPROBE, request.output, "png", WIDTH, HEIGHT)
-    with pytest.raises(RenderError, match="is 160x90, expected 320x180"):
-        output_check.check_still(FFPROBE, request.output, "png", 320, 180)
-    with pytest.raises(RenderError, match="is png, expected jpeg"):
-        output_check.check_still(FFPROBE, request.output, "jpeg", WIDTH, HEIGHT)
-
-
 # --- audio-only codecs -----------------------------------------------------------------
 
 
@@ -158,13 +157,8 @@ def test_audio_only(slot: Slot, codec: str, output: str | None, settings: dict[s
     assert data["streams"][0]["codec_name"] == codec_name
     assert abs(float(data["format"]["duration"]) - 0.5) < 0.2  # 15 frames at 30 fps
     assert result.details["codec"] == codec
-
-
-def test_audio_of_the_wrong_length_is_refused(slot: Slot) -> None:
-    request, _ = slot.render({"settings": {"codec": "wav"}, "props": {"frames": 30}})
-    output_check.check_audio(FFPROBE, request.output, 30, FPS)
-    with pytest.raises(RenderError, match=r"lasts 1.0\d\d s, expected 2.000 s"):
-        output_check.check_audio(FFPROBE, request.output, 60, FPS)
+    with pytest.raises(RenderError, match=r"expected 1.000 s \(30 frames at 30 fps\)"):
+        output_check.check_audio(FFPROBE, request.output, 30, FPS)
 
 
 # --- video options ---------------------------------------------------------------------
@@ -224,3 +218,24 @@ def test_frame_range_past_the_end_fails_for_good(slot: Slot) -> None:
         slot.render({"settings": {"frame_range": [2, 8]}, "props": {"frames": 4}})
     assert (info.value.kind, info.value.transient) == ("invalid-settings", False)
     assert "frame_range ends at 8, past the composition's last frame 3" in info.value.message
+
+
+# --- through a runner ------------------------------------------------------------------
+
+
+def test_drain_publishes_a_still_and_an_audio_file_and_refuses_a_bad_combination(slot: Slot, tmp_path: Path) -> None:
+    layout = init_spool(tmp_path / "spool")
+    write_spool_config(layout, {"remotion_project": str(REMOTION), "cache_dir": str(slot.root / "cache"), "slots": 1})
+    drop(layout, "poster.yaml", {"composition": "Tiny", "still": {"frame": 1}, "props": {"frames": 3}})
+    drop(layout, "voice.yaml", {"composition": "Tiny", "settings": {"codec": "wav"}, "props": {"frames": 6}})
+    drop(layout, "typo.yaml", {"composition": "Tiny", "settings": {"prores_profile": "hq"}})
+    proc = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(layout.root)), capture_output=True,
+                          text=True, timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # 3: a job failed for good (typo)
+    out = layout.root / "output"
+    output_check.check_still(FFPROBE, out / "poster.png", "png", WIDTH, HEIGHT)
+    output_check.check_audio(FFPROBE, out / "voice.wav", 6, FPS)
+    assert sorted(entries(layout, "done")) and not (out / "typo.mp4").exists()
+    [failed] = [p for p in layout.failed.iterdir() if p.name.startswith("typo.")]
+    failure = json.loads((failed / "failure.json").read_text(encoding="utf-8"))
+    assert "prores_profile needs codec: prores" in json.dumps(failure)
