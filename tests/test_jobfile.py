@@ -30,6 +30,7 @@ from spoolrender.jobfile import (
     read_job_bytes,
     render_size_problem,
 )
+from spoolrender.jobfile.media import CODECS, SETTINGS
 
 
 def dump(doc: dict[str, Any]) -> bytes:
@@ -215,7 +216,7 @@ timeout: abc
 priority: 5000
 not_before: tomorrow
 rerun: "yes"
-settings: {codec: mp3, scale: 0, crf: 64, fps: 30}
+settings: {codec: mp4, scale: 0, crf: 64, fps: 30}
 fallback: {props: 3, extra: 1}
 """
     problems = problems_of(text, config)
@@ -232,10 +233,10 @@ fallback: {props: 3, extra: 1}
         ("priority", "expected a whole number -1000 to 1000", "got int 5000"),
         ("not_before", "expected an ISO 8601 time", "got str 'tomorrow'"),
         ("rerun", "expected true or false", "got str 'yes'"),
-        ("settings.codec", "expected one of h264, h265, vp8, vp9, prores, gif", "got str 'mp3'"),
+        ("settings.codec", "expected one of " + ", ".join(CODECS), "got str 'mp4'"),
         ("settings.scale", "expected a number in (0, 16]", "got int 0"),
         ("settings.crf", "expected a whole number 0-63", "got int 64"),
-        ("settings.fps", "unknown setting (known: codec, scale, crf)", ""),
+        ("settings.fps", "unknown setting (known: " + ", ".join(SETTINGS) + ")", ""),
         ("fallback.extra", "unknown (known: props, settings)", ""),
         ("fallback.props", "expected a mapping", "got int 3"),
     ]
@@ -442,7 +443,7 @@ def test_valid_remotion_settings(settings: dict[str, Any], config: SpoolConfig) 
 @pytest.mark.parametrize(
     ("key", "value", "want"),
     [
-        ("codec", "mp3", "expected one of h264, h265, vp8, vp9, prores, gif, got str 'mp3'"),
+        ("codec", "mp4", "expected one of " + ", ".join(CODECS) + ", got str 'mp4'"),
         ("codec", "H264", "got str 'H264'"),
         ("codec", 264, "got int 264"),
         ("scale", 0, "expected a number in (0, 16], got int 0"),
@@ -467,14 +468,14 @@ def test_invalid_remotion_settings(key: str, value: Any, want: str, config: Spoo
 
 def test_unknown_remotion_setting(config: SpoolConfig) -> None:
     line = single_problem(dump({**BASE, "settings": {"fps": 30}}), config)
-    assert line == "field 'settings.fps': unknown setting (known: codec, scale, crf)"
+    assert line == "field 'settings.fps': unknown setting (known: " + ", ".join(SETTINGS) + ")"
 
 
 def test_fallback_settings_are_checked_too(config: SpoolConfig) -> None:
     problems = problems_of(dump({**BASE, "fallback": {"settings": {"crf": 99, "bitrate": 1}}}), config)
     assert len(problems) == 2
     assert problems[0].startswith("field 'fallback.settings.crf': expected a whole number 0-63, got int 99")
-    assert problems[1] == "field 'fallback.settings.bitrate': unknown setting (known: codec, scale, crf)"
+    assert problems[1] == "field 'fallback.settings.bitrate': unknown setting (known: " + ", ".join(SETTINGS) + ")"
 
 
 def test_fallback_settings_not_a_mapping(config: SpoolConfig) -> None:

@@ -16,15 +16,17 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from pathlib import PurePosixPath
 from typing import Any, Final
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
+from spoolrender.jobfile.media import CODECS, check_still, combination_problems, default_suffix, setting_problem
 from spoolrender.jobfile.naming import ID_PATTERN, ID_RULE, filename_origin, id_from_filename, output_path_problem
 from spoolrender.queues import name_problem
 
 RENDERERS = ("remotion", "command")
-REMOTION_CODECS = ("h264", "h265", "vp8", "vp9", "prores", "gif")
+REMOTION_CODECS = CODECS
 ID_FIELD_ORIGIN = "field 'id'"
 
 
@@ -150,17 +152,17 @@ def _props(value: Any, f: Fields) -> dict[str, Any]:
     return value
 
 
-def _output(value: Any, f: Fields) -> str:
-    default = str(f.values["id"]) + defaults.DEFAULT_OUTPUT_SUFFIX
+def _output(value: Any, f: Fields) -> str | None:
+    # None: not given; _media gives it the default name once the codec or still is known.
     if value is None or value is MISSING:
-        return default
+        return None
     if not isinstance(value, str):
         f.problem("output", f"expected a relative file path, got {describe(value)}")
-        return default
+        return None
     why = output_path_problem(value)
     if why is not None:
         f.problem("output", why)
-        return default
+        return None
     return value
 
 
@@ -245,22 +247,6 @@ def _rerun(value: Any, f: Fields) -> bool:
     return value
 
 
-def _remotion_setting(key: Any, value: Any) -> str | None:
-    """Why ``value`` is not a valid Remotion render setting ``key``, or None."""
-    if key == "codec":
-        if value not in REMOTION_CODECS:
-            return f"expected one of {', '.join(REMOTION_CODECS)}, got {describe(value)}"
-    elif key == "scale":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 16:
-            return f"expected a number in (0, 16], got {describe(value)}"
-    elif key == "crf":
-        if not _whole_number(value) or not 0 <= value <= 63:
-            return f"expected a whole number 0-63, got {describe(value)}"
-    else:
-        return "unknown setting (known: codec, scale, crf)"
-    return None
-
-
 def _checked_settings(where: str, value: Any, f: Fields) -> dict[str, Any]:
     if value is None or value is MISSING:
         return {}
@@ -274,7 +260,7 @@ def _checked_settings(where: str, value: Any, f: Fields) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for key, v in value.items():
-        why = _remotion_setting(key, v)
+        why = setting_problem(key, v)
         if why is None:
             out[str(key)] = v
         else:
@@ -332,6 +318,16 @@ def _requires(value: Any, f: Fields) -> tuple[str, ...]:
     return tuple(sorted(set(value)))
 
 
+def _still(value: Any, f: Fields) -> dict[str, Any] | None:
+    if value is not MISSING and value not in (None, False) and f.values["renderer"] != "remotion":
+        f.problem("still", "only for renderer: remotion")
+        return None
+    still, problems = check_still(None if value is MISSING else value)
+    for text in problems:
+        f.problem("still", text)
+    return None if problems else still
+
+
 # Order matters: a check may read the values of the fields above it.
 FIELD_CHECKS: dict[str, Check] = {
     "id": _id,
@@ -350,8 +346,32 @@ FIELD_CHECKS: dict[str, Check] = {
     "fallback": _fallback,
     "queue": _queue,
     "requires": _requires,
+    "still": _still,
 }
 KNOWN_FIELDS = tuple(FIELD_CHECKS)
+
+
+def _media(f: Fields) -> None:
+    """The output's default name, and the rules across settings, still and output: run
+    for the settings of every attempt (the last one's include ``fallback.settings``)."""
+    settings: dict[str, Any] = f.values["settings"]
+    still = f.values["still"]
+    output = f.values["output"]
+    if output is None:
+        output = str(f.values["id"]) + (default_suffix(settings, still) or defaults.DEFAULT_OUTPUT_SUFFIX)
+        f.values["output"] = output
+    if f.values["renderer"] != "remotion" or any(p.startswith(("field 'settings", "field 'fallback", "field 'still"))
+                                                 for p in f.problems):  # fmt: skip
+        return  # a setting that is itself wrong was reported; its combinations say nothing more
+    where = "still" if still is not None else "settings"
+    first = combination_problems(settings, still, PurePosixPath(output))
+    for text in first:
+        f.problem(where, text)
+    extra = f.values["fallback"].get("settings")
+    if extra:
+        for text in combination_problems({**settings, **extra}, still, PurePosixPath(output)):
+            if text not in first:
+                f.problem("fallback.settings", text)
 
 
 def check_fields(f: Fields) -> None:
@@ -363,3 +383,4 @@ def check_fields(f: Fields) -> None:
             f.problem(str(key)[:60], f"unknown field (known: {', '.join(KNOWN_FIELDS)})")
     for name, check in FIELD_CHECKS.items():
         f.values[name] = check(f.doc.get(name, MISSING), f)
+    _media(f)

@@ -34,6 +34,7 @@ class JobSpec:
     fallback: dict[str, Any] = field(default_factory=dict)
     queue: str | None = None  # None: from the drop directory, else "default" (queues.py)
     requires: tuple[str, ...] = ()  # runner tags a runner must have to take the job
+    still: dict[str, Any] | None = None  # {frame, format (None: from the output's suffix)}
     # Where the id came from, as reasons about the id name it: "field 'id'", or the
     # file name it was derived from (a user who never wrote `id:` must not be told to fix it).
     id_origin: str = ID_FIELD_ORIGIN

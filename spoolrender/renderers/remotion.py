@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from spoolrender import defaults
@@ -31,7 +31,9 @@ from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import ConfigError, RenderCancelled, RenderError
 from spoolrender.jobfile.limits import render_size_problem
+from spoolrender.jobfile.media import DEFAULT_STILL_FORMAT, remotion_options, still_format_of
 from spoolrender.records import NOT_AN_ATTEMPT, read_runs
+from spoolrender.renderers import output_check
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
 from spoolrender.renderers.command import verify_nonempty
 from spoolrender.renderers.memory import memory_line, oom_kills
@@ -43,10 +45,8 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
-PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error"})
+PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error", "invalid-settings"})
 OUT_OF_MEMORY = "out-of-memory"
-# Outputs whose video frames ffprobe cannot count (GIF) or that have no video at all.
-UNCOUNTED_CODECS = frozenset({"gif", "mp3", "aac", "wav"})
 # What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
 BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
@@ -329,9 +329,8 @@ class RemotionRenderer:
                 "outputLocation": str(request.output),
                 "concurrency": concurrency,
                 # Unset: remotion.config.ts's defaults, then Remotion's.
-                "codec": settings.get("codec"),
-                "scale": settings.get("scale"),
-                "crf": settings.get("crf"),
+                "options": remotion_options(settings),
+                "still": _still_request(request),
             }
         )
         started: dict[str, Any] = {}
@@ -379,29 +378,18 @@ class RemotionRenderer:
 
     def verify(self, request: RenderRequest, result: RenderResult) -> None:
         verify_nonempty(request.output)
-        expected = result.details.get("frames")
+        details = result.details
         ffprobe = self._worker.ffprobe if self._worker is not None else None
-        if ffprobe is None or not expected or result.details.get("codec") in UNCOUNTED_CODECS:
-            return
-        proc = subprocess.run(
-            [str(ffprobe), "-v", "error", "-count_frames", "-select_streams", "v:0",
-             "-show_entries", "stream=nb_read_frames", "-of", "default=noprint_wrappers=1:nokey=1",
-             str(request.output)],
-            capture_output=True, check=False, timeout=120,
-        )  # fmt: skip
-        try:
-            frames = int(proc.stdout.decode().strip().splitlines()[0])
-        except (ValueError, IndexError) as exc:
-            why = proc.stderr.decode(errors="replace").strip()[:200]
-            raise RenderError(
-                f"the rendered file is not a readable video (ffprobe: {why})",
-                transient=True,
-                kind="verify",
-            ) from exc
-        if frames != expected:
-            raise RenderError(
-                f"the rendered video has {frames} frames, expected {expected}", transient=True, kind="verify"
-            )
+        if ffprobe is None or not details.get("frames"):
+            return  # a project whose compositor has no ffprobe: the file is at least there
+        if details.get("still"):
+            scale = float(request.settings.get("scale", 1))
+            width, height = round(int(details["width"]) * scale), round(int(details["height"]) * scale)
+            output_check.check_still(ffprobe, request.output, str(details["still"]), width, height)
+        elif details.get("codec") in output_check.AUDIO_ONLY_CODECS:
+            output_check.check_audio(ffprobe, request.output, int(details["frames"]), float(details["fps"]))
+        else:
+            output_check.check_video(ffprobe, request.output, details.get("codec"), int(details["frames"]))
 
     def _discard_worker(self) -> None:
         worker = self._worker
@@ -426,9 +414,18 @@ def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
         "width": done.get("width", started.get("width")),
         "height": done.get("height", started.get("height")),
         "codec": done.get("codec"),
+        "still": done.get("still"),
         "render_ms": done.get("renderMs"),
         "worker": {k: stats.get(k) for k in ("browserLaunches", "bundleLoads", "jobsRendered", "jobsFailed")},
     }
+
+
+def _still_request(request: RenderRequest) -> dict[str, Any] | None:
+    still = request.spec.still
+    if still is None:
+        return None
+    fmt = still["format"] or still_format_of(PurePosixPath(request.spec.output)) or DEFAULT_STILL_FORMAT
+    return {"frame": still["frame"], "imageFormat": fmt}
 
 
 def _classify(event: dict[str, Any]) -> RenderError:

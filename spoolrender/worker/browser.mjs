@@ -57,18 +57,21 @@ export class BrowserHost {
 		this.dead = false;
 		this.launches = 0;
 		this.closing = false;
+		this.gl = null; // the OpenGL backend the running browser was launched with
 	}
 
-	async launch() {
+	// gl: a job's `gl` setting; the project's (remotion.config.ts) or Chromium's otherwise.
+	async launch(gl = null) {
 		checkBrowserPath(this.executable);
 		this.launches++;
 		const b = await this.renderer.openBrowser('chrome', {
 			browserExecutable: this.executable,
 			chromeMode: 'headless-shell',
-			chromiumOptions: this.chromiumOptions,
+			chromiumOptions: gl === null ? this.chromiumOptions : {...this.chromiumOptions, gl},
 			logLevel: this.logLevel,
 		});
 		this.browser = b;
+		this.gl = gl;
 		this.dead = false;
 		this.pid = null;
 		try {
@@ -110,13 +113,20 @@ export class BrowserHost {
 		}
 	}
 
-	// A live browser for the next render: the old one is closed and replaced if it died.
-	async ensure(jobRunning) {
-		if (await this.healthy()) return;
-		await this.close();
-		this.dead = true;
-		this.reapStrays('before relaunching the browser', jobRunning);
-		await this.launch();
+	// A live browser for the next render, launched with the job's GL backend: the old
+	// one is closed and replaced if it died, or if it runs another backend (Chromium
+	// picks its GL backend at launch only).
+	async ensure(jobRunning, gl = null) {
+		if (await this.healthy()) {
+			if (this.gl === gl) return;
+			logErr(`relaunching the browser with GL backend ${gl ?? 'default'} (was ${this.gl ?? 'default'})`);
+			await this.close();
+		} else {
+			await this.close();
+			this.dead = true;
+			this.reapStrays('before relaunching the browser', jobRunning);
+		}
+		await this.launch(gl);
 	}
 
 	async close() {

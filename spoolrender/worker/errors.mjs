@@ -1,7 +1,8 @@
 // spoolrender: classify a failed render and say what happened in one line.
 //
 // Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
-// browser-crashed | no-space | out-of-memory | error (and setup for start-up failures).
+// browser-crashed | no-space | out-of-memory | error (and setup for start-up failures;
+// invalid-settings, from render.mjs, for frames the composition does not have).
 
 import {firstLine, stripErrorPrefix} from './protocol.mjs';
 

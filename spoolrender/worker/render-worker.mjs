@@ -25,16 +25,19 @@
 //
 // Requests:
 //   {"type":"render","jobId":S,"composition":S,"inputProps":{...},
-//    "outputLocation":ABS_PATH,"concurrency":N|null,"codec":S|null,"scale":N|null,
-//    "crf":null|N,"everyNthFrame":N|null,"frameRange":null|N|[A,B]}
-//       absent/null optional fields -> the render defaults of the project's
+//    "outputLocation":ABS_PATH,"concurrency":N|null,
+//    "options":{codec, crf, proResProfile, ..., chromiumOptions: {gl}}|null,
+//    "still":{"frame":N,"imageFormat":"png"|"jpeg"|"webp"|"pdf"}|null}
+//       options: the job's settings under Remotion's option names (checked by
+//       spoolrender); what they leave out -> the render defaults of the project's
 //       remotion.config.ts (read at bundle time), then Remotion's (codec h264).
+//       still: renderStill of that frame instead of renderMedia.
 //       Events for the job:
 //         {"type":"started","jobId","durationInFrames","fps","width","height"}
 //         {"type":"progress","jobId","progress":0..1,"renderedFrames","encodedFrames",
 //          "stage":"rendering"|"encoding"|"muxing"}   (max ~4/s, final one always)
 //         {"type":"done","jobId","outputLocation","durationInFrames","frameCount","fps",
-//          "width","height","codec","renderMs","stats":{...}}
+//          "width","height","codec","still":FORMAT|null,"renderMs","stats":{...}}
 //      or {"type":"failed","jobId","kind":K,"message":FIRST_LINE,
 //          "location":"src/X.tsx:LINE:COL"|null,"detail":FULL_TEXT,"stats":{...}}
 //       K: see errors.mjs. A render request while another runs -> failed kind "busy".

@@ -9,8 +9,8 @@ import {emit, logErr} from './protocol.mjs';
 // its own and then hangs; we cancel the render after this grace.
 export const BROWSER_LOSS_GRACE_MS = 3000;
 
-// Request fields passed to renderMedia as they are when not null.
-const PASSED_THROUGH = ['codec', 'concurrency', 'scale', 'crf', 'everyNthFrame', 'frameRange'];
+// The renderMedia options of the project's remotion.config.ts that apply to stills too.
+const STILL_DEFAULTS = ['scale', 'jpegQuality', 'timeoutInMilliseconds'];
 
 export const validateRequest = (req) => {
 	const problems = [];
@@ -21,6 +21,10 @@ export const validateRequest = (req) => {
 		problems.push('outputLocation must be an absolute path');
 	if (req.inputProps != null && (typeof req.inputProps !== 'object' || Array.isArray(req.inputProps)))
 		problems.push('inputProps must be an object');
+	if (req.options != null && (typeof req.options !== 'object' || Array.isArray(req.options)))
+		problems.push('options must be an object');
+	if (req.still != null && !(Number.isInteger(req.still.frame) && typeof req.still.imageFormat === 'string'))
+		problems.push('still must be {frame: N, imageFormat: S}');
 	return problems;
 };
 
@@ -44,26 +48,44 @@ export const cleanupOutput = (outputLocation) => {
 	}
 };
 
-// The renderMedia options of one request: the project's remotion.config.ts defaults
-// (ctx.renderDefaults), then the request's own settings on top.
+// The renderMedia/renderStill options of one request: the project's remotion.config.ts
+// defaults (ctx.renderDefaults), then the job's own settings (req.options, already under
+// Remotion's names and checked by spoolrender) on top. The browser's options are not
+// among them: its GL backend is the browser's launch option (host.ensure).
 const mediaOptions = (ctx, req) => {
-	const options = {...ctx.renderDefaults};
-	for (const key of PASSED_THROUGH) {
-		if (req[key] !== null && req[key] !== undefined) options[key] = req[key];
-	}
-	if (options.codec === undefined) options.codec = 'h264';
-	return options;
+	const {chromiumOptions, ...own} = req.options ?? {};
+	const base = req.still
+		? Object.fromEntries(STILL_DEFAULTS.filter((k) => k in ctx.renderDefaults).map((k) => [k, ctx.renderDefaults[k]]))
+		: ctx.renderDefaults;
+	const options = {...base, ...own};
+	if (req.concurrency != null && !req.still) options.concurrency = req.concurrency;
+	if (options.codec === undefined && !req.still) options.codec = 'h264';
+	return {options, gl: chromiumOptions?.gl ?? null};
 };
+
+// Why the job's frames do not exist in the composition, or null: known only once the
+// composition is selected (props can change its duration). No retry can fix it.
+const frameProblem = (req, options, duration) => {
+	const last = duration - 1;
+	if (req.still && req.still.frame > last)
+		return `still frame ${req.still.frame} is past the composition's last frame ${last}`;
+	const range = options.frameRange;
+	const end = Array.isArray(range) ? range[1] : range;
+	if (typeof end === 'number' && end > last) return `frame_range ends at ${end}, past the composition's last frame ${last}`;
+	return null;
+};
+
+class InvalidSettings extends Error {}
 
 // ctx: {renderer, serveUrl, host (BrowserHost), args, stats, renderDefaults, symbolicate}
 export const runRender = async (ctx, req, job) => {
 	const t0 = Date.now();
 	const inputProps = req.inputProps ?? {};
-	const options = mediaOptions(ctx, req);
+	const {options, gl} = mediaOptions(ctx, req);
 	const {renderer, serveUrl, host, args, stats} = ctx;
 	try {
 		job.phase = 'browser';
-		await host.ensure(true);
+		await host.ensure(true, gl);
 		if (job.cancelled) throw new Error('Render was cancelled before it started');
 		job.phase = 'select';
 		const composition = await renderer.selectComposition({
@@ -85,6 +107,9 @@ export const runRender = async (ctx, req, job) => {
 			height: composition.height,
 		});
 
+		const why = frameProblem(req, options, composition.durationInFrames);
+		if (why !== null) throw new InvalidSettings(why);
+
 		let totalFrames = composition.durationInFrames;
 		let lastEmit = 0;
 		let lastSent = null;
@@ -102,30 +127,48 @@ export const runRender = async (ctx, req, job) => {
 		const {cancelSignal, cancel} = renderer.makeCancelSignal();
 		job.cancel = cancel;
 		if (job.cancelled) cancel();
-		await renderer.renderMedia({
-			...options,
-			composition,
-			serveUrl,
-			inputProps,
-			outputLocation: req.outputLocation,
-			puppeteerInstance: host.browser,
-			browserExecutable: args.browserExecutable,
-			cancelSignal,
-			overwrite: true,
-			logLevel: args.logLevel,
-			onStart: (d) => {
-				if (d && typeof d.frameCount === 'number') totalFrames = d.frameCount;
-			},
-			onProgress: (p) => {
-				latest = p;
-				const now = Date.now();
-				if (now - lastEmit >= 250 || p.progress >= 1) {
-					lastEmit = now;
-					lastSent = p;
-					emit(progressEvent(p));
-				}
-			},
-		});
+		if (req.still) {
+			totalFrames = 1;
+			await renderer.renderStill({
+				...options,
+				composition,
+				serveUrl,
+				inputProps,
+				output: req.outputLocation,
+				frame: req.still.frame,
+				imageFormat: req.still.imageFormat,
+				puppeteerInstance: host.browser,
+				browserExecutable: args.browserExecutable,
+				cancelSignal,
+				overwrite: true,
+				logLevel: args.logLevel,
+			});
+		} else {
+			await renderer.renderMedia({
+				...options,
+				composition,
+				serveUrl,
+				inputProps,
+				outputLocation: req.outputLocation,
+				puppeteerInstance: host.browser,
+				browserExecutable: args.browserExecutable,
+				cancelSignal,
+				overwrite: true,
+				logLevel: args.logLevel,
+				onStart: (d) => {
+					if (d && typeof d.frameCount === 'number') totalFrames = d.frameCount;
+				},
+				onProgress: (p) => {
+					latest = p;
+					const now = Date.now();
+					if (now - lastEmit >= 250 || p.progress >= 1) {
+						lastEmit = now;
+						lastSent = p;
+						emit(progressEvent(p));
+					}
+				},
+			});
+		}
 		if (latest && latest !== lastSent) emit(progressEvent(latest));
 		job.settled = true;
 		stats.jobsRendered++;
@@ -138,12 +181,13 @@ export const runRender = async (ctx, req, job) => {
 			fps: composition.fps,
 			width: composition.width,
 			height: composition.height,
-			codec: options.codec,
+			codec: req.still ? null : options.codec,
+			still: req.still ? req.still.imageFormat : null,
 			renderMs: Date.now() - t0,
 			stats: ctx.statsSnapshot(),
 		});
 	} catch (err) {
-		const kind = classify(err, job);
+		const kind = err instanceof InvalidSettings ? 'invalid-settings' : classify(err, job);
 		if (kind === 'browser-crashed' || kind === 'out-of-memory') {
 			host.dead = true;
 			host.reapStrays('after the browser crashed', Boolean(ctx.running()));
