@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +28,10 @@ from urllib.parse import urlsplit
 
 from spoolrender import defaults
 from spoolrender.errors import ConfigError
+from spoolrender.secret_file import read_secret_line
 
 HOOK_EVENTS = ("done", "retry", "failed")
 HOOK_KEYS = ("on", "command", "url", "secret_file", "timeout_seconds", "attempts", "backoff_seconds")
-MAX_SECRET_FILE_BYTES = 4096
-MIN_SECRET_LENGTH = 16
-# Others must have no access at all; the group may read (not write) the secret, as for
-# serve's token file: whoever knows it can forge notifications.
-SECRET_FILE_FORBIDDEN = stat.S_IRWXO | stat.S_IWGRP
 
 
 @dataclass(frozen=True)
@@ -143,31 +138,7 @@ def parse_hooks(spool: Path, value: Any) -> dict[str, HookSpec]:
 
 def read_secret(spec: HookSpec) -> bytes | None:
     """The HMAC key of a webhook, from a file no other user may read; None if unsigned."""
-    path = spec.secret_file
-    if path is None:
+    if spec.secret_file is None:
         return None
-    where = f"hooks.{spec.name}.secret_file {path}"
-    try:
-        # Opened once and checked by fstat, so the checked file is the one read; a
-        # symlink to a safe file is fine (secret mounts are symlinks).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{where}: not a regular file")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & SECRET_FILE_FORBIDDEN:
-            raise ConfigError(
-                f"{where} is open to other users (mode {mode:04o}): anyone who reads it can forge "
-                f"notifications; `chmod 600 {path}` (or 640 for the spool's group)"
-            )
-        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    secret = lines[0].strip() if lines else ""
-    if len(data) > MAX_SECRET_FILE_BYTES or len(secret) < MIN_SECRET_LENGTH:
-        raise ConfigError(f"{where}: expected the secret on the first line, at least {MIN_SECRET_LENGTH} characters")
-    return secret.encode("utf-8")
+    where = f"hooks.{spec.name}.secret_file {spec.secret_file}"
+    return read_secret_line(spec.secret_file, where, "anyone who reads it can forge notifications").encode("utf-8")

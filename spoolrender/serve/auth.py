@@ -23,11 +23,7 @@ import stat
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig, config_file_settings
 from spoolrender.errors import ConfigError
-
-MAX_TOKEN_FILE_BYTES = 4096
-MIN_TOKEN_LENGTH = 16
-# Others must have no access at all; the group may read (not write) a token file.
-TOKEN_FILE_FORBIDDEN = stat.S_IRWXO | stat.S_IWGRP
+from spoolrender.secret_file import read_secret_line
 
 
 def load_serve_token(config: SpoolConfig) -> str | None:
@@ -53,32 +49,10 @@ def load_serve_token(config: SpoolConfig) -> str | None:
 def _read_token_file(config: SpoolConfig) -> str:
     path = config.serve_token_file
     assert path is not None
-    try:
-        # Opened once and checked by fstat, so the checked file is the one read (no swap
-        # in between); a symlink to a safe file is fine (secret mounts are symlinks).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError(f"serve_token_file {path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"serve_token_file {path}: not a regular file")
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & TOKEN_FILE_FORBIDDEN:
-            raise ConfigError(
-                f"serve_token_file {path} is open to other users (mode {mode:04o}): anyone who can "
-                f"read or change it controls the spool; `chmod 600 {path}` (or 640 for the spool's group)"
-            )
-        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    token = lines[0].strip() if lines else ""
-    if len(data) > MAX_TOKEN_FILE_BYTES or len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-        raise ConfigError(
-            f"serve_token_file {path}: expected the token on the first line, "
-            f"at least {MIN_TOKEN_LENGTH} characters without spaces"
-        )
+    where = f"serve_token_file {path}"
+    token = read_secret_line(path, where, "anyone who can read or change it controls the spool")
+    if any(c.isspace() for c in token):
+        raise ConfigError(f"{where}: expected the token on the first line, without spaces")
     return token
 
 
