@@ -223,5 +223,6 @@ class JobIndex:
     def _forget_gone(self, state: str, names: list[str]) -> None:
         present = set(names)
         for known in (self._times[state], self._kinds.get(state, {}), self._routes[state]):
-            for name in [n for n in known if n not in present]:
+            # list(): one atomic copy; pages add facts to these without the lock meanwhile.
+            for name in [n for n in list(known) if n not in present]:
                 del known[name]
