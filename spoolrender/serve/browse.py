@@ -82,7 +82,7 @@ class JobRoute:
 
 
 class JobIndex:
-    """What the listing does not say about an entry, read once: its time and error kind."""
+    """What the listing does not say about an entry, read once: its time, error kind and route."""
 
     def __init__(self, config: SpoolConfig) -> None:
         self.layout = SpoolLayout(config.spool)
