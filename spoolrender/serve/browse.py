@@ -8,10 +8,11 @@ retry entry gets a new name for each attempt, so a cached fact is never stale, a
 cache forgets names that left the listing. A server reads every finished job's time once
 at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
 
-A job's queue and ``requires:`` tags (:meth:`JobIndex.route`) are read as a runner reads
-them (claim.py): the drop directory (incoming/<queue>/, kept as ``queue`` in a claimed job's
-directory), else the job file's ``queue:`` field, else ``default``. A job file that does not
-parse has no known tags, and a queue only if it was dropped into a queue directory.
+A job's queue and ``requires:`` tags (:meth:`JobIndex.route`): for a claimed job, what its
+last routed run recorded; else as a runner reads them (claim.py): the drop directory
+(incoming/<queue>/, kept as ``queue`` in a claimed job's directory), else the job file's
+``queue:`` field, else ``default``. A job file that does not parse has no known tags, and
+a queue only if it was dropped into a queue directory.
 
 Order: incoming by name, running by name (id), retry by name (due time first), done and
 failed newest first (by the time their result or failure was written). Times: incoming
@@ -20,10 +21,12 @@ queued (file mtime), running started (its heartbeat), retry due, done/failed fin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
@@ -79,6 +82,16 @@ class JobRoute:
 
     queue: str | None  # None: an unparsable job file outside any queue directory
     requires: tuple[str, ...] | None  # None: the job file does not parse
+
+
+def _decided_route(job_dir: Path) -> JobRoute | None:
+    """The route the job's last run recorded (what its runner decided; cheaper than parsing
+    the job file, and right even if a later spoolrender.yaml would refuse the file)."""
+    with contextlib.suppress(OSError):
+        for run in reversed(read_runs(job_dir)):  # a run refused before routing has none
+            if isinstance(run.details.get("queue"), str):
+                return JobRoute(run.details["queue"], tuple(str(t) for t in run.details.get("requires") or ()))
+    return None
 
 
 class JobIndex:
@@ -159,6 +172,10 @@ class JobIndex:
         cached = known.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
+        decided = None if state == "incoming" else _decided_route(path.parent)
+        if decided is not None:
+            known[name] = (version, decided)
+            return decided
         try:
             spec = parse_job(read_job_bytes(path, self._config.max_job_bytes), path.name, self._config)
         except (JobInvalid, OSError):
