@@ -111,11 +111,13 @@ def test_jobs_lists_every_state_with_status_objects(busy: tuple[SpoolLayout, Ser
         "waiting": "incoming", "long": "running", "flaky": "retry", "good": "done", "bad": "failed",
     }  # fmt: skip
     # Where they overlap, items are exactly the objects of `status --json` (plus their state,
-    # and what browsing adds: a running job's claim time, a retry's last error kind).
+    # and what browsing adds: a running job's claim time, a retry's last error kind, and
+    # every job's queue and required tags).
     added = {"running": {"started_at"}, "retry": {"kind"}, "failed": set()}
+    assert all(job["queue"] == "default" and job["requires"] == [] for job in page["jobs"])
     for state, section in (("running", "running"), ("retry", "retry"), ("failed", "recent_failures")):
         (item,) = [j for j in page["jobs"] if j["state"] == state]
-        extra = {"state", *added[state]}
+        extra = {"state", "queue", "requires", *added[state]}
         jsonschema.validate({k: v for k, v in item.items() if k not in extra}, item_schema(section))
     assert 0 < by_id["long"]["progress"] <= 1 and not by_id["long"]["stale"]
     assert by_id["flaky"]["priority"] == 3 and by_id["flaky"]["due_in_seconds"] > 300

@@ -29,6 +29,7 @@ from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_j
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
 from spoolrender.lookup import Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
+from spoolrender.queues import list_incoming
 from spoolrender.serve.browse import Filters, JobIndex
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
@@ -87,8 +88,9 @@ def list_jobs(
     ``running`` objects, retry items its ``retry`` objects, failed items its
     ``recent_failures`` objects; each also says its ``state``. Done items carry
     ``finished_at`` and the result (``output``, ``bytes``, ...), incoming ones ``queued_at``,
-    running ones ``started_at``, retry ones the ``kind`` of their last error. ``total``
-    counts what ``filters`` let through (:mod:`.browse`).
+    running ones ``started_at``, retry ones the ``kind`` of their last error. Every item
+    has its ``queue`` and ``requires`` tags (null where the job file does not parse).
+    ``total`` counts what ``filters`` let through (:mod:`.browse`).
     """
     filters = filters or Filters()
     index = index or JobIndex(config)
@@ -98,7 +100,8 @@ def list_jobs(
     now, fs_now = spool_clock(layout)
     # Only the listings (as `status`, minus its per-file reads): a page reads just its items.
     listing = {s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".")] for s in defaults.STATE_DIRS}
-    listing["incoming"] = [n for n in listing["incoming"] if is_candidate_name(n)]
+    # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
+    listing["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]
     states = (state,) if state else defaults.STATE_DIRS
     jobs: list[dict[str, Any]] = []
     total = 0
@@ -126,6 +129,8 @@ def list_jobs(
                 item.update(output_urls(item["id"], item.get("output"), posters=posters))
             else:
                 item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
+            where = index.route(s, name)
+            item["queue"], item["requires"] = where.queue, None if where.requires is None else list(where.requires)
             jobs.append({"state": s, **item})
         skip = 0
     return {
@@ -160,7 +165,8 @@ def _job_spec(config: SpoolConfig, where: Located) -> tuple[dict[str, Any] | Non
 def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more.
 
-    Added: ``entry``, ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
+    Added: ``entry``, ``queue`` and ``requires`` (as in ``GET /jobs``),
+    ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
     """
@@ -191,6 +197,9 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     info.update(output_urls(job_id, output, posters=find_ffmpeg(config) is not None))
     info["page_url"] = f"/job?id={job_id}"
     info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+    layout = SpoolLayout(config.spool)
+    where = JobIndex(config).route(current.state, str(current.path.relative_to(layout.state_dir(current.state))))
+    info["queue"], info["requires"] = where.queue, None if where.requires is None else list(where.requires)
     info.update(_queue_place(config, current))
     return info
 
@@ -211,7 +220,7 @@ def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
     if where.state == "incoming":
         queued = mtime(where.path)
         ahead = 0
-        for name in list_names(layout.incoming):
+        for name in list_incoming(layout.incoming):  # queue directories too
             other = mtime(layout.incoming / name)
             if queued is not None and other is not None and other < queued:
                 ahead += 1

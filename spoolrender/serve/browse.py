@@ -8,6 +8,12 @@ retry entry gets a new name for each attempt, so a cached fact is never stale, a
 cache forgets names that left the listing. A server reads every finished job's time once
 at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
 
+A job's queue and ``requires:`` tags (:meth:`JobIndex.route`): for a claimed job, what its
+last routed run recorded; else as a runner reads them (claim.py): the drop directory
+(incoming/<queue>/, kept as ``queue`` in a claimed job's directory), else the job file's
+``queue:`` field, else ``default``. A job file that does not parse has no known tags, and
+a queue only if it was dropped into a queue directory.
+
 Order: incoming by name, running by name (id), retry by name (due time first), done and
 failed newest first (by the time their result or failure was written). Times: incoming
 queued (file mtime), running started (its heartbeat), retry due, done/failed finished.
@@ -15,15 +21,20 @@ queued (file mtime), running started (its heartbeat), retry due, done/failed fin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
+from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import read_heartbeat
+from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.queues import QUEUE_FILENAME, name_problem, queue_dir_of, route
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError
 
@@ -42,12 +53,15 @@ class Filters:
     kind: str | None = None  # the error kind (retry and failed entries)
     since: float | None = None  # the entry's time (see :meth:`JobIndex.time`), inclusive
     until: float | None = None
+    queue: str | None = None  # the job's queue (see :meth:`JobIndex.route`)
 
     def __post_init__(self) -> None:
         if self.text is not None and (len(self.text) > MAX_QUERY_LENGTH or not self.text.isprintable()):
             raise ApiError(400, f"q: at most {MAX_QUERY_LENGTH} printable characters")
         if self.kind is not None and (len(self.kind) > 100 or not self.kind.isprintable()):
             raise ApiError(400, "kind: at most 100 printable characters")
+        if self.queue is not None and (why := name_problem("queue", self.queue)) is not None:
+            raise ApiError(400, f"queue: {why}")
         if self.since is not None and self.until is not None and self.until < self.since:
             raise ApiError(400, "until is before since")
 
@@ -62,14 +76,37 @@ def _name_id(state: str, name: str) -> str:
     return m.group("id") if m else name
 
 
+@dataclass(frozen=True)
+class JobRoute:
+    """An entry's queue and the runner tags it requires, as far as they are known."""
+
+    queue: str | None  # None: an unparsable job file outside any queue directory
+    requires: tuple[str, ...] | None  # None: the job file does not parse
+
+
+def _decided_route(job_dir: Path) -> JobRoute | None:
+    """The route the job's last run recorded (what its runner decided; cheaper than parsing
+    the job file, and right even if a later spoolrender.yaml would refuse the file)."""
+    with contextlib.suppress(OSError):
+        for run in reversed(read_runs(job_dir)):  # a run refused before routing has none
+            if isinstance(run.details.get("queue"), str):
+                return JobRoute(run.details["queue"], tuple(str(t) for t in run.details.get("requires") or ()))
+    return None
+
+
 class JobIndex:
-    """What the listing does not say about an entry, read once: its time and error kind."""
+    """What the listing does not say about an entry, read once: its time, error kind and route."""
 
     def __init__(self, config: SpoolConfig) -> None:
         self.layout = SpoolLayout(config.spool)
+        self._config = config
         self._lock = threading.Lock()
         self._times: dict[str, dict[str, float | None]] = {s: {} for s in defaults.STATE_DIRS}
         self._kinds: dict[str, dict[str, str | None]] = {s: {} for s in KIND_STATES}
+        # incoming/ files may still change (an upload): keyed by name, kept with (size, mtime).
+        self._routes: dict[str, dict[str, tuple[tuple[int, float] | None, JobRoute]]] = {
+            s: {} for s in defaults.STATE_DIRS
+        }
         self._last: dict[str, tuple[list[str], Filters, list[str]]] = {}
         self._unknown_time = False
 
@@ -114,6 +151,41 @@ class JobIndex:
                 known[name] = str(errors[-1].get("kind")) if errors else None
         return known[name]
 
+    def route(self, state: str, name: str) -> JobRoute:
+        """The entry's queue and required tags, read once per entry (per version of a waiting file)."""
+        known = self._routes[state]
+        if state == "incoming":
+            path = self.layout.incoming / name
+            queue_dir = queue_dir_of(name)
+        else:
+            path = self.layout.state_dir(state) / name / defaults.JOB_FILENAME
+            try:
+                # Written at the claim from the drop directory's name; it outranks the field.
+                queue_dir = (path.parent / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
+            except OSError:
+                queue_dir = None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return JobRoute(queue_dir, None)  # moved on meanwhile: not kept
+        version = (st.st_size, st.st_mtime) if state == "incoming" else None
+        cached = known.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        decided = None if state == "incoming" else _decided_route(path.parent)
+        if decided is not None:
+            known[name] = (version, decided)
+            return decided
+        try:
+            spec = parse_job(read_job_bytes(path, self._config.max_job_bytes), path.name, self._config)
+        except (JobInvalid, OSError):
+            found = JobRoute(queue_dir, None)
+        else:
+            r = route(queue_dir or spec.queue, spec.requires)
+            found = JobRoute(r.queue, r.requires)
+        known[name] = (version, found)
+        return found
+
     def warm(self) -> None:
         """Read every finished entry's time now (a server's start-up thread), so that the
         first page a client asks for on a big spool is as quick as the next."""
@@ -134,7 +206,9 @@ class JobIndex:
                 return last[2]
             self._unknown_time = False
             chosen = self._select(state, names, filters)
-            if not self._unknown_time:  # an entry without a time yet gets its place next time
+            # An entry without a time yet gets its place next time; a waiting file's queue may
+            # change with its contents while its name stays.
+            if not self._unknown_time and not (state == "incoming" and filters.queue is not None):
                 self._last[state] = (names, filters, chosen)
             return chosen
 
@@ -146,6 +220,8 @@ class JobIndex:
             chosen = [n for n in chosen if needle in _name_id(state, n).lower()]
         if filters.kind is not None:
             chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
+        if filters.queue is not None:
+            chosen = [n for n in chosen if self.route(state, n).queue == filters.queue]
         if filters.timed or state in STAMP_FILE:
             stamped = [(self.time(state, n), n) for n in chosen]
             if filters.timed:
@@ -163,8 +239,7 @@ class JobIndex:
 
     def _forget_gone(self, state: str, names: list[str]) -> None:
         present = set(names)
-        times, kinds = self._times[state], self._kinds.get(state, {})
-        for name in [n for n in times if n not in present]:
-            del times[name]
-        for name in [n for n in kinds if n not in present]:
-            del kinds[name]
+        for known in (self._times[state], self._kinds.get(state, {}), self._routes[state]):
+            # list(): one atomic copy; pages add facts to these without the lock meanwhile.
+            for name in [n for n in list(known) if n not in present]:
+                del known[name]

@@ -80,6 +80,7 @@ class SpoolHandler(RequestHandler):
             kind=params.get("kind") or None,
             since=_time_param(params, "since"),
             until=_time_param(params, "until"),
+            queue=params.get("queue") or None,
         )
         page = list_jobs(
             self.site.config, state=state, limit=limit, offset=offset, filters=filters, index=self.site.index
@@ -272,7 +273,7 @@ ROUTES: RouteTable = {}
 SAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")  # a header value: no quotes, no line breaks
 PAGE_PARAMS = {
     "/job": frozenset({"id"}),
-    "/browse": frozenset({"state", "offset", "limit", "q", "kind", "since", "until"}),
+    "/browse": frozenset({"state", "offset", "limit", "q", "kind", "since", "until", "queue"}),
 }  # read by the page's script, checked here first
 
 
@@ -285,7 +286,7 @@ for _path in STATIC:
 _add(("status",), GET=(SpoolHandler.get_status, NO_PARAMS))
 _add(
     ("jobs",),
-    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset", "q", "kind", "since", "until"})),
+    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset", "q", "kind", "since", "until", "queue"})),
     POST=(SpoolHandler.post_jobs, frozenset({"name"})),
 )
 _add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))

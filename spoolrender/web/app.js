@@ -104,6 +104,36 @@ function renderSummary(status) {
     ),
   );
 
+  // Per queue, as `status` shows it (from the runners' beacons); "*" is "every other queue".
+  fillTable(
+    "queues",
+    Object.entries(status.queues || {}).map(([name, q]) =>
+      el(
+        "tr",
+        { dataset: { queue: name } },
+        el("td", {}, name === "*" ? "* (any)" : el("a", { href: `/browse?queue=${encodeURIComponent(name)}`, text: name })),
+        el("td", { className: "num", text: String(q.waiting) }),
+        el("td", { className: "num", text: q.oldest_age_seconds === null ? "" : duration(q.oldest_age_seconds) }),
+        el("td", { className: "num", text: String(q.runners) }),
+        el("td", { className: `num${q.unserved ? " bad" : ""}`, text: q.unserved ? String(q.unserved) : "" }),
+      ),
+    ),
+  );
+  const unserved = status.unserved || [];
+  $("#unserved").hidden = unserved.length === 0;
+  $("#unserved").replaceChildren(
+    ...unserved.map((u) =>
+      el(
+        "p",
+        { className: "unserved-group" },
+        `UNSERVED: ${u.count} job(s) in queue `,
+        el("a", { href: `/browse?queue=${encodeURIComponent(u.queue)}`, text: u.queue }),
+        u.requires.length ? ` requiring ${u.requires.join(", ")}` : "",
+        `: ${u.reason}`,
+      ),
+    ),
+  );
+
   fillTable(
     "runners",
     status.runners.map((runner) =>

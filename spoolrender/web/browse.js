@@ -4,9 +4,10 @@
 "use strict";
 
 const PAGE = 50;
-const FIELDS = ["state", "q", "kind", "since", "until", "offset"];
+const FIELDS = ["state", "q", "kind", "queue", "since", "until", "offset"];
 const TIME_WORDS = { incoming: "queued", running: "started", retry: "due", done: "finished", failed: "failed" };
 const KNOWN_KINDS = new Set();
+const KNOWN_QUEUES = new Set();
 
 let query = {};
 let lastTotal = 0;
@@ -65,6 +66,14 @@ function posterCell(job) {
   return cell;
 }
 
+function queueCell(job) {
+  const cell = el("td", { className: "queue" });
+  if (job.queue) cell.append(job.queue);
+  else cell.append(el("span", { className: "muted", text: "?" }));
+  if (job.requires && job.requires.length) cell.append(el("span", { className: "muted", text: ` [${job.requires.join(", ")}]` }));
+  return cell;
+}
+
 function row(job) {
   const t = itemTime(job);
   const now = Date.now() / 1000 + skew;
@@ -74,6 +83,7 @@ function row(job) {
     { dataset: { job: job.id, state: job.state } },
     posterCell(job),
     el("td", { className: "id" }, jobLink(job.id)),
+    queueCell(job),
     el("td", {}, stateTag(job.state)),
     el("td", { className: "num", title: t ? when(t) : "", text: whenText }),
     details(job),
@@ -104,6 +114,8 @@ async function load() {
   updateCounts(body.counts);
   for (const job of body.jobs) if (job.kind) KNOWN_KINDS.add(job.kind);
   $("#kinds").replaceChildren(...[...KNOWN_KINDS].sort().map((k) => el("option", { value: k })));
+  for (const job of body.jobs) if (job.queue) KNOWN_QUEUES.add(job.queue);
+  $("#queues").replaceChildren(...[...KNOWN_QUEUES].sort().map((q) => el("option", { value: q })));
   const state = query.state || "";
   $("#time-note").textContent = state
     ? `“When” is when a job was ${TIME_WORDS[state]}; the time filter applies to it.`
@@ -133,6 +145,7 @@ function go(changes) {
 function fillForm() {
   $("#f-q").value = query.q || "";
   $("#f-kind").value = query.kind || "";
+  $("#f-queue").value = query.queue || "";
   $("#f-since").value = toLocalInput(query.since);
   $("#f-until").value = toLocalInput(query.until);
 }
@@ -142,13 +155,14 @@ $("#filters").addEventListener("submit", (event) => {
   go({
     q: $("#f-q").value.trim(),
     kind: $("#f-kind").value.trim(),
+    queue: $("#f-queue").value.trim(),
     since: fromLocalInput($("#f-since").value),
     until: fromLocalInput($("#f-until").value),
     offset: "",
   });
 });
 $("#f-clear").addEventListener("click", () => {
-  go({ q: "", kind: "", since: "", until: "", offset: "" });
+  go({ q: "", kind: "", queue: "", since: "", until: "", offset: "" });
   fillForm();
 });
 $("#prev").addEventListener("click", () => go({ offset: String(Math.max(0, Number(query.offset || 0) - PAGE)) }));

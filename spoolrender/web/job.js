@@ -71,6 +71,8 @@ function render(info) {
   const hb = info.heartbeat || {};
   $("#facts").replaceChildren(
     ...fact("entry", info.entry),
+    ...fact("queue", info.queue ?? "? (the job file does not parse)"),
+    ...fact("requires tags", info.requires && info.requires.length ? info.requires.join(", ") : null),
     ...fact("attempts used", info.attempts),
     ...fact("running on", hb.host ? `${hb.host} (pid ${hb.pid}, run ${hb.run})` : null),
     ...fact("cancel requested", info.cancel_requested ? "yes: its runner stops it at the next heartbeat" : null),
