@@ -51,6 +51,10 @@ OUT_OF_MEMORY = "out-of-memory"
 BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
 
+# How long a dead worker's stderr may take to drain before its death is described.
+STDERR_DRAIN_S = 5.0
+
+
 class WorkerDied(Exception):
     """The Node worker exited or closed its stdout; ``memory``: the line of its output
     that said it ran out of memory, if one did."""
@@ -102,7 +106,8 @@ class RemotionWorker:
             raise RenderError(f"cannot start the Remotion worker: {exc}", transient=True, kind="worker") from exc
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read_stdout, args=(self.proc.stdout,), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True)
+        self._stderr_reader.start()
         self.baseline = set(os.listdir(tmpdir))
 
     @property
@@ -189,6 +194,10 @@ class RemotionWorker:
     def describe_death(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
+        # The last words (V8's "heap out of memory" among them) may still be in the stderr
+        # pipe when stdout's EOF is seen: let the reader drain it before judging the death.
+        # Bounded, since a browser that inherited the pipe can keep it open after we die.
+        self._stderr_reader.join(timeout=STDERR_DRAIN_S)
         code = self.proc.poll()
         how = "still running" if code is None else (f"exit code {code}" if code >= 0 else f"signal {-code}")
         last = next((line for line in reversed(self._tail) if line.strip()), "")
