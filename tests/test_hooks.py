@@ -193,7 +193,14 @@ def test_gives_up_after_its_attempts_and_says_so(
     wait_for(lambda: "giving up" in log.read_text())
     assert len(receiver.requests) == 3
     job_dir = only_job_dir(spool, "done")
-    state = json.loads((job_dir / "hook-0001-done.json").read_text())["hooks"]["web"]
+
+    def web_state() -> dict[str, Any]:
+        state: dict[str, Any] = json.loads((job_dir / "hook-0001-done.json").read_text())["hooks"]["web"]
+        return state
+
+    # The delivery state is written after the log line: wait for it, do not race it.
+    wait_for(lambda: bool(web_state().get("gave_up_at")))
+    state = web_state()
     assert state["attempts"] == 3 and state["gave_up_at"] and not state["delivered_at"]
     assert "giving up after 3 attempt(s)" in (job_dir / "hooks.log").read_text()
 
