@@ -221,11 +221,6 @@ def pause_reason(layout: SpoolLayout) -> str | None:
     return text.strip() or "paused"
 
 
-def _printable(text: str) -> str:
-    # A file name is anyone's input: never send its control characters to a terminal.
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-
-
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -311,6 +306,6 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     online = [r for r in status["runners"] if r["online"]]
     blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
     if blocked:
-        rows = [[f"incoming/{_printable(name)}", _printable(why)] for name, why in blocked]
+        rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]
         lines += ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]
     return "\n".join(lines)

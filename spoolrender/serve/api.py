@@ -27,14 +27,13 @@ from spoolrender.control import cancel, pause, resume, retry_failed, submit
 from spoolrender.errors import JobInvalid, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
-from spoolrender.lookup import Located, describe, incoming_id
+from spoolrender.lookup import LIVE_STATES, Located, describe, incoming_id
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.queues import list_incoming
 from spoolrender.serve.browse import Filters, JobIndex
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
 from spoolrender.serve.readmodel import (
-    LIVE_STATES,
     ApiError,
     final_id,
     find_entries,

@@ -41,8 +41,8 @@ from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
-from spoolrender.lookup import find_job, incoming_id
-from spoolrender.serve.readmodel import by_relevance, result_summary
+from spoolrender.lookup import by_relevance, find_job, incoming_id
+from spoolrender.serve.readmodel import result_summary
 from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,9 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN
 from spoolrender.layout import FINAL_NAME
-from spoolrender.lookup import Located, find_job
+from spoolrender.lookup import Located, by_relevance, find_job
 
 # Which entry of a job (several for re-runs) a client means: a live one first.
-LIVE_STATES = ("running", "retry", "incoming")
 RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
 
 
@@ -70,13 +69,6 @@ def result_summary(job_dir: Path) -> dict[str, Any] | None:
 def final_id(name: str) -> str:
     m = FINAL_NAME.fullmatch(name)
     return m.group("id") if m else name
-
-
-def by_relevance(found: list[Located]) -> list[Located]:
-    """A job's entries, the one a client means first: live ones, then newest finished."""
-    live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
-    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: mtime(w.path) or 0.0)
-    return live + finished[::-1]
 
 
 def find_entries(config: SpoolConfig, job_id: str) -> list[Located]:
