@@ -32,13 +32,13 @@ from goals import goal
 from spoolrender.config import load_config
 from spoolrender.durable import set_fsync
 from spoolrender.layout import init_spool
-from spoolrender.renderers.base import CancelToken, ProgressFn, Renderer, RenderRequest, RenderResult
+from spoolrender.renderers.base import CancelToken, ProgressFn, Renderer, RenderRequest, RenderResult, WholeRendersOnly
 from spoolrender.runner import Runner
 
 JOB = b"renderer: command\ncommand: noop\n"
 
 
-class NoopRenderer:
+class NoopRenderer(WholeRendersOnly):
     """Writes a tiny output at once: what is left to measure is the queue."""
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spoolrender.errors import RenderError
 from spoolrender.jobfile import JobSpec
 
 
@@ -62,6 +63,45 @@ class CancelToken:
 
 
 @dataclass(frozen=True)
+class ChunkPart:
+    """One chunk of a split job: composition frames ``first``..``last`` (inclusive)."""
+
+    index: int  # 0-based
+    count: int
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count or not 0 <= self.first <= self.last:
+            raise ValueError(f"not a chunk: {self}")
+
+    @property
+    def frames(self) -> int:
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class FrameSpan:
+    """The frames a whole job renders (``first``..``last``, inclusive) and their rate."""
+
+    first: int
+    last: int
+    fps: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first <= self.last or not self.fps > 0:
+            raise ValueError(f"not a frame span: {self}")
+
+    @property
+    def frames(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.fps
+
+
+@dataclass(frozen=True)
 class RenderRequest:
     spec: JobSpec
     job_file: Path
@@ -75,6 +115,26 @@ class RenderRequest:
     # Called with the process group id of any process the renderer starts for this job
     # (None when it is gone), so that a runner recovering the job after our death can
     # stop the orphaned render too.
+    on_spawn: Callable[[int | None], None] = _ignore_spawn
+    # Set for one chunk of a split job: render only these frames, in the form that
+    # Renderer.join() puts together seamlessly. ``output`` is then an (empty, existing)
+    # directory that the renderer fills with the chunk's files.
+    chunk: ChunkPart | None = None
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """Put a split job's verified chunks together into ``output`` (a scratch file)."""
+
+    spec: JobSpec
+    parts: tuple[tuple[ChunkPart, Path], ...]  # in order; each chunk's directory
+    span: FrameSpan  # what the parts cover together
+    output: Path
+    work_dir: Path
+    log: Path
+    threads: int
+    props: dict[str, Any]
+    settings: dict[str, Any]
     on_spawn: Callable[[int | None], None] = _ignore_spawn
 
 
@@ -91,6 +151,32 @@ class Renderer(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def cache_key(self, request: RenderRequest) -> str | None:
+        """A hex digest of everything the output depends on, or None if not cacheable.
+
+        Two requests with the same key must produce interchangeable outputs: the project's
+        content and config, the renderer's version, the composition, the props, every
+        render setting and the output kind all go into it.
+        """
+        ...
+
+    def split_refusal(self, request: RenderRequest) -> str | None:
+        """None if this job can be rendered in chunks and joined seamlessly, else why not."""
+        ...
+
+    def frame_span(self, request: RenderRequest, cancel: CancelToken) -> FrameSpan:
+        """The frames the whole job renders (for planning chunks); raises RenderError."""
+        ...
+
+    def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        """Write ``request.output`` from the chunks; raises RenderError or RenderCancelled."""
+        ...
+
+    def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
+        """Raise RenderError unless the joined output has every frame, no gap at a join and
+        audio as long as the video."""
+        ...
 
 
 def terminate_group(proc: subprocess.Popen[Any], grace: float) -> None:
@@ -138,3 +224,28 @@ def _signal_group(pgid: int, sig: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class WholeRendersOnly:
+    """What a renderer without a render cache or chunked rendering answers.
+
+    Renderers inherit this and override what they support: nothing it renders is cached,
+    and a job that asks for chunks is rendered whole.
+    """
+
+    name = "this"
+
+    def cache_key(self, request: RenderRequest) -> str | None:
+        return None
+
+    def split_refusal(self, request: RenderRequest) -> str | None:
+        return f"the {self.name} renderer renders jobs whole"
+
+    def frame_span(self, request: RenderRequest, cancel: CancelToken) -> FrameSpan:
+        raise RenderError(self.split_refusal(request) or "cannot split", transient=False, kind="config")
+
+    def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind="config")
+
+    def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
+        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind="config")

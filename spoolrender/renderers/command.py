@@ -30,7 +30,14 @@ from typing import IO
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
-from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
+from spoolrender.renderers.base import (
+    CancelToken,
+    ProgressFn,
+    RenderRequest,
+    RenderResult,
+    WholeRendersOnly,
+    terminate_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +54,9 @@ def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
     return [PLACEHOLDER.sub(sub, arg) for arg in template]
 
 
-class CommandRenderer:
+class CommandRenderer(WholeRendersOnly):
+    name = "command"
+
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
 

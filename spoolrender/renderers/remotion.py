@@ -34,7 +34,14 @@ from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.jobfile.media import DEFAULT_STILL_FORMAT, remotion_options, still_format_of
 from spoolrender.records import NOT_AN_ATTEMPT, read_runs
 from spoolrender.renderers import output_check
-from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult, terminate_group
+from spoolrender.renderers.base import (
+    CancelToken,
+    ProgressFn,
+    RenderRequest,
+    RenderResult,
+    WholeRendersOnly,
+    terminate_group,
+)
 from spoolrender.renderers.command import verify_nonempty
 from spoolrender.renderers.memory import memory_line, oom_kills
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
@@ -232,7 +239,9 @@ class RemotionWorker:
         self.tmp.remove()
 
 
-class RemotionRenderer:
+class RemotionRenderer(WholeRendersOnly):
+    name = "remotion"
+
     """Renders ``renderer: remotion`` jobs for one slot: one warm worker per project, at
     most ``warm_projects`` of them, the least recently used stopped to make room."""
 
