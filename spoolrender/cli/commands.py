@@ -1,0 +1,302 @@
+"""What each `spoolrender` command does: thin wrappers around :mod:`spoolrender.api`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spoolrender.cli.exit_codes import (
+    EXIT_JOBS_FAILED,
+    EXIT_MAX_JOBS,
+    EXIT_MAX_RUNTIME,
+    EXIT_OK,
+    EXIT_PAUSED,
+)
+from spoolrender.cli.parser import comma_names
+from spoolrender.config import SpoolConfig, load_config
+from spoolrender.defaults import CONFIG_FILENAME
+from spoolrender.display import printable
+from spoolrender.durable import set_fsync
+from spoolrender.errors import SpoolrenderError
+
+if TYPE_CHECKING:
+    from spoolrender.api import Spool
+    from spoolrender.runner import RunSummary
+
+
+def _spool_path(args: argparse.Namespace) -> Path:
+    if getattr(args, "path", None) is not None:
+        return Path(args.path)
+    if args.spool is not None:
+        return Path(args.spool)
+    return Path(os.environ.get("SPOOLRENDER_SPOOL", "spool"))
+
+
+def _config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> SpoolConfig:
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpoolrenderError(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value
+    overrides.update({k: v for k, v in (extra or {}).items() if v is not None})
+    config = load_config(_spool_path(args), overrides=overrides)
+    set_fsync(config.fsync)
+    return config
+
+
+def silence_stdout() -> None:
+    # Point stdout at /dev/null, so the interpreter's final flush does not raise again.
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _say(text: str) -> None:
+    """One line for people on stdout, control characters escaped (spool text is untrusted)."""
+    print(printable(text))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from spoolrender import project_setup
+    from spoolrender.layout import init_spool
+
+    project: Path | None = None
+    if args.remotion_project is not None:
+        project = args.remotion_project.expanduser().resolve()
+        problem = project_setup.project_problem(project)
+        if problem is not None:
+            raise SpoolrenderError(f"--remotion-project: {problem}")
+    layout = init_spool(_spool_path(args), group=args.group)
+    print(f"spool ready at {printable(layout.root)}")
+    configured = project_setup.configured_project(layout.root / CONFIG_FILENAME)
+    if project is None and configured is not None:
+        print(f"Remotion project: {printable(configured)} (remotion_project, kept)")
+        return EXIT_OK
+    if project is None:
+        project = project_setup.detect_project(layout.root, Path.cwd())
+        if project is None and sys.stdin.isatty() and sys.stdout.isatty():
+            answer = input("Remotion project directory (Enter to skip): ").strip()
+            if answer:
+                project = Path(answer).expanduser().resolve()
+                problem = project_setup.project_problem(project)
+                if problem is not None:
+                    raise SpoolrenderError(problem)
+    if project is None:
+        print(
+            "no Remotion project set: `renderer: remotion` jobs fail until you run "
+            f"`spoolrender init {printable(layout.root)} --remotion-project DIR` (DIR holds your project's "
+            f"package.json) or set remotion_project in {printable(layout.root / CONFIG_FILENAME)}; "
+            "`renderer: command` jobs work without one",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    project_setup.record_project(layout.root, project)
+    print(f"Remotion project: {printable(project)} (recorded as remotion_project)")
+    hint = project_setup.install_hint(project)
+    if hint is not None:
+        print(f"warning: {hint}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _spool(args: argparse.Namespace) -> Spool:
+    from spoolrender.api import Spool
+
+    return Spool(config=_config(args))
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "init":
+        return _init(args)
+    if args.command == "submit":
+        from spoolrender.control import read_submission
+
+        spool = _spool(args)
+        data, name = read_submission(args.file, args.name, spool.config.max_job_bytes)
+        job = spool.submit(data, name=name, check=not args.no_check, props_check=not args.no_props_check)
+        _say(str(job.submitted_as))
+        return EXIT_OK
+    if args.command == "compositions":
+        return _compositions(args)
+    if args.command == "run":
+        from spoolrender.runner import Runner
+
+        extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
+        config = _config(args, {**extra, "queues": comma_names(args.queues), "tags": comma_names(args.tags)})
+        runner = Runner(
+            config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
+            max_jobs=args.max_jobs, max_runtime=args.max_runtime,
+        )  # fmt: skip
+        runner.install_signal_handlers()
+        summary = runner.run()
+        return _run_exit_status(args, summary, config.output_root)
+    if args.command == "status":
+        return _status(args)
+    if args.command == "show":
+        from spoolrender.lookup import format_description
+
+        document = _spool(args).show(args.id)
+        if args.json:
+            print(json.dumps(document, indent=2, default=str))
+        else:
+            print("\n\n".join(format_description(info) for info in (document, *document["others"])))
+        return EXIT_OK
+    if args.command == "cancel":
+        for line in _spool(args).cancel(args.id):
+            _say(line)
+        return EXIT_OK
+    if args.command == "pause":
+        marker = _spool(args).pause(args.reason)
+        _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
+        return EXIT_OK
+    if args.command == "unblock":
+        from spoolrender.hosts import unblock
+        from spoolrender.layout import SpoolLayout
+
+        layout = SpoolLayout(_config(args).spool)
+        layout.check()
+        was = unblock(layout, args.host)
+        print(f"host {printable(args.host)} " + ("unblocked: its runners claim again" if was else "was not blocked"))
+        return EXIT_OK
+    if args.command == "resume":
+        print("resumed" if _spool(args).resume() else "the spool was not paused")
+        return EXIT_OK
+    if args.command == "purge":
+        from spoolrender.control import parse_duration
+
+        states = (args.state,) if args.state else ("done", "failed")
+        removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
+        for entry in removed:
+            _say(entry)
+        print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
+        return EXIT_OK
+    if args.command == "retry":
+        spool = _spool(args)
+        if args.all_failed:
+            moved = spool.retry_all_failed()
+            _say(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
+        else:
+            for line in spool.retry(args.id):
+                _say(line)
+        return EXIT_OK
+    if args.command == "serve":
+        return _serve(args)
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:
+    """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
+    limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
+    if args.drain or limit is not None:
+        try:
+            print(
+                f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
+                f"{summary.requeued} put back, {summary.failed} failed"
+                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(output_root)})",
+                flush=True,
+            )
+        except BrokenPipeError:
+            silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
+    if args.drain and summary.failed:
+        return EXIT_JOBS_FAILED
+    if limit is not None:
+        return limit
+    if args.drain and (summary.paused or summary.blocked) and not summary.claimed:
+        return EXIT_PAUSED
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from spoolrender.layout import SpoolLayout
+    from spoolrender.serve.listen import ServeOptions, parse_listen
+    from spoolrender.serve.server import SpoolServer
+
+    if not (0 < args.poll <= 60 and 0 < args.keepalive <= 3600):
+        raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")
+    config = _config(args)
+    SpoolLayout(config.spool).check()  # a typo in --spool fails now, not on the first request
+    if not (0 < args.header_timeout <= 600 and args.max_per_client >= 1 and 1 <= args.history_interval <= 3600):
+        raise SpoolrenderError(
+            "--header-timeout must be in (0, 600] seconds, --max-per-client at least 1, "
+            "--history-interval in [1, 3600] seconds"
+        )
+    options = ServeOptions(
+        poll_seconds=args.poll,
+        keepalive_seconds=args.keepalive,
+        allow_hosts=tuple(args.allow_host),
+        header_seconds=args.header_timeout,
+        max_per_client=args.max_per_client,
+        history_seconds=args.history_interval,
+    )
+    try:
+        server = SpoolServer(parse_listen(args.listen), config, options)
+    except OSError as exc:
+        raise SpoolrenderError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from exc
+    writes = "on (a serve token is set)" if server.token else "off (no serve_token_file or serve_token)"
+    print(f"serving {server.url} for spool {config.spool}; write actions {writes}", flush=True)
+    server.install_signal_handlers()
+    server.serve()
+    return EXIT_OK
+
+
+def _compositions(args: argparse.Namespace) -> int:
+    from spoolrender.compositions import describe
+
+    spool = _spool(args)
+    found = spool.compositions(args.project)
+    if args.json:
+        project = str(spool.config.project_dir(args.project))
+        document = {"project": project, "compositions": [c.as_json() for c in found]}
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(describe(found))
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from spoolrender.status import format_status
+
+    spool = _spool(args)
+    if args.prometheus:
+        from spoolrender.layout import SpoolLayout
+        from spoolrender.metrics import spool_metrics_text
+
+        sys.stdout.write(spool_metrics_text(SpoolLayout(spool.path), spool.config.lease_seconds))
+        return EXIT_OK
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    stop = _stop_on_signals() if args.watch is not None else None
+    while True:
+        document = spool.status().document
+        text = json.dumps(document, indent=2, sort_keys=True) if args.json else format_status(document, colour=colour)
+        if stop is None:
+            print(text)
+            return EXIT_OK
+        # Clear and redraw in place on a terminal; elsewhere, one snapshot after another.
+        sys.stdout.write(("\x1b[H\x1b[2J" if sys.stdout.isatty() else "") + text + "\n")
+        sys.stdout.flush()
+        if stop.wait(args.watch):
+            return EXIT_OK
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM: a long-running command's explicit way out.
+
+    Explicit handlers, not Python's default KeyboardInterrupt: a command started with
+    SIGINT ignored (`nohup ... &`, some CI and cron set-ups) inherits SIG_IGN and would
+    otherwise never stop on SIGINT, and SIGTERM would kill it without a clean exit.
+    """
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handle)
+    return stop

@@ -1,0 +1,36 @@
+"""`spoolrender`'s entry point: parse, set up logging, run the command, map errors to exit statuses."""
+
+from __future__ import annotations
+
+import sys
+
+from spoolrender.cli.commands import dispatch, silence_stdout
+from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from spoolrender.cli.log_output import setup_logging
+from spoolrender.cli.parser import build_parser
+from spoolrender.display import printable
+from spoolrender.errors import JobInvalid, SpoolrenderError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args)
+    try:
+        return dispatch(args)
+    except JobInvalid as exc:
+        print("job is invalid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {printable(problem)}", file=sys.stderr)
+        return EXIT_ERROR
+    except SpoolrenderError as exc:
+        print(f"spoolrender: {printable(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (`status --watch | head`): nothing left to say to anyone.
+        silence_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        # Ctrl-C in a short command (a slow `show`, `submit -` waiting for its input):
+        # a person asked to stop; a traceback would only hide that.
+        return EXIT_INTERRUPTED
