@@ -64,7 +64,7 @@ def job_id_of(config: SpoolConfig, data: bytes, name: str) -> str:
     try:
         return parse_job(data, name, config).id
     except JobInvalid as exc:
-        # An invalid job is filed under its readable `id:` (see claim.py): find it so.
+        # An invalid job is filed under its readable `id:` (see scan.py): find it so.
         return exc.job_id or id_from_filename(name)
 
 
