@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from spoolrender import control
+from spoolrender import control, defaults
 from spoolrender.compositions import Composition, list_compositions
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
@@ -177,9 +177,12 @@ class Spool:
 
     def job(self, job_id: str) -> Job:
         """A handle on the job ``job_id`` already in the spool (its newest entry for re-runs)."""
-        if not find_job(self.config, job_id):
-            raise JobNotFound(job_id, f"no job with id {job_id!r} in {self.path}")
-        return Job(self, job_id)
+        # Looked for more than once: a job moving retry/ -> running/ between two listings
+        # of one lookup is seen nowhere by it (lookup.read_entry).
+        for _ in range(defaults.JOB_READ_ATTEMPTS):
+            if find_job(self.config, job_id):
+                return Job(self, job_id)
+        raise JobNotFound(job_id, f"no job with id {job_id!r} in {self.path}")
 
     def show(self, job_id: str) -> dict[str, Any]:
         """The ``show --json`` object of ``job_id``: state, attempts, runs, result or failure, logs."""

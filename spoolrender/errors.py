@@ -80,10 +80,10 @@ class JobNotFound(SpoolrenderError):
 
 
 class JobMoving(SpoolrenderError):
-    """A job moved between states every time it was read (lookup.read_entry); try again."""
+    """A job moved on before each read of it could begin (lookup.read_entry); try again."""
 
     def __init__(self, job_id: str, attempts: int) -> None:
-        super().__init__(f"job {job_id!r} moved between states during each of {attempts} reads; try again")
+        super().__init__(f"job {job_id!r} moved between states before each of {attempts} reads could begin; try again")
         self.job_id = job_id
 
 

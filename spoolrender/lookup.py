@@ -139,7 +139,7 @@ def read_entry(
     returned: whole, in the state where it was opened. A lookup can miss a job that moves
     against the listing order (retry/ is listed after running/), so an empty lookup is
     tried again too. None: never found (JobNotFound for the caller to word);
-    :class:`JobMoving`: found, but gone before every read could begin.
+    :class:`JobMoving`: found, but gone before each read could begin.
     """
     seen = False
     last: tuple[list[Located], T] | None = None
@@ -172,13 +172,20 @@ def _opened(where: Located) -> Iterator[tuple[Path, tuple[int, int]]]:
     A waiting file in incoming/ only ever moves on to running/, where the next lookup
     finds it, so it is read by its path.
     """
-    if where.state == "incoming" or not _PROC_FD.is_dir():
+    fd = -1
+    if where.state != "incoming" and _PROC_FD.is_dir():
+        try:
+            fd = os.open(where.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            pass  # not a directory (a stray entry): read by its path, as anything else
+    if fd < 0:
         before = _identity(where.path)
         if before is None:
             raise FileNotFoundError(where.path)
         yield where.path, before
         return
-    fd = os.open(where.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         yield _PROC_FD / str(fd), (st.st_dev, st.st_ino)
