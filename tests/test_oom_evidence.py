@@ -8,11 +8,15 @@ the counts are read for real, the verdicts are checked from given counts.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from spoolrender.errors import RenderError
 from spoolrender.renderers.memory import OomCount, oom_evidence, oom_kills
-from spoolrender.renderers.remotion import OUT_OF_MEMORY, _memory_verdict
+from spoolrender.renderers.remotion import OUT_OF_MEMORY, RemotionWorker, _memory_verdict
 
 
 def test_the_oom_count_says_whose_it_is() -> None:
@@ -75,3 +79,20 @@ def test_certainly_out_of_memory_at_concurrency_1_is_final() -> None:
 def test_a_failure_the_oom_killer_cannot_cause_is_left_alone() -> None:
     invalid = RenderError("no composition 'Nope'", transient=False, kind="invalid-input")
     assert _memory_verdict(invalid, OomCount(3, "host"), OomCount(4, "host"), 2, own_sigkill=True) is invalid
+
+
+def test_the_workers_own_sigkill_is_read_from_its_exit_status() -> None:
+    """The evidence `own_sigkill` comes from: a real process, SIGKILLed, as the worker's
+    exit status shows it (only the process is real: no Node worker is started)."""
+    worker = RemotionWorker.__new__(RemotionWorker)
+    worker.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    assert worker.exit_signal() is None  # alive
+    worker.proc.kill()
+    worker.proc.wait()
+    assert worker.proc.stdin is not None
+    worker.proc.stdin.close()
+    assert worker.exit_signal() == signal.SIGKILL
+    ended = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    ended.wait()
+    worker.proc = ended
+    assert worker.exit_signal() is None  # an exit code is no signal
