@@ -11,6 +11,7 @@ bench/goals.py). A benchmark that fails leaves its old block in place; the scrip
 
 Reproduce all (about 40 minutes on 2 cores):   .venv/bin/python bench/report.py
 One or several:                                 .venv/bin/python bench/report.py render_throughput memory
+Only the goals table, from the recorded blocks: .venv/bin/python bench/report.py --table
 """
 
 from __future__ import annotations
@@ -127,9 +128,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [b.name for b in BENCHMARKS]
     parser.add_argument("only", nargs="*", metavar="NAME", help=f"run only these: {', '.join(names)}")
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="run nothing: rebuild the goals table from every benchmark's recorded block (after a merge of "
+        "blocks measured in different branches, or a block measured by hand with its recorded arguments)",
+    )
     args = parser.parse_args()
     if unknown := set(args.only) - set(names):
         parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
+    if args.table:
+        if args.only:
+            parser.error("--table runs nothing: give no benchmark names with it")
+        text = README.read_text()
+        README.write_text(replace_block(text, "goals", goals_table(text)))
+        print(f"{README.relative_to(BENCH.parent)}: goals table rebuilt from the recorded blocks")
+        return
     failed = []
     for bench in BENCHMARKS:
         if args.only and bench.name not in args.only:

@@ -31,19 +31,16 @@ from typing import Any
 
 import yaml
 
-from spoolrender import control
+from spoolrender import control, defaults
 from spoolrender.compositions import Composition, list_compositions
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
 from spoolrender.layout import RETRY_NAME, new_token
-from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, show_document
+from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, read_entry, show_document
 
 FINISHED_STATES = ("done", "failed")
-# wait(): a job that moves retry/ -> running/ between two directory listings is briefly
-# seen nowhere; this many consecutive empty looks (each a full lookup) mean it is gone.
-_LOOKUPS_BEFORE_GONE = 3
 _WAIT_POLL_MAX_S = 1.0
 
 
@@ -180,9 +177,12 @@ class Spool:
 
     def job(self, job_id: str) -> Job:
         """A handle on the job ``job_id`` already in the spool (its newest entry for re-runs)."""
-        if not find_job(self.config, job_id):
-            raise JobNotFound(job_id, f"no job with id {job_id!r} in {self.path}")
-        return Job(self, job_id)
+        # Looked for more than once: a job moving retry/ -> running/ between two listings
+        # of one lookup is seen nowhere by it (lookup.read_entry).
+        for _ in range(defaults.JOB_READ_ATTEMPTS):
+            if find_job(self.config, job_id):
+                return Job(self, job_id)
+        raise JobNotFound(job_id, f"no job with id {job_id!r} in {self.path}")
 
     def show(self, job_id: str) -> dict[str, Any]:
         """The ``show --json`` object of ``job_id``: state, attempts, runs, result or failure, logs."""
@@ -258,12 +258,18 @@ class Job:
         return by_relevance(waiting + found)
 
     def _look(self) -> tuple[Located, dict[str, Any]]:
-        """The job's current entry and its description, read once (JobNotFound if none)."""
-        for _ in range(_LOOKUPS_BEFORE_GONE):
-            found = self._entries()
-            if found:
-                return found[0], describe(self.spool.config, found[0])
-        raise JobNotFound(self.id, f"job {self.id!r} is not in {self.spool.path} (purged?)")
+        """The job's current entry and its description, read once (JobNotFound if none).
+
+        A job that moves retry/ -> running/ between two directory listings is briefly seen
+        nowhere, and one that moves while it is described is read again: read_entry.
+        """
+        snapshot = read_entry(
+            self.id, self._entries, lambda found, through: describe(self.spool.config, found[0], through)
+        )
+        if snapshot is None:
+            raise JobNotFound(self.id, f"job {self.id!r} is not in {self.spool.path} (purged?)")
+        found, info = snapshot
+        return found[0], info
 
     def status(self) -> JobStatus:
         """The job's state now; JobNotFound if it is nowhere (purged, or never there)."""

@@ -2,7 +2,8 @@
 
 A runner rewrites its beacon every heartbeat for `status` and the metrics, and a clock
 probe (``.spoolrender/clock-<runner>``, see :func:`spoolrender.clock.spool_now`) every scan.
-A runner that stops cleanly removes both; one that is SIGKILLed (or whose host dies)
+A runner that stops cleanly removes them (and its hooks thread's probe,
+``clock-<runner>-hooks``); one that is SIGKILLed (or whose host dies)
 cannot, so every runner expires the leftovers of runners that are provably dead:
 
 - on the same host at once: another boot, or no process with the beacon's pid and start
@@ -46,6 +47,11 @@ def probe_path(layout: SpoolLayout, runner_id: str) -> Path:
     return layout.private / f"{PROBE_PREFIX}{runner_id}"
 
 
+def hooks_probe_path(layout: SpoolLayout, runner_id: str) -> Path:
+    """The clock probe of the runner's hooks thread (its own: the threads probe concurrently)."""
+    return layout.private / f"{PROBE_PREFIX}{runner_id}-hooks"
+
+
 def write_beacon(layout: SpoolLayout, runner_id: str, fields: dict[str, Any]) -> None:
     """Announce this runner: ``fields`` plus who it is, so that others can prove it dead."""
     beacon = {"runner": runner_id, "host": HOSTNAME, "pid": os.getpid(), "boot": _BOOT,
@@ -55,7 +61,7 @@ def write_beacon(layout: SpoolLayout, runner_id: str, fields: dict[str, Any]) ->
 
 
 def remove_beacon(layout: SpoolLayout, runner_id: str) -> None:
-    for path in (beacon_path(layout, runner_id), probe_path(layout, runner_id)):
+    for path in (beacon_path(layout, runner_id), probe_path(layout, runner_id), hooks_probe_path(layout, runner_id)):
         with contextlib.suppress(OSError):
             path.unlink()
 

@@ -76,6 +76,10 @@ BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 3600.0
 GRACE_S = 30.0  # SIGTERM: running jobs get this long before they are cancelled
 KILL_GRACE_S = 5.0  # SIGTERM to a render's process group, then SIGKILL after this
+# Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
+# (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
+# A job moves once per state change, each after fsynced records: milliseconds at least.
+JOB_READ_ATTEMPTS = 10
 
 # --- capacity -----------------------------------------------------------------------
 THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 cores

@@ -79,6 +79,14 @@ class JobNotFound(SpoolrenderError):
         self.job_id = job_id
 
 
+class JobMoving(SpoolrenderError):
+    """A job moved on before each read of it could begin (lookup.read_entry); try again."""
+
+    def __init__(self, job_id: str, attempts: int) -> None:
+        super().__init__(f"job {job_id!r} moved between states before each of {attempts} reads could begin; try again")
+        self.job_id = job_id
+
+
 class JobFailed(SpoolrenderError):
     """A job ended in failed/: ``kind`` and ``reason`` come from its failure record."""
 

@@ -33,6 +33,7 @@ RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned
     "abandoned-claim-parked",  # that entry renamed into .spoolrender/abandoned/, not yet cleared
     "id-holder-lookup",  # reserve_id: between listing two state directories for the holder
+    "id-moved-aside",  # an id reservation renamed into ids/.aside/, not yet re-created or put back
 )
 
 _TARGET = os.environ.get("SPOOLRENDER_CRASH_AT")

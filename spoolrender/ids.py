@@ -5,6 +5,13 @@ id. ``symlink()`` creates the name atomically or fails with EEXIST, also on NFS,
 target carries the holder without a second, non-atomic write. A job holds its id from its
 first run on; the id is released when the job fails for good (so a corrected job file
 with the same id can be submitted) and kept once it is done.
+
+Changing a reservation (a take-over, a release) first renames the link aside into
+``ids/.aside/<id>.<token>``, which no other process can then change, and only then decides.
+A process killed between that rename and the link's re-creation would lose the
+reservation, so the next reservation of the id puts an aside link back first (link()
+never overwrites, so a reservation made meanwhile always wins). Putting back is always
+safe: a stale reservation (its holder failed or gone) never blocks anyone.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
+from pathlib import Path
 
 from spoolrender.errors import JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names, new_token
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, TOKEN_HEX, SpoolLayout, list_names, new_token
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +37,11 @@ log = logging.getLogger(__name__)
 _LOOKUP_ORDER = ("retry", "running", "done", "failed", "retry")
 _PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
 _MAX_LOOKUPS = 20
+_ASIDE_DIR = ".aside"
+# An aside link whose id was reserved again meanwhile is a leftover of a killed process
+# once this old: removed (a live process holds its aside for microseconds; one that finds
+# its aside gone treats the reservation as changed and looks again).
+_ASIDE_STALE_S = 3600.0
 
 
 def _look_once(layout: SpoolLayout, uid: str) -> str | None:
@@ -74,6 +88,7 @@ def reserve_id(layout: SpoolLayout, job_id: str, uid: str, *, rerun: bool, origi
     """
     link = layout.ids / job_id
     for _ in range(10):
+        _put_back(layout, job_id)
         try:
             os.symlink(uid, link)
             return
@@ -123,15 +138,15 @@ def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
     back (link() refuses to overwrite) if it turns out to be someone else's.
     """
     link = layout.ids / job_id
-    tomb = layout.ids / f".{job_id}.{new_token()}.old"
     try:
         if os.readlink(link) != uid:
             return  # the common case of someone else's reservation: do not touch it at all
-        os.rename(link, tomb)
+        tomb = _move_aside(layout, job_id)
     except OSError:
         return
     try:
-        if os.readlink(tomb) != uid:
+        holder = _read_aside(tomb)
+        if holder is not None and holder != uid:
             try:
                 os.link(tomb, link, follow_symlinks=False)
             except FileExistsError:
@@ -150,13 +165,15 @@ def _take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> boo
     with link(), which refuses to overwrite, and the caller looks again.
     """
     link = layout.ids / job_id
-    tomb = layout.ids / f".{job_id}.{new_token()}.old"
     try:
-        os.rename(link, tomb)
+        tomb = _move_aside(layout, job_id)
     except FileNotFoundError:
         return False
     try:
-        if os.readlink(tomb) != expected:
+        holder = _read_aside(tomb)
+        if holder is None:
+            return False  # put back by another reservation of the id: look again
+        if holder != expected:
             try:
                 os.link(tomb, link, follow_symlinks=False)
             except FileExistsError:
@@ -170,3 +187,64 @@ def _take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> boo
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tomb)
+
+
+def _move_aside(layout: SpoolLayout, job_id: str) -> Path:
+    """Rename ``job_id``'s link into ids/.aside/ (FileNotFoundError if there is none).
+
+    The aside name is unique to this call, so what is there is ours alone to read; being
+    in ids/.aside/ (almost always empty) lets the next reservation of the id find it if
+    this process dies before the link is re-created (:func:`_put_back`).
+    """
+    aside_dir = layout.ids / _ASIDE_DIR
+    aside = aside_dir / f"{job_id}.{new_token()}"
+    try:
+        os.rename(layout.ids / job_id, aside)
+    except FileNotFoundError:
+        if os.path.isdir(aside_dir):
+            raise
+        # A spool made before ids/.aside/ existed: make it (mode of ids/), then move.
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(aside_dir, 0o2755)
+        os.rename(layout.ids / job_id, aside)
+    crash_point("id-moved-aside")  # tests kill here: the link exists only as the aside
+    return aside
+
+
+def _read_aside(aside: Path) -> str | None:
+    """The holder named by our aside link; None if another process already put it back."""
+    try:
+        return os.readlink(aside)
+    except FileNotFoundError:
+        return None
+
+
+def _put_back(layout: SpoolLayout, job_id: str) -> None:
+    """Restore ``job_id``'s reservation from an aside link a killed process left.
+
+    link() creates the name only if it is free, so a reservation that exists (a live
+    process's new link, or one made after a crash) always wins. The process that moved
+    the link aside, if alive, finds its aside gone and looks again.
+    """
+    aside_dir = layout.ids / _ASIDE_DIR
+    try:
+        names = os.listdir(aside_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        stem, _, token = name.rpartition(".")
+        if stem != job_id or len(token) != TOKEN_HEX:
+            continue
+        aside = aside_dir / name
+        try:
+            os.link(aside, layout.ids / job_id, follow_symlinks=False)
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                if time.time() - os.lstat(aside).st_ctime > _ASIDE_STALE_S:
+                    os.unlink(aside)
+            continue
+        except FileNotFoundError:
+            continue  # its process finished with it meanwhile
+        log.warning("id %s: reservation %s restored (moved aside by a process that died)", job_id, name)
+        with contextlib.suppress(OSError):
+            os.unlink(aside)

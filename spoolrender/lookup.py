@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable
-from spoolrender.errors import JobInvalid, JobNotFound
+from spoolrender.errors import JobInvalid, JobMoving, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
@@ -22,6 +23,8 @@ from spoolrender.records import PUBLISHING, attempts_used, read_runs
 PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
 # The entry of an id that a person means first: a live one (re-runs), then the newest finished.
 LIVE_STATES = ("running", "retry", "incoming")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def job_id_of(config: SpoolConfig, data: bytes, name: str) -> str:
     try:
         return parse_job(data, name, config).id
     except JobInvalid as exc:
-        # An invalid job is filed under its readable `id:` (see claim.py): find it so.
+        # An invalid job is filed under its readable `id:` (see scan.py): find it so.
         return exc.job_id or id_from_filename(name)
 
 
@@ -120,6 +123,88 @@ def by_relevance(found: list[Located]) -> list[Located]:
     return live + finished[::-1]
 
 
+def read_entry(
+    job_id: str, lookup: Callable[[], list[Located]], read: Callable[[list[Located], Path], T]
+) -> tuple[list[Located], T] | None:
+    """``lookup()`` (a job's entries, current first), then ``read(entries, through)``, as one snapshot.
+
+    A job moves between states by renaming its directory while anyone may be reading it
+    (running/ -> done/, retry/ -> running/), so reading it by path can end in
+    FileNotFoundError or mix two states (runs read in running/, logs looked for after it
+    left). So the current entry's directory is opened once and read through that open
+    descriptor (``through``, a path that names the directory itself wherever it moves):
+    whatever ``read`` sees is one directory. A read counts as current if the entry is still
+    at its path afterwards; otherwise the job is looked up again, at most
+    ``defaults.JOB_READ_ATTEMPTS`` times, and if it moved during every read the last one is
+    returned: whole, in the state where it was opened. A lookup can miss a job that moves
+    against the listing order (retry/ is listed after running/), so an empty lookup is
+    tried again too. None: never found (JobNotFound for the caller to word);
+    :class:`JobMoving`: found, but gone before each read could begin.
+    """
+    seen = False
+    last: tuple[list[Located], T] | None = None
+    for _ in range(defaults.JOB_READ_ATTEMPTS):
+        found = lookup()
+        if not found:
+            continue
+        seen = True
+        try:
+            with _opened(found[0]) as (through, before):
+                result = read(found, through)
+        except FileNotFoundError:
+            continue  # gone before it was opened, or an earlier entry of the id moved
+        last = found, result
+        if _identity(found[0].path) == before:
+            return last
+    if last is not None:
+        return last
+    if seen:
+        raise JobMoving(job_id, defaults.JOB_READ_ATTEMPTS)
+    return None
+
+
+@contextlib.contextmanager
+def _opened(where: Located) -> Iterator[tuple[Path, tuple[int, int]]]:
+    """A path to read ``where`` through, and the identity of the file it names.
+
+    A job directory is opened (O_NOFOLLOW: an entry is never followed out of the spool)
+    and read through /proc/self/fd/N, which names the open directory even after a rename.
+    A waiting file in incoming/ only ever moves on to running/, where the next lookup
+    finds it, so it is read by its path.
+    """
+    fd = -1
+    if where.state != "incoming" and _PROC_FD.is_dir():
+        try:
+            fd = os.open(where.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            pass  # not a directory (a stray entry): read by its path, as anything else
+    if fd < 0:
+        before = _identity(where.path)
+        if before is None:
+            raise FileNotFoundError(where.path)
+        yield where.path, before
+        return
+    try:
+        st = os.fstat(fd)
+        yield _PROC_FD / str(fd), (st.st_dev, st.st_ino)
+    finally:
+        os.close(fd)
+
+
+_PROC_FD = Path("/proc/self/fd")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` names now (lstat: a job entry is never followed), or None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     """The ``show --json`` object: the current entry described, plus every entry of the id.
 
@@ -127,25 +212,33 @@ def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     /jobs/{id}`` does; ``others`` describes the entries other than the current one
     (earlier runs of a re-rendered id), so nothing the former list form held is lost.
     """
-    found = by_relevance(find_job(config, job_id))
-    if not found:
+
+    def read(found: list[Located], through: Path) -> dict[str, Any]:
+        info = describe(config, found[0], through)
+        info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
+        info["others"] = [describe(config, w) for w in found[1:]]
+        return info
+
+    snapshot = read_entry(job_id, lambda: by_relevance(find_job(config, job_id)), read)
+    if snapshot is None:
         raise JobNotFound(job_id, f"no job with id {job_id!r} in {config.spool}")
-    info = describe(config, found[0])
-    info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
-    info["others"] = [describe(config, w) for w in found[1:]]
-    return info
+    return snapshot[1]
 
 
-def describe(config: SpoolConfig, where: Located) -> dict[str, Any]:
-    """Everything `show` prints about one job: state, attempts, runs, errors, logs, result."""
+def describe(config: SpoolConfig, where: Located, through: Path | None = None) -> dict[str, Any]:
+    """Everything `show` prints about one job: state, attempts, runs, errors, logs, result.
+
+    Read from ``through`` (default: its path). By path, a job that moves while it is read
+    gives FileNotFoundError or a description of two states: see :func:`read_entry`.
+    """
     info: dict[str, Any] = {"id": where.job_id, "state": where.state, "path": str(where.path)}
     if where.state == "incoming":
         return info
-    job_dir = where.path
+    job_dir = through or where.path
     runs = read_runs(job_dir)
     info["attempts"] = attempts_used(runs)
     info["runs"] = [r.__dict__ for r in runs]
-    info["logs"] = sorted(str(p) for p in job_dir.glob("run-*.log"))
+    info["logs"] = sorted(str(where.path / p.name) for p in job_dir.glob("run-*.log"))
     for name, key in ((defaults.RESULT_FILENAME, "result"), (defaults.FAILURE_FILENAME, "failure")):
         with contextlib.suppress(OSError, ValueError):
             info[key] = json.loads((job_dir / name).read_text())

@@ -34,6 +34,8 @@ REQUEUE = "requeue"  # stopped by shutdown: back to retry/ without using an atte
 RESET = "reset"  # `spoolrender retry`: attempts start again from here
 OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET)
 NOT_AN_ATTEMPT = (REQUEUE, RESET)
+# The error kind of a run decided by a recoverer because its owner died (recovery.py).
+RUNNER_DIED = "runner-died"
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from spoolrender.records import (
     FAILED,
     REQUEUE,
     RETRY,
+    RUNNER_DIED,
     RunRecord,
     attempts_used,
     decide,
@@ -151,7 +152,8 @@ class Recoverer:
         run = hb.run if hb is not None and hb.token == token else next_run_number(job_dir)
         record = read_run(job_dir, run)
         if record is None:
-            record = self._dead_run_record(job_dir, run, token, why)
+            owner_host = hb.host if hb is not None and hb.token == token else None
+            record = self._dead_run_record(job_dir, run, token, why, owner_host)
             if not decide(job_dir, record):
                 record = read_run(job_dir, run)
                 if record is None:
@@ -212,12 +214,17 @@ class Recoverer:
             return self._config.max_attempts, defaults.DEFAULT_PRIORITY
         return spec.max_attempts, spec.priority
 
-    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str) -> RunRecord:
+    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str, owner_host: str | None) -> RunRecord:
+        """The outcome of the dead owner's run, written by this (recovering) host.
+
+        ``details.ran_on`` is the host the attempt ran and died on (its heartbeat's; None
+        when it died before its first beat), for ``attempt_hosts``.
+        """
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
         max_attempts, priority = self._job_limits(job_dir)
         now = self._clock.wall()
-        error = {"kind": "runner-died", "message": why, "transient": True}
+        error = {"kind": RUNNER_DIED, "message": why, "transient": True}
         due = None
         outcome = RETRY if attempt < max_attempts else FAILED
         if outcome == RETRY:
@@ -236,7 +243,7 @@ class Recoverer:
             attempt=attempt,
             error=error,
             due=due,
-            details={"priority": priority},
+            details={"priority": priority, "ran_on": owner_host},
         )
 
 

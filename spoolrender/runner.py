@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from spoolrender import __version__
-from spoolrender.beacons import LIVENESS_DIR, expire_runners, probe_path, remove_beacon, write_beacon
+from spoolrender.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
@@ -158,7 +158,7 @@ class Runner:
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.
-        self._hooks_probe = self.layout.private / f"clock-{self.runner_id}-hooks"
+        self._hooks_probe = hooks_probe_path(self.layout, self.runner_id)
         self._hooks: HookDispatcher | None = None
         if config.hooks:
             from spoolrender.hooks import HookDispatcher  # http/ssl only for spools that use hooks
@@ -229,7 +229,8 @@ class Runner:
             watcher.stop()
             self._closers.stop()
             self._heartbeat.stop()
-            # Beacon gone before the last metrics: they must count this runner offline.
+            # Beacon (and the clock probes, the hooks thread's too: it has stopped) gone
+            # before the last metrics: they must count this runner offline.
             remove_beacon(self.layout, self.runner_id)
             self._write_metrics()
             if self._metrics_textfile is not None and not self.drain:
@@ -239,8 +240,6 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
-            with contextlib.suppress(OSError):
-                self._hooks_probe.unlink()
         log.info("runner %s stopped: %s", self.runner_id, self.summary)
         return self.summary
 

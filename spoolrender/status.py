@@ -115,10 +115,15 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     )
 
 
-def running_info(layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float) -> dict[str, Any]:
-    """One ``running`` item of the status document: heartbeat, progress, ETA, staleness."""
+def running_info(
+    layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float, job_dir: Path | None = None
+) -> dict[str, Any]:
+    """One ``running`` item of the status document: heartbeat, progress, ETA, staleness.
+
+    ``job_dir``: where to read running/``name`` (lookup.read_entry's open directory).
+    """
     m = RUNNING_NAME.fullmatch(name)
-    job_dir = layout.running / name
+    job_dir = job_dir or layout.running / name
     hb = read_heartbeat(job_dir)
     hb_mtime = _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
     age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)

@@ -32,6 +32,7 @@ from spoolrender.records import (
     PUBLISHING,
     REQUEUE,
     RETRY,
+    RUNNER_DIED,
     RunRecord,
     attempts_used,
     decide,
@@ -73,12 +74,20 @@ def _drop_heartbeat(job_dir: Path) -> None:
 
 def attempt_hosts(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """Where every attempt ran, in order: ``{"attempt", "host", "outcome", "kind"}`` (retry
-    elsewhere). For kind ``runner-died`` the host is the one that recovered the attempt."""
-    return [
-        {"attempt": r.attempt, "host": r.host, "outcome": r.outcome, "kind": (r.error or {}).get("kind")}
-        for r in runs
-        if r.attempt is not None
-    ]
+    elsewhere). A ``runner-died`` attempt's record is written by the host that recovered it
+    (``recovered_by``); its ``host`` is the one it ran and died on, from the dead owner's
+    heartbeat (None if it died before its first heartbeat)."""
+    hosts = []
+    for r in runs:
+        if r.attempt is None:
+            continue
+        kind = (r.error or {}).get("kind")
+        item = {"attempt": r.attempt, "host": r.host, "outcome": r.outcome, "kind": kind}
+        if kind == RUNNER_DIED:
+            item["host"] = r.details.get("ran_on")
+            item["recovered_by"] = r.host
+        hosts.append(item)
+    return hosts
 
 
 def move_to_retry(

@@ -14,21 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import spoolrender_cmd, write_spool_config
+from conftest import REMOTION, REMOTION_MARKS, spoolrender_cmd, write_spool_config
 
 from spoolrender.compositions import LISTING_FILE, cached_compositions
 from spoolrender.layout import SpoolLayout, init_spool
 
-REMOTION = Path(__file__).resolve().parent.parent / "remotion"
-
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,13 @@ def holder(layout: SpoolLayout, job_id: str) -> str | None:
         return os.readlink(layout.ids / job_id)
     except FileNotFoundError:
         return None
+
+
+def id_entries(layout: SpoolLayout) -> list[str]:
+    """The reservations in ids/, and anything left in ids/.aside/ (moved aside, never put back)."""
+    aside = layout.ids / ".aside"
+    left = [f".aside/{name}" for name in os.listdir(aside)] if aside.exists() else []
+    return sorted(name for name in os.listdir(layout.ids) if name != ".aside") + left
 
 
 def put_running(layout: SpoolLayout, job_id: str, uid: str) -> str:
@@ -60,7 +70,7 @@ def test_same_uid_again_is_fine(spool: SpoolLayout) -> None:
     reserve_id(spool, "clip", UID_A, rerun=False)
     reserve_id(spool, "clip", UID_A, rerun=True)
     assert holder(spool, "clip") == UID_A
-    assert os.listdir(spool.ids) == ["clip"]
+    assert id_entries(spool) == ["clip"]
 
 
 def test_rerun_does_not_take_over_a_running_holder(spool: SpoolLayout) -> None:
@@ -93,7 +103,7 @@ def test_holder_in_done_blocks_unless_rerun(spool: SpoolLayout) -> None:
     assert holder(spool, "clip") == UID_A
     reserve_id(spool, "clip", UID_B, rerun=True)
     assert holder(spool, "clip") == UID_B
-    assert os.listdir(spool.ids) == ["clip"]
+    assert id_entries(spool) == ["clip"]
 
 
 def test_holder_in_failed_is_taken_over(spool: SpoolLayout) -> None:
@@ -101,14 +111,14 @@ def test_holder_in_failed_is_taken_over(spool: SpoolLayout) -> None:
     put_final(spool, "failed", "clip", UID_A)
     reserve_id(spool, "clip", UID_B, rerun=False)
     assert holder(spool, "clip") == UID_B
-    assert os.listdir(spool.ids) == ["clip"]
+    assert id_entries(spool) == ["clip"]
 
 
 def test_vanished_holder_is_taken_over(spool: SpoolLayout) -> None:
     reserve_id(spool, "clip", UID_A, rerun=False)
     reserve_id(spool, "clip", UID_B, rerun=False)
     assert holder(spool, "clip") == UID_B
-    assert os.listdir(spool.ids) == ["clip"]
+    assert id_entries(spool) == ["clip"]
 
 
 def test_holder_matched_by_uid_not_by_id(spool: SpoolLayout) -> None:
@@ -133,12 +143,12 @@ def test_release_only_by_holder(spool: SpoolLayout) -> None:
     assert holder(spool, "clip") == UID_A
     release_id(spool, "clip", UID_A)
     assert holder(spool, "clip") is None
-    assert os.listdir(spool.ids) == []
+    assert id_entries(spool) == []
 
 
 def test_release_of_unreserved_id_is_harmless(spool: SpoolLayout) -> None:
     release_id(spool, "never", UID_A)
-    assert os.listdir(spool.ids) == []
+    assert id_entries(spool) == []
 
 
 def test_released_id_can_be_reserved_again(spool: SpoolLayout) -> None:
@@ -271,4 +281,63 @@ def test_release_never_deletes_a_reservation_taken_over_meanwhile(
     release_id(spool, "clip", UID_A)
     monkeypatch.undo()
     assert seen == [UID_A]
+    assert holder(spool, "clip") == UID_B
+
+
+# A process that changes a reservation, killed (a real SIGKILL, from the failpoint) right
+# after it renamed the link into ids/.aside/, before re-creating or putting it back.
+KILLED_AT_ASIDE = """
+import sys
+from pathlib import Path
+from spoolrender.ids import release_id, reserve_id
+from spoolrender.layout import SpoolLayout
+
+layout, action, uid = SpoolLayout(Path(sys.argv[1])), sys.argv[2], sys.argv[3]
+if action == "reserve":
+    reserve_id(layout, "clip", uid, rerun=False)
+else:
+    release_id(layout, "clip", uid)
+"""
+
+
+def killed_at_aside(layout: SpoolLayout, action: str, uid: str) -> None:
+    env = {**os.environ, "SPOOLRENDER_CRASH_AT": "id-moved-aside"}
+    argv = [sys.executable, "-c", KILLED_AT_ASIDE, str(layout.root), action, uid]
+    assert subprocess.run(argv, env=env, timeout=120, check=False).returncode == -signal.SIGKILL
+    assert holder(layout, "clip") is None  # the reservation exists only as the aside link
+    assert len(id_entries(layout)) == 1  # the aside link
+
+
+def test_reservation_moved_aside_by_a_killed_takeover_is_put_back(spool: SpoolLayout) -> None:
+    """B took the id over from A (failed) and was killed with A's link aside; then A was sent
+    round again (`spoolrender retry`). A waits in retry/ holding its id: C must not get it."""
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    put_final(spool, "failed", "clip", UID_A)
+    killed_at_aside(spool, "reserve", UID_B)
+    _move(spool, "failed", "retry", "clip", UID_A)
+    with pytest.raises(JobInvalid, match="already queued or running"):
+        reserve_id(spool, "clip", UID_C, rerun=False)
+    assert holder(spool, "clip") == UID_A
+    assert id_entries(spool) == ["clip"]
+
+
+def test_reservation_moved_aside_by_a_killed_release_is_put_back_and_stays_free(spool: SpoolLayout) -> None:
+    """A failed; its release was killed with the link aside. Put back, it names a failed
+    job, which never blocks: the id is free for C as a finished release would leave it."""
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    put_final(spool, "failed", "clip", UID_A)
+    killed_at_aside(spool, "release", UID_A)
+    reserve_id(spool, "clip", UID_C, rerun=False)
+    assert holder(spool, "clip") == UID_C
+    assert id_entries(spool) == ["clip"]
+
+
+def test_an_aside_link_never_replaces_a_reservation_made_after_the_crash(spool: SpoolLayout) -> None:
+    reserve_id(spool, "clip", UID_A, rerun=False)
+    put_final(spool, "failed", "clip", UID_A)
+    killed_at_aside(spool, "release", UID_A)
+    os.symlink(UID_B, spool.ids / "clip")  # B reserved the free name (before any put-back)
+    put_running(spool, "clip", UID_B)
+    with pytest.raises(JobInvalid, match="already queued or running"):
+        reserve_id(spool, "clip", UID_C, rerun=False)
     assert holder(spool, "clip") == UID_B

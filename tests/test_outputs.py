@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import drop, entries, spoolrender_cmd, write_spool_config
+from conftest import FFPROBE, REMOTION, REMOTION_MARKS, drop, entries, spoolrender_cmd, write_spool_config
 
 from spoolrender.config import load_config
 from spoolrender.errors import RenderError
@@ -26,18 +26,9 @@ from spoolrender.renderers import output_check
 from spoolrender.renderers.base import CancelToken, RenderRequest, RenderResult
 from spoolrender.renderers.remotion import RemotionRenderer
 
-REMOTION = Path(__file__).resolve().parent.parent / "remotion"
-FFPROBE = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu/ffprobe"
 WIDTH, HEIGHT, FPS = 160, 90, 30
 
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 class Slot:

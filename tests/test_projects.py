@@ -29,24 +29,15 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import drop, entries, spoolrender_cmd, write_spool_config
+from conftest import REMOTION, REMOTION_MARKS, REPO, drop, entries, spoolrender_cmd, write_spool_config
 
 from spoolrender.layout import SpoolLayout
 
-REPO = Path(__file__).resolve().parent.parent
-REMOTION = REPO / "remotion"
 OTHER_VERSION = "4.0.527"
 OTHER = REPO / ".cache" / f"remotion-{OTHER_VERSION}"
 COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
 
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="module")

@@ -328,3 +328,22 @@ def test_a_signature_seen_again_after_a_change_is_not_one_long_silence(tmp_path:
     observer.load()
     clock.advance(1.5)
     assert observer.silent_for("x", None) == 1.5  # not 2.5
+
+
+def test_attempt_hosts_name_the_host_a_dead_runners_attempt_ran_on(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """The runner-died record is written by the recovering host; `attempt_hosts` names the
+    host that ran the attempt and died (from its heartbeat), and the recoverer beside it."""
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool, host="render-07")
+    (job_dir / "job.yaml").write_bytes(JOB + b"max_attempts: 1\n")  # recovered straight to failed/
+    assert rec.sweep(set()) == []
+    clock.advance(config.lease_seconds + 0.1)
+    assert rec.sweep(set()) == [job_dir.name]
+    (entry,) = entries(spool, "failed")
+    failure = json.loads((spool.failed / entry / "failure.json").read_text())
+    assert failure["attempt_hosts"] == [
+        {"attempt": 1, "host": "render-07", "outcome": "failed", "kind": "runner-died", "recovered_by": HOSTNAME}
+    ]
+    run = json.loads((spool.failed / entry / "run-0001.json").read_text())
+    assert run["host"] == HOSTNAME and run["details"]["ran_on"] == "render-07"

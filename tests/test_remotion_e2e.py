@@ -19,24 +19,14 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import FFPROBE, REMOTION, REMOTION_MARKS, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.errors import RenderError
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
 
-REMOTION = Path(__file__).resolve().parent.parent / "remotion"
-FFPROBE = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu/ffprobe"
-
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="session")

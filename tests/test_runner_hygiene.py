@@ -18,7 +18,8 @@ from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, writ
 from prometheus_client.parser import text_string_to_metric_families
 
 from spoolrender import records
-from spoolrender.heartbeat import HOSTNAME, read_heartbeat
+from spoolrender.beacons import expire_runners, hooks_probe_path, probe_path
+from spoolrender.heartbeat import HOSTNAME, process_start, read_heartbeat
 from spoolrender.layout import SpoolLayout
 from spoolrender.records import RunRecord
 
@@ -172,3 +173,21 @@ def test_a_drains_last_metrics_say_it_is_offline(spool: SpoolLayout, tmp_path: P
     assert samples["spoolrender_runners_online"] == 0
     assert samples["spoolrender_slots_busy"] == 0
     assert beacons(spool) == [] and probes(spool) == []
+
+
+def test_a_dead_runners_hooks_clock_probe_expires_with_its_beacon(spool: SpoolLayout) -> None:
+    """The hooks thread probes the clock as ``clock-<runner>-hooks``: a provably dead runner's
+    is removed at once with its beacon and main probe, not left for a lease of silence."""
+    dead = f"{HOSTNAME}-{os.getpid()}-dddd"  # our pid, another start time: a reused pid
+    (spool.runners / f"{dead}.json").write_text(
+        json.dumps({"runner": dead, "host": HOSTNAME, "pid": os.getpid(), "started": 1})
+    )
+    alive = f"{HOSTNAME}-{os.getpid()}-eeee"  # our pid and start time: alive
+    (spool.runners / f"{alive}.json").write_text(
+        json.dumps({"runner": alive, "host": HOSTNAME, "pid": os.getpid(), "started": process_start(os.getpid())})
+    )
+    for runner in (dead, alive):
+        probe_path(spool, runner).write_text("x")  # fresh: never expired for silence
+        hooks_probe_path(spool, runner).write_text("x")
+    assert expire_runners(spool, fs_now=time.time(), lease_seconds=3600) == [dead]
+    assert probes(spool) == sorted([f"clock-{alive}", f"clock-{alive}-hooks"])

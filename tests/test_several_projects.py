@@ -13,20 +13,12 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-from conftest import drop, entries, spoolrender_cmd, write_spool_config
-from test_projects import REMOTION, first_frame, make_project, near, pixel, remotion_deps
+from conftest import REMOTION, REMOTION_MARKS, drop, entries, spoolrender_cmd, write_spool_config
+from test_projects import first_frame, make_project, near, pixel, remotion_deps
 
 from spoolrender.layout import SpoolLayout
 
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 PROMO: dict[str, str | bytes] = {
     "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",

@@ -232,15 +232,19 @@ def test_job_file_changed_during_its_first_run_is_discarded_and_runs_again(
     the job runs again from the complete file once the writer is done."""
     write_spool_config(spool, _config())
     start_runner(log=tmp_path / "runner.log")
-    first = job_file("late", 4_000, props="{sleep: 1.5}")
+    go = tmp_path / "go"  # the render reads its job file once this exists
+    first = job_file("late", 4_000, props=json.dumps({"wait_for": str(go)}))
     drop(spool, "late.yaml", first)
-    wait_for(lambda: len(entries(spool, "running")) == 1, timeout=30)
+    wait_for(lambda: len(entries(spool, "running")) == 1, timeout=60)
     claimed = spool.state_dir("running") / entries(spool, "running")[0] / "job.yaml"
     rest = b"# the rest of a slow upload\n" * 100
     with open(claimed, "ab") as fh:  # the path moves on; the open file goes with it
         fh.write(rest[:1000])
         fh.flush()
-        time.sleep(2.5)  # still open when the first run decides
+        go.touch()  # the first run goes on while the file is still being written
+        # Still open when the first run decides (and the runner does not claim the job
+        # again while we hold it): the rest is written once run 1 is on record.
+        wait_for(lambda: any(spool.root.glob("*/*late.*/run-0001.json")), timeout=120)
         fh.write(rest[1000:])
     wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     job_dir = _done_dir(spool, "late")

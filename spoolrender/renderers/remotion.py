@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -43,7 +44,7 @@ from spoolrender.renderers.base import (
     terminate_group,
 )
 from spoolrender.renderers.command import verify_nonempty
-from spoolrender.renderers.memory import memory_line, oom_kills
+from spoolrender.renderers.memory import OomCount, memory_line, oom_evidence, oom_kills
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
 from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
 
@@ -64,11 +65,12 @@ STDERR_DRAIN_S = 5.0
 
 class WorkerDied(Exception):
     """The Node worker exited or closed its stdout; ``memory``: the line of its output
-    that said it ran out of memory, if one did."""
+    that said it ran out of memory, if one did; ``killed_by``: the signal that ended it."""
 
-    def __init__(self, message: str, memory: str | None = None) -> None:
+    def __init__(self, message: str, memory: str | None = None, killed_by: int | None = None) -> None:
         super().__init__(message)
         self.memory = memory
+        self.killed_by = killed_by  # the signal that ended the worker, when one did
 
     def as_render_error(self, kind: str) -> RenderError:
         if self.memory is not None:
@@ -168,7 +170,7 @@ class RemotionWorker:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
-            raise WorkerDied(self.describe_death(), self.memory) from exc
+            raise WorkerDied(self.describe_death(), self.memory, self.exit_signal()) from exc
 
     def next_event(self, timeout: float) -> dict[str, Any] | None:
         """The next protocol event, or None on timeout; raises WorkerDied at EOF."""
@@ -178,7 +180,7 @@ class RemotionWorker:
             return None
         if event is None:
             self._events.put(None)  # keep reporting death to later callers
-            raise WorkerDied(self.describe_death(), self.memory)
+            raise WorkerDied(self.describe_death(), self.memory, self.exit_signal())
         return event
 
     def wait_ready(self) -> dict[str, Any]:
@@ -209,6 +211,11 @@ class RemotionWorker:
         how = "still running" if code is None else (f"exit code {code}" if code >= 0 else f"signal {-code}")
         last = next((line for line in reversed(self._tail) if line.strip()), "")
         return f"the Remotion worker died ({how})" + (f": {last[:300]}" if last else "")
+
+    def exit_signal(self) -> int | None:
+        """The signal that ended the worker (read once it is dead: describe_death waits)."""
+        code = self.proc.poll()
+        return -code if code is not None and code < 0 else None
 
     def clean_tmp(self) -> None:
         """Delete what the last render left in the worker's TMPDIR. The browser's own
@@ -304,7 +311,9 @@ class RemotionRenderer(WholeRendersOnly):
             try:
                 return self._render_on_worker(request, concurrency, log_fh, progress, cancel)
             except RenderError as exc:
-                verdict = _memory_verdict(exc, kills_before, concurrency)
+                died = exc.__cause__ if isinstance(exc.__cause__, WorkerDied) else None
+                own_sigkill = died is not None and died.killed_by == signal.SIGKILL
+                verdict = _memory_verdict(exc, kills_before, oom_kills(), concurrency, own_sigkill=own_sigkill)
                 if verdict is exc:
                     raise
                 raise verdict from exc
@@ -464,22 +473,30 @@ def _last_attempt_ran_out_of_memory(job_dir: Path) -> bool:
 _KILLED_KINDS = frozenset({"browser-crashed", "worker-died", "worker", "error"})
 
 
-def _memory_verdict(exc: RenderError, kills_before: int | None, concurrency: int) -> RenderError:
+def _memory_verdict(
+    exc: RenderError,
+    kills_before: OomCount | None,
+    kills_after: OomCount | None,
+    concurrency: int,
+    *,
+    own_sigkill: bool,
+) -> RenderError:
     """``exc`` as an out-of-memory failure when it was one, final when the render already
-    ran one frame at a time (retrying it the same way would only exhaust memory again)."""
+    ran one frame at a time (retrying it the same way would only exhaust memory again).
+
+    Only certain evidence makes it final: a host-wide OOM count that rose while the render
+    crashed (memory.oom_evidence) is *possibly* out of memory, retried at concurrency 1.
+    """
     error = exc
-    if exc.kind in _KILLED_KINDS and kills_before is not None:
-        kills_after = oom_kills()
-        if kills_after is not None and kills_after > kills_before:
-            error = RenderError(
-                f"the kernel's OOM killer ended a process of the render (oom_kill {kills_before} -> {kills_after}): "
-                f"{exc.message}",
-                transient=True,
-                kind=OUT_OF_MEMORY,
-            )
+    possibly = False
+    if exc.kind in _KILLED_KINDS:
+        evidence = oom_evidence(kills_before, kills_after, own_sigkill=own_sigkill)
+        if evidence is not None:
+            error = RenderError(f"{evidence.reason}: {exc.message}", transient=True, kind=OUT_OF_MEMORY)
+            possibly = not evidence.certain
     if error.kind != OUT_OF_MEMORY:
         return exc
-    if concurrency <= 1:
+    if concurrency <= 1 and not possibly:
         return RenderError(
             f"{error.message} (not retried: it ran out of memory rendering one frame at a time; lower the "
             "resolution or scale, or give the host more memory)",

@@ -24,10 +24,10 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, pause, resume, retry_failed, submit
-from spoolrender.errors import JobInvalid, SpoolrenderError
+from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
-from spoolrender.lookup import LIVE_STATES, Located, describe, incoming_id
+from spoolrender.lookup import LIVE_STATES, Located, by_relevance, describe, find_job, incoming_id, read_entry
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.queues import list_incoming
 from spoolrender.serve.browse import Filters, JobIndex
@@ -35,6 +35,7 @@ from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
 from spoolrender.serve.readmodel import (
     ApiError,
+    check_job_id,
     final_id,
     find_entries,
     mtime,
@@ -151,8 +152,8 @@ def _failed_item(path: Path) -> dict[str, Any]:
     return {"id": final_id(path.name), "entry": path.name, "failed_at": mtime(path), "kind": kind, "reason": reason}
 
 
-def _job_spec(config: SpoolConfig, where: Located) -> tuple[dict[str, Any] | None, list[str]]:
-    path = where.path if where.state == "incoming" else where.path / defaults.JOB_FILENAME
+def _job_spec(config: SpoolConfig, where: Located, through: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    path = through if where.state == "incoming" else through / defaults.JOB_FILENAME
     try:
         spec = parse_job(read_job_bytes(path, config.max_job_bytes), f"{where.job_id}.yaml", config)
     except JobInvalid as exc:
@@ -169,15 +170,31 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
     """
-    found = find_entries(config, job_id)
+    try:
+        snapshot = read_entry(
+            job_id,
+            lambda: by_relevance(find_job(config, check_job_id(job_id))),
+            lambda found, through: _detail(config, job_id, found, through),
+        )
+    except JobMoving as exc:
+        raise ApiError(503, str(exc)) from exc
+    if snapshot is None:
+        raise ApiError(404, f"no job with id {job_id!r}")  # as find_entries says it
+    return snapshot[1]
+
+
+def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Path) -> dict[str, Any]:
+    """The detail of entries ``found``, the current one read through ``through`` (read_entry)."""
     current = found[0]
-    info = describe(config, current)
+    info = describe(config, current, through)
     info["entry"] = current.entry
     info["progress"], info["stage"], info["eta_seconds"], info["stale"] = None, None, None, None
     if current.state == "running":
         layout = SpoolLayout(config.spool)
         now, fs_now = spool_clock(layout)
-        live = running_info(layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+        live = running_info(
+            layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds, job_dir=through
+        )
         for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds"):
             info[key] = live[key]
     elif current.state == "done":
@@ -187,7 +204,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
         for run in info.get("runs", [])
         if run.get("error")
     ]
-    info["job"], problems = _job_spec(config, current)
+    info["job"], problems = _job_spec(config, current, through)
     if problems:
         info["job_problems"] = problems
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None

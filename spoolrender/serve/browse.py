@@ -9,7 +9,7 @@ cache forgets names that left the listing. A server reads every finished job's t
 at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
 
 A job's queue and ``requires:`` tags (:meth:`JobIndex.route`): for a claimed job, what its
-last routed run recorded; else as a runner reads them (claim.py): the drop directory
+last routed run recorded; else as a runner reads them (scan.py, retry_scan.py): the drop directory
 (incoming/<queue>/, kept as ``queue`` in a claimed job's directory), else the job file's
 ``queue:`` field, else ``default``. A job file that does not parse has no known tags, and
 a queue only if it was dropped into a queue directory.
