@@ -212,9 +212,12 @@ def test_retry_makes_a_waiting_job_due_now(spool: SpoolLayout) -> None:
 
 
 def test_ctrl_c_in_a_waiting_submit_exits_130_without_a_traceback(spool: SpoolLayout) -> None:
+    # A person at a terminal: SIGINT at its default disposition, whatever this test run
+    # inherited (a suite started with `nohup` or as a background job of a non-interactive
+    # shell ignores SIGINT, and Python keeps an ignored SIGINT ignored in its children).
     proc = subprocess.Popen(
         spoolrender_cmd("submit", "--spool", str(spool.root), "-", "--name", "never"), stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(b"renderer: command\n")  # and then nothing: the producer hangs
