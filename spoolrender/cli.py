@@ -275,17 +275,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
-        "purge", help="forget old finished jobs", formatter_class=raw,
+        "purge", help="forget old finished jobs, or empty the render cache", formatter_class=raw,
         description="Delete the records (job file, runs, logs) of jobs in done/ and failed/ that finished "
-        "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.",
+        "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.\n\n"
+        "With --cache: empty the render cache instead (<output_root>/.spoolrender-cache/, shared by every "
+        "host of the spool), or with --older-than only its entries unused for that long. Safe while runners "
+        "work: a job that was about to reuse an entry renders instead. Published outputs stay (they keep "
+        "their bytes). Do it after changing something the cache key cannot see (README, \"Render cache\").",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender purge --older-than 30d
               spoolrender purge --older-than 12h --state failed --dry-run
+              spoolrender purge --cache                   empty the render cache
+              spoolrender purge --cache --older-than 7d   only entries unused for a week
         """),
     )  # fmt: skip
-    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w")
+    p.add_argument("--older-than", metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w (required without --cache)")
     p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
+    p.add_argument("--cache", action="store_true", help="purge the render cache instead of finished jobs")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
     _add_common(p)
 
@@ -449,6 +456,25 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def _purge_cache(args: argparse.Namespace) -> int:
+    from spoolrender.control import parse_duration
+    from spoolrender.layout import SpoolLayout
+    from spoolrender.render_cache import RenderCache
+
+    if args.state is not None:
+        raise SpoolrenderError("--state is for finished jobs, not for --cache")
+    config = _config(args)
+    SpoolLayout(config.spool).check()
+    older = None if args.older_than is None else parse_duration(args.older_than)
+    cache = RenderCache(config.output_root, config.render_cache_max_bytes)
+    removed = cache.purge(older, dry_run=args.dry_run)
+    for entry in removed:
+        _say(f"{entry.key[:16]}  {entry.bytes} bytes  rendered by {entry.source.get('id')}")
+    size = sum(e.bytes for e in removed)
+    print(f"{'would remove' if args.dry_run else 'removed'} {len(removed)} render cache entries ({size} bytes)")
+    return EXIT_OK
+
+
 def _say(text: str) -> None:
     """One line for people on stdout, control characters escaped (spool text is untrusted)."""
     print(printable(text))
@@ -558,9 +584,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "resume":
         print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
+    if args.command == "purge" and args.cache:
+        return _purge_cache(args)
     if args.command == "purge":
         from spoolrender.control import parse_duration
 
+        if args.older_than is None:
+            raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
         states = (args.state,) if args.state else ("done", "failed")
         removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
         for entry in removed:

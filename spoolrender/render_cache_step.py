@@ -1,0 +1,179 @@
+"""The render cache in a run: look up (or wait) before the render, store after it.
+
+The executor calls :meth:`CacheStep.lookup` just before rendering and
+:meth:`CacheStep.store` just after a verified render, and :meth:`CacheStep.release` when
+the render is over either way. A hit leaves a verified hard link to the cached bytes at
+``request.output``, so the run goes on exactly as after a render: the normal fenced
+PUBLISHING decision, and the job publishes once like any job.
+
+Trouble with the cache itself (a full or read-only output filesystem, a cache on another
+filesystem) never fails a job: the run renders as if the cache were off, and says why in
+the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spoolrender import defaults
+from spoolrender.claim import Claim
+from spoolrender.clock import Clock
+from spoolrender.config import SpoolConfig
+from spoolrender.errors import RenderCancelled
+from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
+from spoolrender.layout import SpoolLayout
+from spoolrender.render_cache import Entry, RenderCache
+from spoolrender.render_cache_flight import Holder, InFlight
+from spoolrender.renderers.base import Renderer, RenderRequest, RenderResult
+
+log = logging.getLogger(__name__)
+
+HIT, MISS, STORED = "hit", "miss", "stored"
+WAITING_STAGE = "waiting for an identical job"
+
+
+class CacheMetrics(Protocol):
+    """What the runner counts (metrics.RenderCacheMetrics)."""
+
+    def looked_up(self, hit: bool) -> None: ...
+
+    def stored(self, evicted: int, total_bytes: int | None) -> None: ...
+
+
+@dataclass
+class CacheTurn:
+    """One run's use of the cache: its key, and a hit or the claim it holds to render."""
+
+    key: str
+    hit: Entry | None = None
+    holding: int | None = None  # our in-flight claim number while we render the key
+    waited: float = 0.0  # seconds spent waiting for an identical job
+    outcome: str = MISS
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The run record's (and result.json's) cache fields."""
+        fields: dict[str, Any] = {"cache": self.outcome, "cache_key": self.key}
+        if self.hit is not None:
+            fields["cache_source"] = {k: self.hit.source.get(k) for k in ("id", "uid", "host", "run", "stored")}
+        if self.waited:
+            fields["cache_waited_seconds"] = round(self.waited, 3)
+        return fields
+
+
+class CacheStep:
+    """The cache steps of one job slot."""
+
+    def __init__(
+        self,
+        layout: SpoolLayout,
+        config: SpoolConfig,
+        clock: Clock,
+        heartbeat: HeartbeatWriter,
+        metrics: CacheMetrics | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._metrics = metrics
+        self.cache = RenderCache(config.output_root, config.render_cache_max_bytes)
+        self._layout = layout
+
+    def lookup(self, renderer: Renderer, request: RenderRequest, claim: Claim) -> CacheTurn | None:
+        """None when the job does not use the cache; else a hit (``request.output`` is then
+        the cached file), or a miss whose render this run now holds the claim for.
+
+        While an identical job renders elsewhere this waits, polling, with this run's
+        heartbeat going on (its own thread) and its cancel token obeyed: a timeout, a
+        shutdown, a lost claim or `spoolrender cancel` raise RenderCancelled as in a render.
+        """
+        if not request.spec.uses_cache(self._config) or request.chunk is not None:
+            return None
+        key = renderer.cache_key(request)  # a RenderError here is the render's own error
+        if key is None:
+            return None
+        flight = InFlight(self.cache.root, self._layout, self._config.lease_seconds, LivenessTracker(self._clock))
+        me = Holder(0, claim.key, claim.token, HOSTNAME, os.getpid(), claim.job_id, claim.uid, claim.run)
+        turn = CacheTurn(key)
+        started = self._clock.monotonic()
+        waiting = False
+        try:
+            while True:
+                if self._take(turn, request):
+                    break
+                holder = flight.current(key)
+                if holder is None or not flight.alive(holder):
+                    number = 1 if holder is None else holder.number + 1
+                    if flight.try_hold(key, number, me):
+                        turn.holding = number
+                        # Stored between our look and our claim (the holder finished and
+                        # released): a hit after all.
+                        if self._take(turn, request):
+                            flight.release(key, number)
+                            turn.holding = None
+                        break
+                    continue  # another contender won that number: look again at once
+                if not waiting:
+                    log.info("job %s: waiting for job %s, which renders the same inputs", claim.job_id, holder.job_id)
+                    self._heartbeat.set_progress(claim.token, None, WAITING_STAGE)
+                    waiting = True
+                if claim.cancel.wait(defaults.RENDER_CACHE_POLL_S):
+                    raise RenderCancelled(claim.cancel.reason or "cancelled")
+        except OSError as exc:
+            log.warning("job %s: render cache not used: %s", claim.job_id, exc)
+            if turn.holding is not None:
+                self._release(turn)
+            return None
+        if waiting:
+            turn.waited = self._clock.monotonic() - started
+        if self._metrics is not None:
+            self._metrics.looked_up(turn.hit is not None)
+        if turn.hit is not None:
+            turn.outcome = HIT
+            self._heartbeat.set_progress(claim.token, 1.0, "published from the render cache")
+            log.info("job %s: render cache hit (rendered by job %s)", claim.job_id, turn.hit.source.get("id"))
+        return turn
+
+    def _take(self, turn: CacheTurn, request: RenderRequest) -> bool:
+        turn.hit = self.cache.take(turn.key, request.output)
+        return turn.hit is not None
+
+    def hit_result(self, turn: CacheTurn) -> RenderResult:
+        """The render result of a hit: the source render's details."""
+        assert turn.hit is not None
+        return RenderResult(details=dict(turn.hit.details))
+
+    def store(self, turn: CacheTurn | None, request: RenderRequest, claim: Claim, result: RenderResult) -> None:
+        """Store a verified render (a miss) before the run's publish decision."""
+        if turn is None or turn.hit is not None:
+            return
+        source = {"id": claim.job_id, "uid": claim.uid, "host": HOSTNAME, "run": claim.run,
+                  "stored": self._clock.wall()}  # fmt: skip
+        try:
+            stored = self.cache.store(turn.key, request.output, source, result.details)
+        except OSError as exc:
+            log.warning("job %s: could not store the render in the cache: %s", claim.job_id, exc)
+            return
+        if not stored.stored:
+            log.info("job %s: render not stored in the cache: %s", claim.job_id, stored.why_not)
+            return
+        turn.outcome = STORED
+        if self._metrics is not None:
+            self._metrics.stored(len(stored.evicted), stored.total_bytes)
+
+    def release(self, turn: CacheTurn | None) -> None:
+        """The render is over (stored, failed or cancelled): waiters may go on."""
+        if turn is not None and turn.holding is not None:
+            self._release(turn)
+
+    def _release(self, turn: CacheTurn) -> None:
+        assert turn.holding is not None
+        flight = InFlight(self.cache.root, self._layout, self._config.lease_seconds, LivenessTracker(self._clock))
+        try:
+            flight.release(turn.key, turn.holding)
+        except OSError as exc:  # a waiter then takes over once our run has left running/
+            log.warning("could not release the render cache claim of %s: %s", turn.key[:16], exc)
+        turn.holding = None
