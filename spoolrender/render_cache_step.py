@@ -13,6 +13,7 @@ the log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -134,7 +135,11 @@ class CacheStep:
         if turn.hit is not None:
             turn.outcome = HIT
             self._heartbeat.set_progress(claim.token, 1.0, "published from the render cache")
-            log.info("job %s: render cache hit (rendered by job %s)", claim.job_id, turn.hit.source.get("id"))
+            source = turn.hit.source
+            said = f"render cache hit: {key[:16]}, rendered by job {source.get('id')} (uid {source.get('uid')})"
+            log.info("job %s: %s", claim.job_id, said)
+            with contextlib.suppress(OSError), open(request.log, "ab") as fh:  # the log tells the whole story
+                fh.write(f"--- {said}; not rendered\n".encode())
         return turn
 
     def _take(self, turn: CacheTurn, request: RenderRequest) -> bool:
