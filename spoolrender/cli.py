@@ -708,6 +708,7 @@ def _compositions(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from spoolrender.render_cache import describe_usage
     from spoolrender.status import format_status
 
     spool = _spool(args)
@@ -722,6 +723,10 @@ def _status(args: argparse.Namespace) -> int:
     while True:
         document = spool.status().document
         text = json.dumps(document, indent=2, sort_keys=True) if args.json else format_status(document, colour=colour)
+        if not args.json:
+            config = spool.config
+            cache = describe_usage(config.output_root, config.render_cache_max_bytes)
+            text += "" if cache is None else f"\n{cache}"
         if stop is None:
             print(text)
             return EXIT_OK

@@ -52,6 +52,8 @@ READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 # cache (hit, miss or stored), cache_key, cache_source (the job that rendered a hit:
 # id, uid, host, run, stored) and cache_waited_seconds (waiting for an identical job).
 RESULT_FIELDS = ("cache", "cache_key", "cache_source", "cache_waited_seconds")
+# The heartbeat stage of a job waiting for an identical job's render (status, show).
+WAITING_STAGE = "waiting for an identical job"
 
 
 def cache_root(output_root: Path) -> Path:
@@ -269,3 +271,28 @@ class RenderCache:
             with contextlib.suppress(OSError):
                 os.rmdir(self.root / INFLIGHT / key)  # only empty ones: a live render's stays
         return removed
+
+
+def describe_result(result: dict[str, Any]) -> str | None:
+    """One line for `show` about a done job's use of the cache (None: it did not use it)."""
+    outcome = result.get("cache")
+    if outcome is None:
+        return None
+    if outcome == "hit":
+        source = result.get("cache_source") or {}
+        text = f"cache: hit, published from the render of job {source.get('id')} (uid {source.get('uid')})"
+    elif outcome == "stored":
+        text = "cache: miss, rendered and stored in the render cache"
+    else:
+        text = "cache: miss, rendered (not stored)"
+    waited = result.get("cache_waited_seconds")
+    return text + (f" after waiting {waited:.1f} s for an identical job" if waited else "")
+
+
+def describe_usage(output_root: Path, max_bytes: int) -> str | None:
+    """One line for `status` about the render cache's size (None when there is no cache)."""
+    cache = RenderCache(output_root, max_bytes)
+    if not cache.entries_dir.is_dir():
+        return None
+    count, size = cache.usage()
+    return f"render cache: {count} entries, {size / 1024**2:.1f} MiB of {max_bytes / 1024**2:.0f} MiB"

@@ -26,14 +26,13 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
-from spoolrender.render_cache import Entry, RenderCache
+from spoolrender.render_cache import WAITING_STAGE, Entry, RenderCache
 from spoolrender.render_cache_flight import Holder, InFlight
 from spoolrender.renderers.base import Renderer, RenderRequest, RenderResult
 
 log = logging.getLogger(__name__)
 
 HIT, MISS, STORED = "hit", "miss", "stored"
-WAITING_STAGE = "waiting for an identical job"
 
 
 class CacheMetrics(Protocol):

@@ -23,8 +23,7 @@ from spoolrender.config import load_config
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import parse_job
 from spoolrender.layout import SpoolLayout
-from spoolrender.render_cache import RenderCache, cache_root
-from spoolrender.render_cache_step import WAITING_STAGE
+from spoolrender.render_cache import WAITING_STAGE, RenderCache, cache_root
 from spoolrender.renderers.base import RenderRequest
 from spoolrender.renderers.command import CommandRenderer
 from spoolrender.renderers.remotion import RemotionRenderer
@@ -161,6 +160,12 @@ def test_hit_publishes_the_same_bytes_by_hard_link_and_says_so(cached: SpoolLayo
     assert second["cache_key"] == first["cache_key"] == key
     assert (os.stat(b).st_mode & 0o777) == 0o444  # shared bytes are read-only
     assert os.listdir(cached.root / OUTPUT / ".spoolrender-tmp") == []
+    show = subprocess.run(spoolrender_cmd("show", "second", "--spool", str(cached.root)),
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "cache: hit, published from the render of job first" in show
+    status = subprocess.run(spoolrender_cmd("status", "--spool", str(cached.root)),
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "render cache: 1 entries" in status
 
 
 @pytest.mark.parametrize("damage", ["rewritten", "truncated", "output-removed", "record-removed"])
@@ -322,6 +327,9 @@ def test_identical_jobs_on_two_runners_render_once(cached: SpoolLayout, tmp_path
     try:
         # Both claimed: one renders (held by the until_file), the other waits for it.
         wait_for(lambda: WAITING_STAGE in (_stage(cached, "twin1"), _stage(cached, "twin2")), timeout=60)
+        status = subprocess.run(spoolrender_cmd("status", "--spool", str(cached.root)),
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert " waiting " in status  # the waiter's progress column
         release.touch()
         wait_for(lambda: len(entries(cached, "done")) == 2, timeout=60)
     finally:
