@@ -254,6 +254,27 @@ def test_purge_help_explains_the_cache() -> None:
     assert "--cache" in out and "render cache" in out
 
 
+def test_metrics_count_hits_misses_stores_evictions_and_bytes(cached: SpoolLayout, tmp_path: Path) -> None:
+    write_spool_config(cached, {"render_cache": True, "render_cache_max_bytes": 1500})
+    for name, tag in (("m1", "a"), ("m2", "a"), ("m3", "b")):
+        drop(cached, f"{name}.yaml", command_job(size=1000, tag=tag))
+    textfile = tmp_path / "spoolrender.prom"
+    runner = Runner(load_config(cached.root, environ={}, overrides={"slots": 1}), drain=True,
+                    metrics_textfile=textfile, runner_name="r1")  # fmt: skip
+    assert runner.run().done == 3
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in textfile.read_text().splitlines()
+        if line.startswith("spoolrender_render_cache_")
+    }
+    # m1 stored, m2 a hit, m3 stored and evicting m1's entry (2000 bytes > 1500).
+    assert values['spoolrender_render_cache_hits_total{runner="r1"}'] == 1
+    assert values['spoolrender_render_cache_misses_total{runner="r1"}'] == 2
+    assert values['spoolrender_render_cache_stores_total{runner="r1"}'] == 2
+    assert values['spoolrender_render_cache_evictions_total{runner="r1"}'] == 1
+    assert values['spoolrender_render_cache_bytes{runner="r1"}'] == 1000
+
+
 # --- on, off, opt-out --------------------------------------------------------------------
 
 
