@@ -144,14 +144,18 @@ class RenderCache:
             log.warning("render cache %s is on another filesystem than the scratch dir: not used", self.root)
             return None
         try:
-            size = os.stat(dest).st_size
-            intact = size == entry.bytes and sha256_file(dest) == entry.sha256
+            # lstat: link() does not follow symlinks, so a symlink planted as an entry's
+            # output would be linked as a symlink; only a regular file is ever published.
+            st = os.lstat(dest)
+            regular = stat.S_ISREG(st.st_mode)
+            intact = regular and st.st_size == entry.bytes and sha256_file(dest) == entry.sha256
         except OSError:
             os.unlink(dest)
             raise
         if not intact:
             os.unlink(dest)
-            self.remove(key, f"its output changed ({size} bytes, {entry.bytes} recorded, or another sha256)")
+            found = f"has {st.st_size} bytes or another sha256" if regular else "is not a regular file"
+            self.remove(key, f"its output {found} (recorded: {entry.bytes} bytes)")
             return None
         # The directory's mtime is the entry's last use (LRU). Set by the filesystem's
         # clock where it has one (NFS's SET_TO_SERVER_TIME), so hosts' clocks need not agree.
@@ -178,6 +182,7 @@ class RenderCache:
         self.entries_dir.mkdir(exist_ok=True)
         staging = self.staging_dir / f"{key}.{new_token()}"
         staging.mkdir()
+        mode = stat.S_IMODE(os.stat(output).st_mode)
         try:
             # Read-only: the bytes will be shared (one inode) by the entry and every
             # output published from it; mode 0444 keeps tools from rewriting them in place.
@@ -191,6 +196,8 @@ class RenderCache:
             os.rename(staging, target)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.chmod(output, mode)  # not stored: the output is the run's own again
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 return Stored(False, "an identical render was stored meanwhile")
             raise

@@ -168,7 +168,7 @@ def test_hit_publishes_the_same_bytes_by_hard_link_and_says_so(cached: SpoolLayo
     assert "render cache: 1 entries" in status
 
 
-@pytest.mark.parametrize("damage", ["rewritten", "truncated", "output-removed", "record-removed"])
+@pytest.mark.parametrize("damage", ["rewritten", "truncated", "output-removed", "record-removed", "symlink"])
 def test_a_damaged_entry_is_a_miss_and_is_replaced(cached: SpoolLayout, tmp_path: Path, damage: str) -> None:
     marker = tmp_path / "renders"
     drop(cached, "one.yaml", command_job(content="good bytes", marker=str(marker)))
@@ -183,6 +183,10 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(cached: SpoolLayout, tmp_path
         os.truncate(entry / "output", 3)
     elif damage == "output-removed":
         (entry / "output").unlink()
+    elif damage == "symlink":  # a symlink planted with the right name, to a file with the right bytes
+        (tmp_path / "elsewhere").write_bytes(b"good bytes")
+        (entry / "output").unlink()
+        (entry / "output").symlink_to(tmp_path / "elsewhere")
     else:
         (entry / "entry.json").unlink()
     drop(cached, "two.yaml", command_job(content="good bytes", marker=str(marker)))
