@@ -95,51 +95,62 @@ class CacheStep:
         key = renderer.cache_key(request)  # a RenderError here is the render's own error
         if key is None:
             return None
-        flight = InFlight(self.cache.root, self._layout, self._config.lease_seconds, LivenessTracker(self._clock))
-        me = Holder(0, claim.key, claim.token, HOSTNAME, os.getpid(), claim.job_id, claim.uid, claim.run)
         turn = CacheTurn(key)
-        started = self._clock.monotonic()
-        waiting = False
         try:
-            while True:
-                if self._take(turn, request):
-                    break
-                holder = flight.current(key)
-                if holder is None or not flight.alive(holder):
-                    number = 1 if holder is None else holder.number + 1
-                    if flight.try_hold(key, number, me):
-                        turn.holding = number
-                        # Stored between our look and our claim (the holder finished and
-                        # released): a hit after all.
-                        if self._take(turn, request):
-                            flight.release(key, number)
-                            turn.holding = None
-                        break
-                    continue  # another contender won that number: look again at once
-                if not waiting:
-                    log.info("job %s: waiting for job %s, which renders the same inputs", claim.job_id, holder.job_id)
-                    self._heartbeat.set_progress(claim.token, None, WAITING_STAGE)
-                    waiting = True
-                if claim.cancel.wait(defaults.RENDER_CACHE_POLL_S):
-                    raise RenderCancelled(claim.cancel.reason or "cancelled")
+            self._wait_turn(turn, request, claim)
         except OSError as exc:
             log.warning("job %s: render cache not used: %s", claim.job_id, exc)
-            if turn.holding is not None:
-                self._release(turn)
+            self.release(turn)
             return None
-        if waiting:
-            turn.waited = self._clock.monotonic() - started
         if self._metrics is not None:
             self._metrics.looked_up(turn.hit is not None)
         if turn.hit is not None:
             turn.outcome = HIT
             self._heartbeat.set_progress(claim.token, 1.0, "published from the render cache")
             source = turn.hit.source
-            said = f"render cache hit: {key[:16]}, rendered by job {source.get('id')} (uid {source.get('uid')})"
-            log.info("job %s: %s", claim.job_id, said)
-            with contextlib.suppress(OSError), open(request.log, "ab") as fh:  # the log tells the whole story
-                fh.write(f"--- {said}; not rendered\n".encode())
+            _note(claim, request, f"render cache hit: {key[:16]}, rendered by job {source.get('id')} "
+                                  f"(uid {source.get('uid')}); not rendered")  # fmt: skip
+        elif turn.waited:
+            self._heartbeat.set_progress(claim.token, None, None)  # rendering now, no longer waiting
         return turn
+
+    def _wait_turn(self, turn: CacheTurn, request: RenderRequest, claim: Claim) -> None:
+        """Until a hit, or until this run holds the key's in-flight claim; OSError on trouble."""
+        flight = self._flight()
+        me = Holder(0, claim.key, claim.token, HOSTNAME, os.getpid(), claim.job_id, claim.uid, claim.run)
+        started = self._clock.monotonic()
+        waited_for: Holder | None = None
+        while not self._take(turn, request):
+            holder = flight.current(turn.key)
+            if holder is None or not flight.alive(holder):
+                number = 1 if holder is None else holder.number + 1
+                if not flight.try_hold(turn.key, number, me):
+                    continue  # another contender won that number: look again at once
+                turn.holding = number
+                if waited_for is not None:
+                    turn.waited = self._clock.monotonic() - started
+                    gone = "left no entry (its render failed or was not stored)" if holder is None else (
+                        "is gone (its run ended or its runner died)")  # fmt: skip
+                    _note(claim, request, f"job {waited_for.job_id}, which rendered the same inputs, {gone}; "
+                                          "rendering here")  # fmt: skip
+                # Stored between our look and our claim (the holder finished and released):
+                # a hit after all.
+                if self._take(turn, request):
+                    self.release(turn)
+                return
+            if waited_for is None:
+                _note(claim, request, f"waiting for job {holder.job_id} (uid {holder.uid}), which renders the "
+                                      "same inputs; its output will be published from the render cache")  # fmt: skip
+                self._heartbeat.set_progress(claim.token, None, WAITING_STAGE)
+            waited_for = holder
+            if claim.cancel.wait(defaults.RENDER_CACHE_POLL_S):
+                raise RenderCancelled(claim.cancel.reason or "cancelled")
+        if waited_for is not None:
+            turn.waited = self._clock.monotonic() - started
+
+    def _flight(self) -> InFlight:
+        # A tracker of its own per look: a holder's silence is timed from this waiter's first sight.
+        return InFlight(self.cache.root, self._layout, self._config.lease_seconds, LivenessTracker(self._clock))
 
     def _take(self, turn: CacheTurn, request: RenderRequest) -> bool:
         turn.hit = self.cache.take(turn.key, request.output)
@@ -170,14 +181,18 @@ class CacheStep:
 
     def release(self, turn: CacheTurn | None) -> None:
         """The render is over (stored, failed or cancelled): waiters may go on."""
-        if turn is not None and turn.holding is not None:
-            self._release(turn)
-
-    def _release(self, turn: CacheTurn) -> None:
-        assert turn.holding is not None
-        flight = InFlight(self.cache.root, self._layout, self._config.lease_seconds, LivenessTracker(self._clock))
+        if turn is None or turn.holding is None:
+            return
+        flight = self._flight()
         try:
             flight.release(turn.key, turn.holding)
         except OSError as exc:  # a waiter then takes over once our run has left running/
             log.warning("could not release the render cache claim of %s: %s", turn.key[:16], exc)
         turn.holding = None
+
+
+def _note(claim: Claim, request: RenderRequest, text: str) -> None:
+    """A line in the job's log and in the run log (which tells the whole story of a run)."""
+    log.info("job %s: %s", claim.job_id, text)
+    with contextlib.suppress(OSError), open(request.log, "ab") as fh:
+        fh.write(f"--- {text}\n".encode())

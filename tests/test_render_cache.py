@@ -364,6 +364,9 @@ def test_identical_jobs_on_two_runners_render_once(cached: SpoolLayout, tmp_path
     assert set(results) == {"stored", "hit"}
     hit = results["hit"]
     assert hit["cache_source"]["id"] == results["stored"]["id"] and hit["cache_waited_seconds"] > 0
+    hit_log = (cached.done / next(e for e in entries(cached, "done") if e.startswith(f"{hit['id']}."))
+               / "run-0001.log").read_text()  # fmt: skip
+    assert f"waiting for job {results['stored']['id']}" in hit_log and "render cache hit" in hit_log
     assert (cached.root / OUTPUT / "twin1.mp4").read_bytes() == (cached.root / OUTPUT / "twin2.mp4").read_bytes()
 
 
@@ -383,6 +386,7 @@ def test_a_waiter_renders_itself_when_the_first_render_fails(cached: SpoolLayout
         _stop(*runners)
     logs = [(cached.failed / e / "run-0001.log").read_text() for e in entries(cached, "failed")]
     assert all("failing as asked" in text for text in logs)  # both rendered: the waiter too
+    assert any("left no entry (its render failed or was not stored); rendering here" in text for text in logs)
 
 
 def test_a_waiter_whose_holder_is_killed_takes_over(cached: SpoolLayout, tmp_path: Path) -> None:
@@ -409,6 +413,8 @@ def test_a_waiter_whose_holder_is_killed_takes_over(cached: SpoolLayout, tmp_pat
         _stop(holder, *([waiter] if waiter else []))
     assert renders(marker) == 1
     assert result_of(cached, "h2")["cache"] == "stored"
+    h2_log = cached.done / next(e for e in entries(cached, "done") if e.startswith("h2.")) / "run-0001.log"
+    assert "which rendered the same inputs, is gone" in h2_log.read_text()
     # The killed job was recovered and retried: a hit on the waiter's render.
     h1 = result_of(cached, "h1")
     assert h1["cache"] == "hit" and h1["cache_source"]["id"] == "h2"
