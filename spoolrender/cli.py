@@ -457,17 +457,23 @@ def _silence_stdout() -> None:
 
 
 def _purge_cache(args: argparse.Namespace) -> int:
+    from spoolrender.clock import SystemClock
     from spoolrender.control import parse_duration
+    from spoolrender.heartbeat import LivenessTracker
     from spoolrender.layout import SpoolLayout
     from spoolrender.render_cache import RenderCache
+    from spoolrender.render_cache_flight import InFlight
 
     if args.state is not None:
         raise SpoolrenderError("--state is for finished jobs, not for --cache")
     config = _config(args)
-    SpoolLayout(config.spool).check()
+    layout = SpoolLayout(config.spool)
+    layout.check()
     older = None if args.older_than is None else parse_duration(args.older_than)
     cache = RenderCache(config.output_root, config.render_cache_max_bytes)
     removed = cache.purge(older, dry_run=args.dry_run)
+    if not args.dry_run:
+        InFlight(cache.root, layout, config.lease_seconds, LivenessTracker(SystemClock())).clear_ended()
     for entry in removed:
         _say(f"{entry.key[:16]}  {entry.bytes} bytes  rendered by {entry.source.get('id')}")
     size = sum(e.bytes for e in removed)

@@ -265,8 +265,8 @@ class RenderCache:
         """Remove every entry (or those unused for ``older_than`` seconds); returns them.
 
         Safe while runners use the cache: a hit linked before the removal keeps its bytes,
-        one that comes after is a miss and renders. Staging left behind goes too, and the
-        in-flight markers of renders that have finished.
+        one that comes after is a miss and renders. Staging left behind goes too (the
+        in-flight claims of ended runs: :meth:`InFlight.clear_ended`).
         """
         now = time.time()
         chosen = [e for e in self.list_entries() if older_than is None or now - e.used >= older_than]
@@ -274,9 +274,6 @@ class RenderCache:
             return chosen
         removed = [e for e in chosen if self.remove(e.key, "purged")]
         self._clear_staging(0.0 if older_than is None else defaults.RENDER_CACHE_STAGING_S)
-        for key in list_names(self.root / INFLIGHT):
-            with contextlib.suppress(OSError):
-                os.rmdir(self.root / INFLIGHT / key)  # only empty ones: a live render's stays
         return removed
 
 

@@ -108,3 +108,23 @@ class InFlight:
                     os.unlink(directory / name)
         with contextlib.suppress(OSError):  # not empty: a newer claim (a taken-over stall)
             os.rmdir(directory)
+
+    def clear_ended(self, key: str | None = None) -> int:
+        """Remove the claims (of ``key``, or of every key) whose run has certainly ended: its
+        ``running/`` entry is gone (a holder killed after storing leaves its claim behind,
+        and a hit never takes it over). Returns how many went."""
+        removed = 0
+        for name in [key] if key is not None else list_names(self.root):
+            directory = self.root / name
+            for claim in list_names(directory):
+                try:
+                    job = str(json.loads((directory / claim).read_bytes()).get("job") or "")
+                except (OSError, ValueError, AttributeError):
+                    job = ""
+                if CLAIM_NAME.fullmatch(claim) and (not job or not (self._layout.running / job).is_dir()):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(directory / claim)
+                        removed += 1
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        return removed

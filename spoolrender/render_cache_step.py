@@ -24,6 +24,7 @@ from spoolrender.claim import Claim
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled
+from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
 from spoolrender.render_cache import WAITING_STAGE, Entry, RenderCache
@@ -105,6 +106,7 @@ class CacheStep:
         if self._metrics is not None:
             self._metrics.looked_up(turn.hit is not None)
         if turn.hit is not None:
+            crash_point("cache-after-hit")
             turn.outcome = HIT
             self._heartbeat.set_progress(claim.token, 1.0, "published from the render cache")
             source = turn.hit.source
@@ -127,6 +129,7 @@ class CacheStep:
                 if not flight.try_hold(turn.key, number, me):
                     continue  # another contender won that number: look again at once
                 turn.holding = number
+                crash_point("cache-after-hold")
                 if waited_for is not None:
                     turn.waited = self._clock.monotonic() - started
                     gone = "left no entry (its render failed or was not stored)" if holder is None else (
@@ -147,6 +150,7 @@ class CacheStep:
                 raise RenderCancelled(claim.cancel.reason or "cancelled")
         if waited_for is not None:
             turn.waited = self._clock.monotonic() - started
+        flight.clear_ended(turn.key)  # a holder killed after storing left its claim behind
 
     def _flight(self) -> InFlight:
         # A tracker of its own per look: a holder's silence is timed from this waiter's first sight.
@@ -175,6 +179,7 @@ class CacheStep:
         if not stored.stored:
             log.info("job %s: render not stored in the cache: %s", claim.job_id, stored.why_not)
             return
+        crash_point("cache-after-store")
         turn.outcome = STORED
         if self._metrics is not None:
             self._metrics.stored(len(stored.evicted), stored.total_bytes)
