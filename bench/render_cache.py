@@ -165,7 +165,7 @@ def main() -> None:
           f"rendered not stored; {rate['waited']} waited for an identical job; {rate['wall']:.1f} s")  # fmt: skip
     print(goal("cache hit >= 100x faster than a render (drop to done, median)", f"{render / hit:.0f}x",
                render / hit >= 100))  # fmt: skip
-    print(goal("batch with repeats: every distinct input rendered once", f"hit rate {measured:.2f} of ideal "
+    print(goal("batch with repeats, every distinct input rendered once", f"hit rate {measured:.2f} of ideal "
                f"{ideal:.2f} ({rate['stored'] + rate['miss']} renders for {rate['used']} inputs)",
                rate["stored"] == rate["used"] and rate["miss"] == 0))  # fmt: skip
     print("reproduce: .venv/bin/python bench/render_cache.py " + " ".join(
