@@ -85,6 +85,11 @@ def test_command_key_is_stable_and_sees_props_program_and_files(spool: SpoolLayo
     # A changed prop, another output kind, a changed file the argv names: another key.
     assert renderer.cache_key(_request(spool, {**job, "props": {"title": "b", "n": 1}})) != key
     assert renderer.cache_key(_request(spool, {**job, "output": "k.webm"})) != key
+    # Another argv template (a flag added in spoolrender.yaml): another key.
+    write_spool_config(spool, {"commands": {"cmd": [sys.executable, str(script), "-x", "{output}", "{props_file}"]}})
+    assert CommandRenderer(load_config(spool.root, environ={})).cache_key(_request(spool, job)) != key
+    write_spool_config(spool, {"commands": {"cmd": [sys.executable, str(script), "{output}", "{props_file}"]}})
+    assert CommandRenderer(load_config(spool.root, environ={})).cache_key(_request(spool, job)) == key
     script.write_text("print('v2')\n")
     assert CommandRenderer(load_config(spool.root, environ={})).cache_key(_request(spool, job)) != key
     # A template that passes the job id makes the key per job.
