@@ -296,7 +296,10 @@ def describe_result(result: dict[str, Any]) -> str | None:
 def describe_usage(output_root: Path, max_bytes: int) -> str | None:
     """One line for `status` about the render cache's size (None when there is no cache)."""
     cache = RenderCache(output_root, max_bytes)
-    if not cache.entries_dir.is_dir():
-        return None
-    count, size = cache.usage()
+    try:
+        if not cache.entries_dir.is_dir():
+            return None
+        count, size = cache.usage()
+    except OSError as exc:  # status must show the spool whatever the output root's state
+        return f"render cache: cannot read {cache.root}: {exc.strerror or exc}"
     return f"render cache: {count} entries, {size / 1024**2:.1f} MiB of {max_bytes / 1024**2:.0f} MiB"
