@@ -446,3 +446,51 @@ def test_a_waiter_obeys_cancel(cached: SpoolLayout, tmp_path: Path) -> None:
         wait_for(lambda: len(entries(cached, "done")) == 1, timeout=60)
     finally:
         _stop(*runners)
+
+
+def _holder_then_waiter(
+    cached: SpoolLayout, tmp_path: Path, waiter_job: dict[str, Any], *waiter_args: str
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], Path]:
+    """Runner A rendering job ``w1`` (held until tmp_path/release exists), then runner B
+    with the identical job ``w2`` waiting for it. Returns (A, B, the release file)."""
+    release, pidfile = tmp_path / "release", tmp_path / "render.pid"
+    job = command_job(until_file=str(release), pidfile=str(pidfile))
+    drop(cached, "w1.yaml", job)
+    holder = _runner(cached, tmp_path / "holder.log")
+    wait_for(pidfile.exists, timeout=60)
+    drop(cached, "w2.yaml", {**job, **waiter_job})
+    waiter = _runner(cached, tmp_path / "waiter.log", *waiter_args)
+    wait_for(lambda: _stage(cached, "w2") == WAITING_STAGE, timeout=60)
+    return holder, waiter, release
+
+
+def test_a_waiter_keeps_its_heartbeat_and_times_out(cached: SpoolLayout, tmp_path: Path) -> None:
+    holder, waiter, release = _holder_then_waiter(cached, tmp_path, {"timeout": 3, "max_attempts": 1})
+    try:
+        (name,) = [n for n in entries(cached, "running") if n.startswith("w2.")]
+        first = read_heartbeat(cached.running / name)
+        assert first is not None
+        wait_for(lambda: (hb := read_heartbeat(cached.running / name)) is not None and hb.counter > first.counter + 2)
+        wait_for(lambda: len(entries(cached, "failed")) == 1, timeout=60)
+        (entry,) = entries(cached, "failed")
+        failure = json.loads((cached.failed / entry / "failure.json").read_text())
+        assert entry.startswith("w2.") and failure["kind"] == "timeout"
+        assert [n for n in entries(cached, "running") if n.startswith("w1.")]  # the holder renders on
+        release.touch()
+        wait_for(lambda: len(entries(cached, "done")) == 1, timeout=60)
+    finally:
+        _stop(holder, waiter)
+
+
+def test_a_waiter_stopped_by_shutdown_is_requeued_without_using_an_attempt(cached: SpoolLayout, tmp_path: Path) -> None:
+    holder, waiter, release = _holder_then_waiter(cached, tmp_path, {}, "--set", "grace_seconds=0.5")
+    try:
+        waiter.send_signal(signal.SIGTERM)
+        assert waiter.wait(timeout=60) == 0
+        (entry,) = entries(cached, "retry")
+        runs = [json.loads(p.read_text()) for p in sorted((cached.retry / entry).glob("run-*.json"))]
+        assert [r["outcome"] for r in runs] == ["requeue"] and runs[0]["attempt"] is None
+        release.touch()
+        wait_for(lambda: len(entries(cached, "done")) == 1, timeout=60)
+    finally:
+        _stop(holder, waiter)
