@@ -130,17 +130,16 @@ class CacheStep:
                     continue  # another contender won that number: look again at once
                 turn.holding = number
                 crash_point("cache-after-hold")
-                if waited_for is not None:
-                    turn.waited = self._clock.monotonic() - started
-                    gone = "left no entry (its render failed or was not stored)" if holder is None else (
-                        "is gone (its run ended or its runner died)")  # fmt: skip
-                    _note(claim, request, f"job {waited_for.job_id}, which rendered the same inputs, {gone}; "
-                                          "rendering here")  # fmt: skip
                 # Stored between our look and our claim (the holder finished and released):
                 # a hit after all.
                 if self._take(turn, request):
                     self.release(turn)
-                return
+                elif waited_for is not None:
+                    gone = "left no entry (its render failed or was not stored)" if holder is None else (
+                        "is gone (its run ended or its runner died)")  # fmt: skip
+                    _note(claim, request, f"job {waited_for.job_id}, which rendered the same inputs, {gone}; "
+                                          "rendering here")  # fmt: skip
+                break
             if waited_for is None:
                 _note(claim, request, f"waiting for job {holder.job_id} (uid {holder.uid}), which renders the "
                                       "same inputs; its output will be published from the render cache")  # fmt: skip
@@ -150,7 +149,8 @@ class CacheStep:
                 raise RenderCancelled(claim.cancel.reason or "cancelled")
         if waited_for is not None:
             turn.waited = self._clock.monotonic() - started
-        flight.clear_ended(turn.key)  # a holder killed after storing left its claim behind
+        if turn.hit is not None:
+            flight.clear_ended(turn.key)  # a holder killed after storing left its claim behind
 
     def _flight(self) -> InFlight:
         # A tracker of its own per look: a holder's silence is timed from this waiter's first sight.
