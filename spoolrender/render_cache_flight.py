@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -32,8 +31,6 @@ from spoolrender.durable import create_exclusive
 from spoolrender.heartbeat import HOSTNAME, LivenessTracker, lock_is_free, read_heartbeat
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.render_cache import INFLIGHT
-
-log = logging.getLogger(__name__)
 
 CLAIM_NAME = re.compile(r"\d{6,}")
 
