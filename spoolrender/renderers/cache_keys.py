@@ -40,7 +40,7 @@ class FileDigests:
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, int, int, int, int], str] = {}
-        self._lock = threading.Lock()  # one renderer per slot, but slots may share this
+        self._lock = threading.Lock()  # safe to share between slots
 
     def of(self, path: Path) -> str:
         st = os.stat(path)
