@@ -263,6 +263,14 @@ def test_purge_help_explains_the_cache() -> None:
     assert "--cache" in out and "render cache" in out
 
 
+def test_purge_without_cache_still_needs_a_duration(spool: SpoolLayout) -> None:
+    bare = subprocess.run(spoolrender_cmd("purge", "--spool", str(spool.root)), capture_output=True, text=True)
+    assert bare.returncode == 1 and "purge needs --older-than DURATION" in bare.stderr
+    mixed = subprocess.run(spoolrender_cmd("purge", "--cache", "--state", "done", "--spool", str(spool.root)),
+                           capture_output=True, text=True)  # fmt: skip
+    assert mixed.returncode == 1 and "--state is for finished jobs" in mixed.stderr
+
+
 def test_metrics_count_hits_misses_stores_evictions_and_bytes(cached: SpoolLayout, tmp_path: Path) -> None:
     write_spool_config(cached, {"render_cache": True, "render_cache_max_bytes": 1500})
     for name, tag in (("m1", "a"), ("m2", "a"), ("m3", "b")):
