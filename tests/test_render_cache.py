@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from browser.cdp import CHROMIUM, Chromium
+from browser.server import running_server
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.config import load_config
@@ -502,3 +504,22 @@ def test_a_waiter_stopped_by_shutdown_is_requeued_without_using_an_attempt(cache
         wait_for(lambda: len(entries(cached, "done")) == 1, timeout=60)
     finally:
         _stop(holder, waiter)
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs it)")
+def test_the_job_page_says_a_job_was_a_hit(cached: SpoolLayout, tmp_path: Path) -> None:
+    for name in ("src", "copy"):
+        drop(cached, f"{name}.yaml", command_job(content="same"))
+        drain(cached)
+    with running_server(cached.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+        page = browser.new_page(server.url + "job?id=copy")
+        page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#facts dd') !== null")
+        facts = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#facts dt')]"
+            ".map(dt => [dt.textContent, dt.nextElementSibling.textContent]))"
+        )
+        assert facts["render cache"].startswith("hit: published from the render of job src")
+        page = browser.new_page(server.url + "job?id=src")
+        page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#facts dd') !== null")
+        assert "miss: rendered and stored" in page.evaluate("document.querySelector('#facts').textContent")
+        assert page.errors() == []
