@@ -501,9 +501,11 @@ def test_a_waiter_stopped_by_shutdown_is_requeued_without_using_an_attempt(cache
         runs = [json.loads(p.read_text()) for p in sorted((cached.retry / entry).glob("run-*.json"))]
         assert [r["outcome"] for r in runs] == ["requeue"] and runs[0]["attempt"] is None
         release.touch()
-        wait_for(lambda: len(entries(cached, "done")) == 1, timeout=60)
+        # The holder's runner renders w1, then takes the requeued w2: a hit on w1's render.
+        wait_for(lambda: len(entries(cached, "done")) == 2, timeout=60)
     finally:
         _stop(holder, waiter)
+    assert result_of(cached, "w2")["cache"] == "hit" and result_of(cached, "w2")["attempts"] == 1
 
 
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs it)")
