@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +22,13 @@ from browser.cdp import CHROMIUM, Chromium
 from browser.server import running_server
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.clock import ManualClock
 from spoolrender.config import load_config
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.heartbeat import Heartbeat, LivenessTracker, read_heartbeat
 from spoolrender.jobfile import parse_job
 from spoolrender.layout import SpoolLayout
 from spoolrender.render_cache import WAITING_STAGE, RenderCache, cache_root
+from spoolrender.render_cache_flight import Holder, InFlight
 from spoolrender.renderers.base import RenderRequest
 from spoolrender.renderers.command import CommandRenderer
 from spoolrender.renderers.remotion import RemotionRenderer
@@ -525,3 +528,33 @@ def test_the_job_page_says_a_job_was_a_hit(cached: SpoolLayout, tmp_path: Path) 
         page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#facts dd') !== null")
         assert "miss: rendered and stored" in page.evaluate("document.querySelector('#facts').textContent")
         assert page.errors() == []
+
+
+def test_a_holder_on_another_host_is_live_while_its_heartbeat_moves(spool: SpoolLayout, tmp_path: Path) -> None:
+    """The cross-host rule (no lock to probe, no shared clock): a holder whose heartbeat
+    stays unchanged for the lease on the waiter's own monotonic clock is dead."""
+    clock = ManualClock()
+    flight = InFlight(tmp_path / "cache", spool, 10.0, LivenessTracker(clock))
+    job = "j.aaaaaaaaaaaa.bbbbbbbbbbbb"
+    (spool.running / job).mkdir()
+
+    def beat(counter: int) -> None:
+        hb = Heartbeat(host="another-host", pid=1, token="bbbbbbbbbbbb", run=1, counter=counter)
+        (spool.running / job / "heartbeat").write_bytes(hb.to_json())
+
+    holder = Holder(1, job, "bbbbbbbbbbbb", "another-host", 1, "j", "aaaaaaaaaaaa", 1)
+    assert flight.try_hold("k", 1, holder) and not flight.try_hold("k", 1, holder)  # exactly one wins a number
+    assert flight.current("k") == holder
+    beat(1)
+    for counter in range(2, 6):  # beating: live however long it takes
+        clock.advance(8)
+        beat(counter)
+        assert flight.alive(holder)
+    clock.advance(9.9)
+    assert flight.alive(holder)  # silent for less than the lease
+    clock.advance(0.2)
+    assert not flight.alive(holder)  # silent for the lease: dead, a waiter takes over
+    (spool.running / job / "heartbeat").unlink()
+    shutil.rmtree(spool.running / job)
+    assert not flight.alive(holder)  # its run left running/
+    assert flight.clear_ended("k") == 1 and flight.current("k") is None
