@@ -224,8 +224,9 @@ def test_eviction_keeps_the_cache_under_its_size_least_recently_used_first(cache
     assert renders(marker) == 3 and len(cache_entries(cached)) == 3
     keys = {t: result_of(cached, f"{t}1")["cache_key"] for t in "abc"}
     cache = RenderCache(cached.root / OUTPUT, 3000)
-    # Use "a" again, with an mtime step the filesystem can see: "b" is now the least recent.
-    for i, tag in enumerate("bca"):
+    # Last uses a, b, c (oldest first, far apart); then a hit on "a" makes it the most
+    # recently used, so "b" is now the least recent.
+    for i, tag in enumerate("abc"):
         os.utime(cache.entry_path(keys[tag]), (1_000_000 + i, 1_000_000 + i))
     job("a2", "a")
     assert result_of(cached, "a2")["cache"] == "hit"
