@@ -100,6 +100,18 @@ class RenderCache:
     def staging_dir(self) -> Path:
         return self.root / STAGING
 
+    def refusal(self) -> str | None:
+        """Why the cache must not be used, or None. Its directories must be real ones: a
+        symlink planted in their place (by whoever else can write to the output root)
+        would lead entries, and what the cache deletes, outside it."""
+        for path in (self.root, self.entries_dir, self.staging_dir, self.root / INFLIGHT):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    return f"{path} is a symlink or not a directory"
+            except FileNotFoundError:
+                continue  # created when first needed
+        return None
+
     def entry_path(self, key: str) -> Path:
         return self.entries_dir / key
 

@@ -96,6 +96,10 @@ class CacheStep:
         key = renderer.cache_key(request)  # a RenderError here is the render's own error
         if key is None:
             return None
+        refusal = self.cache.refusal()
+        if refusal is not None:
+            log.warning("job %s: render cache not used: %s", claim.job_id, refusal)
+            return None
         turn = CacheTurn(key)
         try:
             self._wait_turn(turn, request, claim)

@@ -239,6 +239,19 @@ def test_eviction_keeps_the_cache_under_its_size_least_recently_used_first(cache
     assert result_of(cached, "b2")["cache"] == "stored" and renders(marker) == 5  # evicted: rendered again
 
 
+def test_a_symlink_in_place_of_the_cache_is_not_followed(cached: SpoolLayout, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cached.root / OUTPUT).mkdir(exist_ok=True)
+    cache_root(cached.root / OUTPUT).symlink_to(elsewhere)
+    marker = tmp_path / "renders"
+    for name in ("s1", "s2"):
+        drop(cached, f"{name}.yaml", command_job(marker=str(marker)))
+        drain(cached)
+    assert renders(marker) == 2 and os.listdir(elsewhere) == []  # rendered, nothing written there
+    assert "cache" not in result_of(cached, "s2")
+
+
 def test_an_output_larger_than_the_cache_is_not_stored(cached: SpoolLayout, tmp_path: Path) -> None:
     write_spool_config(cached, {"render_cache": True, "render_cache_max_bytes": 100})
     drop(cached, "big.yaml", command_job(size=1000))
