@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spoolrender import defaults
@@ -53,7 +53,6 @@ class CacheTurn:
     holding: int | None = None  # our in-flight claim number while we render the key
     waited: float = 0.0  # seconds spent waiting for an identical job
     outcome: str = MISS
-    details: dict[str, Any] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """The run record's (and result.json's) cache fields."""
