@@ -61,6 +61,7 @@ BENCHMARKS = (
     Benchmark(
         "serve_browse", "Dashboard paging at scale", ("--done", "100000", "--incoming", "10000", "--failed", "1000")
     ),
+    Benchmark("render_cache", "P7 render cache", ("--repeats", "20", "--batch", "30", "--distinct", "6")),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

@@ -99,6 +99,23 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", re.IGNORECASE)
+
+
+def _byte_size(name: str, value: Any) -> int:
+    """A size in bytes: a whole number, or text such as ``500M``, ``10G``, ``2TiB`` (binary units)."""
+    if isinstance(value, str):
+        m = _SIZE.fullmatch(value.strip())
+        if m is None:
+            raise ConfigError(f"{name}: expected a size such as 10G, 500M or a number of bytes, got {value!r}")
+        unit = m.group(2).upper()
+        scale = 1024 ** ("KMGT".find(unit) + 1) if unit else 1
+        value = int(float(m.group(1)) * scale)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: expected a size in bytes >= 1 (or such as 10G), got {value!r}")
+    return value
+
+
 def _watch(name: str, value: Any) -> str:
     if value not in WATCH_MODES:
         raise ConfigError(f"{name}: expected one of {', '.join(WATCH_MODES)}, got {value!r}")
@@ -224,6 +241,9 @@ class SpoolConfig:
     host_block_jobs: int = defaults.HOST_BLOCK_JOBS
     host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
     host_block_seconds: float = defaults.HOST_BLOCK_S
+    # The render cache (render_cache.py): off unless enabled here or by a job's `cache: true`.
+    render_cache: bool = defaults.RENDER_CACHE
+    render_cache_max_bytes: int = defaults.RENDER_CACHE_MAX_BYTES
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -332,6 +352,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "host_block_jobs": _positive_int,
     "host_block_window_seconds": _positive_number,
     "host_block_seconds": _positive_number,
+    "render_cache": _bool,
+    "render_cache_max_bytes": _byte_size,
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

@@ -113,6 +113,18 @@ HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
 
 
+# --- render cache (render_cache.py; README "Render cache") ---------------------------
+# Off unless the spool sets render_cache: true or a job cache: true (a composition that
+# fetches data or reads the clock is not a pure function of its inputs).
+RENDER_CACHE = False
+RENDER_CACHE_DIR = ".spoolrender-cache"  # under the output root: hard links need one filesystem
+RENDER_CACHE_MAX_BYTES = 10 * 1024**3  # least recently used entries go past this
+# A waiter looks this often whether the identical job it waits for has finished.
+RENDER_CACHE_POLL_S = 0.5
+# Staging left by a runner killed while storing an entry is removed after this long.
+RENDER_CACHE_STAGING_S = 3600.0
+
+
 # Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
 # when a job for another project needs one more. Each holds a Chromium (~150-300 MB).
 WARM_PROJECTS_PER_SLOT = 2

@@ -46,6 +46,7 @@ from spoolrender.records import (
     read_run,
     read_runs,
 )
+from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import Renderer, RenderRequest
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
 
@@ -78,6 +79,7 @@ class JobExecutor:
         heartbeat: HeartbeatWriter,
         make_renderer: RendererFactory,
         threads: int,
+        cache_metrics: CacheMetrics | None = None,
     ) -> None:
         self._layout = layout
         self._config = config
@@ -87,6 +89,7 @@ class JobExecutor:
         self._make_renderer = make_renderer
         self._threads = threads
         self._renderers: dict[str, Renderer] = {}
+        self._cache = CacheStep(layout, config, clock, heartbeat, cache_metrics)
 
     def close(self) -> None:
         for renderer in self._renderers.values():
@@ -214,15 +217,23 @@ class JobExecutor:
             base["details"]["fallback_used"] = True
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
+        turn: CacheTurn | None = None
         try:
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             renderer = self._renderer(spec.renderer)
             timer.start()
-            result = renderer.render(request, self._progress(claim.token), claim.cancel)
-            if claim.cancel.is_set():
-                raise RenderCancelled(claim.cancel.reason or "cancelled")
-            renderer.verify(request, result)
+            # The render cache (off unless enabled): a hit, or a miss this run renders (having
+            # waited while an identical job rendered), under the same timeout and cancel.
+            turn = self._cache.lookup(renderer, request, claim)
+            if turn is not None and turn.hit is not None:
+                result = self._cache.hit_result(turn)
+            else:
+                result = renderer.render(request, self._progress(claim.token), claim.cancel)
+                if claim.cancel.is_set():
+                    raise RenderCancelled(claim.cancel.reason or "cancelled")
+                renderer.verify(request, result)
+                self._cache.store(turn, request, claim, result)
         except RenderCancelled:
             reason = claim.cancel.reason or "cancelled"
             if reason == "timeout":
@@ -241,8 +252,11 @@ class JobExecutor:
             return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
         finally:
             timer.cancel()
+            self._cache.release(turn)
         st = request.output.stat()
         base["details"].update(result.details)
+        if turn is not None:
+            base["details"].update(turn.record())
         publish = {
             # Relative to the output root: whoever carries this decision out (another host
             # mounting the output root elsewhere) resolves it against its own root.

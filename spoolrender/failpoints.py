@@ -28,6 +28,12 @@ CRASH_POINTS = (
     "after-publish",  # output linked into place, job not yet in done/
     "after-move",  # job directory renamed, directories not yet fsynced
 )
+# Points of the render cache, reached only by jobs that use it (tests/reliability/test_render_cache_crash.py).
+CACHE_POINTS = (
+    "cache-after-hold",  # the key's in-flight claim taken, nothing rendered yet
+    "cache-after-store",  # a render stored in the cache, the run not yet decided
+    "cache-after-hit",  # a hit linked and verified into scratch, the run not yet decided
+)
 # Points only reached in a race that a dedicated test sets up (paused or killed there).
 RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned

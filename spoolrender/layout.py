@@ -57,6 +57,9 @@ DEFAULT_CONFIG_TEXT = """\
 # cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
 # serve_token_file: /etc/spoolrender/serve-token  # enables `spoolrender serve` write actions
 #                              # (submit, retry, cancel); the file: chmod 600 (never world-readable)
+# render_cache: false          # true: publish a job identical to an earlier render from the cache
+#                              # (only for pure compositions: no data fetched, no clock; README "Render cache")
+# render_cache_max_bytes: 10G  # least recently used cache entries go past this size
 # fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
 # commands:                    # argv templates for `renderer: command` jobs (never a shell)
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]

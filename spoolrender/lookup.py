@@ -19,6 +19,7 @@ from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, 
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.queues import list_incoming
 from spoolrender.records import PUBLISHING, attempts_used, read_runs
+from spoolrender.render_cache import describe_result
 
 PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
 # The entry of an id that a person means first: a live one (re-runs), then the newest finished.
@@ -287,6 +288,9 @@ def format_description(info: dict[str, Any]) -> str:
     if "result" in info:
         r = info["result"]
         lines.append(f"output: {p(r['output'])} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
+        cache = describe_result(r)
+        if cache is not None:
+            lines.append(p(cache))
     if "failure" in info:
         lines.append(f"failed: {p(info['failure'].get('reason'))}")
     for path in info.get("logs", []):

@@ -78,6 +78,37 @@ class SpoolGauges:
             self.queue_age.labels(**self._labels, queue=name).set(q["oldest_age_seconds"] or 0.0)
 
 
+class RenderCacheMetrics:
+    """The render cache as one runner used it (render_cache_step.CacheMetrics)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        names = list(labels)
+        self._labels = labels
+        self.hits = Counter("spoolrender_render_cache_hits", "Jobs published from the render cache",
+                            names, registry=registry)  # fmt: skip
+        self.misses = Counter("spoolrender_render_cache_misses", "Cached jobs rendered (no usable entry)",
+                              names, registry=registry)  # fmt: skip
+        self.stores = Counter("spoolrender_render_cache_stores", "Renders stored in the render cache",
+                              names, registry=registry)  # fmt: skip
+        self.evictions = Counter(
+            "spoolrender_render_cache_evictions", "Entries removed to keep the cache under render_cache_max_bytes",
+            names, registry=registry,
+        )  # fmt: skip
+        self.bytes = Gauge("spoolrender_render_cache_bytes", "Size of the render cache after this runner's last store",
+                           names, registry=registry)  # fmt: skip
+        for metric in (self.hits, self.misses, self.stores, self.evictions):
+            metric.labels(**labels)
+
+    def looked_up(self, hit: bool) -> None:
+        (self.hits if hit else self.misses).labels(**self._labels).inc()
+
+    def stored(self, evicted: int, total_bytes: int | None) -> None:
+        self.stores.labels(**self._labels).inc()
+        self.evictions.labels(**self._labels).inc(evicted)
+        if total_bytes is not None:
+            self.bytes.labels(**self._labels).set(total_bytes)
+
+
 class RunnerMetrics:
     """A runner's metrics; thread-safe (prometheus-client locks each value)."""
 
@@ -109,6 +140,7 @@ class RunnerMetrics:
         for outcome in OUTCOMES:
             self.finished.labels(**labels, outcome=outcome)
         self.busy.labels(**labels).set(0)
+        self.render_cache = RenderCacheMetrics(self.registry, labels)
 
     def job_claimed(self) -> None:
         self.claimed.labels(**self._labels).inc()

@@ -137,6 +137,7 @@ class Runner:
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         factory = make_renderer or renderer_factory(config, self.capacity)
+        self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
             JobExecutor(
                 self.layout,
@@ -146,6 +147,7 @@ class Runner:
                 self._heartbeat,
                 factory,
                 self.capacity.threads_per_job,
+                self.metrics.render_cache,
             )
             for _ in range(self.capacity.slots)
         ]
@@ -154,7 +156,6 @@ class Runner:
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
         self._probe = probe_path(self.layout, self.runner_id)
-        self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.

@@ -34,6 +34,7 @@ from spoolrender.layout import (
     priority_from_key,
 )
 from spoolrender.queues import list_incoming, queue_report
+from spoolrender.render_cache import WAITING_STAGE
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -280,6 +281,8 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         rows = []
         for r in status["running"]:
             prog = "-" if r["progress"] is None else f"{r['progress'] * 100:.0f}%"
+            if r.get("stage") == WAITING_STAGE:
+                prog = "waiting"  # for an identical job's render (the render cache)
             hb = f"{_age(r['heartbeat_age_seconds'])} ago" + (" STALE" if r["stale"] else "")
             rows.append([p(r["id"]), p(r["host"] or "?"), p(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
         table = _table(["ID", "HOST", "PID", "PROGRESS", "ETA", "HEARTBEAT"], rows)

@@ -39,6 +39,7 @@ from spoolrender.records import (
     read_run,
     read_runs,
 )
+from spoolrender.render_cache import RESULT_FIELDS as CACHE_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ def complete_publish(
         "duration_seconds": None if record.started is None else round(record.ended - record.started, 3),
         "details": record.details,
         "runs": [r.__dict__ for r in runs],
+        # The render cache, when the job used it: hit (and from which job), miss or stored.
+        **{k: record.details[k] for k in CACHE_FIELDS if k in record.details},
     }
     write_json_atomic(job_dir / defaults.RESULT_FILENAME, result)
     if hooks:

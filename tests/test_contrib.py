@@ -64,6 +64,11 @@ METRICS = {
     "spoolrender_queue_jobs_waiting",
     "spoolrender_queue_jobs_unserved",
     "spoolrender_queue_oldest_age_seconds",
+    "spoolrender_render_cache_hits_total",
+    "spoolrender_render_cache_misses_total",
+    "spoolrender_render_cache_stores_total",
+    "spoolrender_render_cache_evictions_total",
+    "spoolrender_render_cache_bytes",
 }
 
 
@@ -297,7 +302,7 @@ def test_unit_settings_match_the_runner() -> None:
 def test_alert_rules_pass_promtool_check() -> None:
     result = run([tool("promtool"), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_alert_rules_pass_their_unit_tests() -> None:
@@ -315,8 +320,10 @@ def test_alert_rules_pass_their_unit_tests() -> None:
         ("or\n          absent(spoolrender_runners_online)", ""),  # NoRunner misses "no metrics"
         ("0 * sum without", "sum without"),  # SuccessRateLow misses "failures only"
         ("> 3600", "> 7200"),  # OldestJobTooOld fires too late
+        ("0.5 * sum", "2 * sum"),  # RenderCacheThrashing never fires
+        (">= 20", ">= 0"),  # RenderCacheThrashing fires on a cache that stores little
     ],
-    ids=["no-absent", "no-zero-done", "threshold"],
+    ids=["no-absent", "no-zero-done", "threshold", "cache-ratio", "cache-min-stores"],
 )
 def test_alert_unit_tests_catch_a_broken_rule(tmp_path: Path, old: str, new: str) -> None:
     promtool = tool("promtool")

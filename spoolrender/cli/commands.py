@@ -59,6 +59,31 @@ def silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def _purge_cache(args: argparse.Namespace) -> int:
+    from spoolrender.clock import SystemClock
+    from spoolrender.control import parse_duration
+    from spoolrender.heartbeat import LivenessTracker
+    from spoolrender.layout import SpoolLayout
+    from spoolrender.render_cache import RenderCache
+    from spoolrender.render_cache_flight import InFlight
+
+    if args.state is not None:
+        raise SpoolrenderError("--state is for finished jobs, not for --cache")
+    config = _config(args)
+    layout = SpoolLayout(config.spool)
+    layout.check()
+    older = None if args.older_than is None else parse_duration(args.older_than)
+    cache = RenderCache(config.output_root, config.render_cache_max_bytes)
+    removed = cache.purge(older, dry_run=args.dry_run)
+    if not args.dry_run:
+        InFlight(cache.root, layout, config.lease_seconds, LivenessTracker(SystemClock())).clear_ended()
+    for entry in removed:
+        _say(f"{entry.key[:16]}  {entry.bytes} bytes  rendered by {entry.source.get('id')}")
+    size = sum(e.bytes for e in removed)
+    print(f"{'would remove' if args.dry_run else 'removed'} {len(removed)} render cache entries ({size} bytes)")
+    return EXIT_OK
+
+
 def _say(text: str) -> None:
     """One line for people on stdout, control characters escaped (spool text is untrusted)."""
     print(printable(text))
@@ -168,9 +193,13 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "resume":
         print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
+    if args.command == "purge" and args.cache:
+        return _purge_cache(args)
     if args.command == "purge":
         from spoolrender.control import parse_duration
 
+        if args.older_than is None:
+            raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
         states = (args.state,) if args.state else ("done", "failed")
         removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
         for entry in removed:
@@ -261,6 +290,7 @@ def _compositions(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from spoolrender.render_cache import describe_usage
     from spoolrender.status import format_status
 
     spool = _spool(args)
@@ -275,6 +305,10 @@ def _status(args: argparse.Namespace) -> int:
     while True:
         document = spool.status().document
         text = json.dumps(document, indent=2, sort_keys=True) if args.json else format_status(document, colour=colour)
+        if not args.json:
+            config = spool.config
+            cache = describe_usage(config.output_root, config.render_cache_max_bytes)
+            text += "" if cache is None else f"\n{cache}"
         if stop is None:
             print(text)
             return EXIT_OK

@@ -248,17 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
-        "purge", help="forget old finished jobs", formatter_class=raw,
+        "purge", help="forget old finished jobs, or empty the render cache", formatter_class=raw,
         description="Delete the records (job file, runs, logs) of jobs in done/ and failed/ that finished "
-        "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.",
+        "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.\n\n"
+        "With --cache: empty the render cache instead (<output_root>/.spoolrender-cache/, shared by every "
+        "host of the spool), or with --older-than only its entries unused for that long. Safe while runners "
+        "work: a job that was about to reuse an entry renders instead. Published outputs stay (they keep "
+        "their bytes). Do it after changing something the cache key cannot see (README, \"Render cache\").",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender purge --older-than 30d
               spoolrender purge --older-than 12h --state failed --dry-run
+              spoolrender purge --cache                   empty the render cache
+              spoolrender purge --cache --older-than 7d   only entries unused for a week
         """),
     )  # fmt: skip
-    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w")
+    p.add_argument("--older-than", metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w (required without --cache)")
     p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
+    p.add_argument("--cache", action="store_true", help="purge the render cache instead of finished jobs")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
     _add_common(p)
 

@@ -328,6 +328,17 @@ def _still(value: Any, f: Fields) -> dict[str, Any] | None:
     return None if problems else still
 
 
+def _cache(value: Any, f: Fields) -> bool | None:
+    """``cache: true`` asks for the render cache, ``false`` opts out; absent: the spool's
+    ``render_cache`` decides."""
+    if value is MISSING or value is None:
+        return None
+    if not isinstance(value, bool):
+        f.problem("cache", f"expected true or false, got {describe(value)}")
+        return None
+    return value
+
+
 # Order matters: a check may read the values of the fields above it.
 FIELD_CHECKS: dict[str, Check] = {
     "id": _id,
@@ -347,6 +358,7 @@ FIELD_CHECKS: dict[str, Check] = {
     "queue": _queue,
     "requires": _requires,
     "still": _still,
+    "cache": _cache,
 }
 KNOWN_FIELDS = tuple(FIELD_CHECKS)
 

@@ -35,6 +35,7 @@ class JobSpec:
     queue: str | None = None  # None: from the drop directory, else "default" (queues.py)
     requires: tuple[str, ...] = ()  # runner tags a runner must have to take the job
     still: dict[str, Any] | None = None  # {frame, format (None: from the output's suffix)}
+    cache: bool | None = None  # the render cache: True asks, False opts out, None: the spool decides
     # Where the id came from, as reasons about the id name it: "field 'id'", or the
     # file name it was derived from (a user who never wrote `id:` must not be told to fix it).
     id_origin: str = ID_FIELD_ORIGIN
@@ -47,6 +48,10 @@ class JobSpec:
             raise ValueError(f"invalid renderer {self.renderer!r}")
         if output_path_problem(str(self.output)) is not None:
             raise ValueError(f"invalid output {self.output!r}")
+
+    def uses_cache(self, config: SpoolConfig) -> bool:
+        """Whether this job's render is looked up in and stored to the render cache."""
+        return config.render_cache if self.cache is None else self.cache
 
     def settings_for_attempt(self, attempt: int) -> tuple[dict[str, Any], dict[str, Any], bool]:
         """(props, settings, fallback_used) for ``attempt``.

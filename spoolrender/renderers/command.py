@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import threading
 from collections import deque
@@ -38,6 +39,7 @@ from spoolrender.renderers.base import (
     WholeRendersOnly,
     terminate_group,
 )
+from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,47 @@ class CommandRenderer(WholeRendersOnly):
 
     def __init__(self, config: SpoolConfig) -> None:
         self._config = config
+        self._digests = FileDigests()
+
+    def cache_key(self, request: RenderRequest) -> str | None:
+        """The command's argv template, the content of the files it names, and the props.
+
+        Files that count: the program (argv[0], found on PATH as the render would find
+        it) and every other argument that is an absolute path to an existing file, read
+        once per version of the file (FileDigests). What a placeholder brings in counts
+        when the template uses it: ``{job_file}`` the job file's bytes, ``{job_id}``,
+        ``{attempt}``, ``{threads}`` their values (such a job matches only itself).
+        Not keyed: the environment and files the program opens on its own; a command
+        whose output depends on those must not be cached (README, "Render cache").
+        Cost: a stat per named file, and reading the job file when the template names it.
+        """
+        name = request.spec.command
+        if name is None or name not in self._config.commands:
+            return None  # render() fails the job with the reason
+        template = self._config.commands[name]
+        files: dict[str, str | None] = {}
+        for index, arg in enumerate(template):
+            if PLACEHOLDER.search(arg):
+                continue
+            found = shutil.which(arg) if index == 0 and os.sep not in arg else arg
+            if found is None or not os.path.isabs(found) or not os.path.isfile(found):
+                if index == 0:
+                    files[arg] = None  # not installed: the render fails and nothing is stored
+                continue
+            files[arg] = self._digests.of(Path(found))
+        used = {m.group(1) for arg in template for m in PLACEHOLDER.finditer(arg)}
+        values = {"job_id": request.spec.id, "attempt": request.attempt, "threads": request.threads}
+        parts = {
+            "renderer": "command",
+            "argv": list(template),
+            "files": files,
+            "props": request.props,
+            "output_suffix": request.output.suffix,
+            **{k: v for k, v in values.items() if k in used},
+        }
+        if "job_file" in used:
+            parts["job_file"] = sha256_file(request.job_file)
+        return digest_of(parts)
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
         name = request.spec.command

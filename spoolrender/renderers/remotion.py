@@ -43,9 +43,10 @@ from spoolrender.renderers.base import (
     WholeRendersOnly,
     terminate_group,
 )
+from spoolrender.renderers.cache_keys import digest_of, stat_identity
 from spoolrender.renderers.command import verify_nonempty
 from spoolrender.renderers.memory import OomCount, memory_line, oom_evidence, oom_kills
-from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+from spoolrender.renderers.remotion_project import WORKER_DIR, bundle_key, check_project, setup_error
 from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
 
 log = logging.getLogger(__name__)
@@ -264,6 +265,35 @@ class RemotionRenderer(WholeRendersOnly):
             return self._config.project_dir(request.spec.project).resolve()
         except ConfigError as exc:  # the job was accepted under another config
             raise setup_error(str(exc)) from exc
+
+    def cache_key(self, request: RenderRequest) -> str | None:
+        """The bundle's key (the project's package, lock and config files by content, its
+        sources by name, size and mtime, the Remotion version, spoolrender's bundling
+        scripts: see bundle_cache.py), the browser (path, size, mtime: a Chromium upgrade
+        is a new key), the composition, the resolved props, every render setting, the
+        still frame and format, and the output's suffix.
+
+        Not the concurrency or thread count: Remotion renders the same frames either way.
+        Cost: what every render already pays before it starts, a stat per project source
+        file and reading the package and config files; no bundle is built and no worker or
+        browser started (a project whose bundle was never built gets a key all the same).
+        Raises the render's own setup error when the project cannot render at all.
+        """
+        project = self._project(request)
+        version = check_project(project)
+        return digest_of(
+            {
+                "renderer": "remotion",
+                "remotion": version,
+                "bundle": bundle_key(project, version, self._config.cache_dir.expanduser()),
+                "browser": stat_identity(Path(self._config.browser_executable)),
+                "composition": request.spec.composition,
+                "props": request.props,
+                "settings": request.settings,
+                "still": _still_request(request),
+                "output_suffix": request.output.suffix,
+            }
+        )
 
     def _ensure_worker(self, request: RenderRequest, log_fh: IO[bytes]) -> RemotionWorker:
         project = self._project(request)

@@ -18,6 +18,17 @@ function fact(term, value) {
   return [el("dt", { text: term }), el("dd", { text: String(value) })];
 }
 
+// The render cache's part in a done job (result.json's cache fields), or null.
+function cacheText(result) {
+  if (result.cache === "hit") {
+    const source = result.cache_source || {};
+    return `hit: published from the render of job ${source.id} (uid ${source.uid}), not rendered`;
+  }
+  if (result.cache === "stored") return "miss: rendered and stored";
+  if (result.cache === "miss") return "miss: rendered, not stored";
+  return null;
+}
+
 function setProgress(progress, stage, eta, stale) {
   const box = $("#progress");
   box.hidden = progress === null || progress === undefined;
@@ -79,6 +90,7 @@ function render(info) {
     ...fact("output", result.output),
     ...fact("bytes", result.bytes),
     ...fact("render took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
+    ...fact("render cache", cacheText(result)),
   );
   const reason = $("#reason");
   const failure = info.state === "failed" ? info.failure || null : null; // a retried job keeps its old failure.json

@@ -6,6 +6,7 @@ read from the filesystem (never from a runner's memory), after every runner has 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -79,6 +80,23 @@ def render_orphans(scope: str = "") -> list[str]:
     return found
 
 
+def damaged_cache_entries(cache: Path) -> list[str]:
+    """Render cache entries that are not whole (an entry must appear complete or not at all;
+    staging left by a killed runner is not an entry and is swept later)."""
+    problems = []
+    entries = cache / "entries"
+    for name in list_names(entries):
+        try:
+            meta = json.loads((entries / name / "entry.json").read_text())
+            data = (entries / name / "output").read_bytes()
+        except (OSError, ValueError) as exc:
+            problems.append(f"cache entry {name[:16]}: {exc}")
+            continue
+        if len(data) != meta["bytes"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+            problems.append(f"cache entry {name[:16]}: its output does not match its entry.json")
+    return problems
+
+
 def audit(
     layout: SpoolLayout,
     job_ids: set[str],
@@ -136,9 +154,11 @@ def audit(
             result.bad_outputs.append(f"{name}: output content {data[:40]!r}")
         if res["bytes"] != len(data):
             result.bad_outputs.append(f"{name}: {len(data)} bytes, result says {res['bytes']}")
+    cache = output_root / ".spoolrender-cache"
+    result.bad_outputs += damaged_cache_entries(cache)
     if output_root.exists():
         for path in output_root.rglob("*"):
-            if path.is_dir() or scratch in path.parents:
+            if path.is_dir() or scratch in path.parents or cache in path.parents:
                 continue
             if ".remotion-in-progress" in path.name or path not in expected_outputs:
                 result.partial_files.append(str(path.relative_to(output_root)))
