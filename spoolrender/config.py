@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from spoolrender import defaults
+from spoolrender.chunks.command_config import CommandChunks, parse_command_chunks
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
 from spoolrender.queues import ALL_QUEUES, name_problem
@@ -65,6 +66,13 @@ def _optional_count(name: str, value: Any) -> int | None:
 
 def _optional_seconds(name: str, value: Any) -> float | None:
     if value is None or value == "auto":
+        return None
+    return _positive_number(name, value)
+
+
+def _split_seconds(name: str, value: Any) -> float | None:
+    """``split_seconds``: a threshold in seconds, or off (None, ``off``, false)."""
+    if value is None or value is False or value == "off":
         return None
     return _positive_number(name, value)
 
@@ -224,6 +232,11 @@ class SpoolConfig:
     host_block_jobs: int = defaults.HOST_BLOCK_JOBS
     host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
     host_block_seconds: float = defaults.HOST_BLOCK_S
+    # Chunked rendering (spoolrender.chunks): split jobs longer than this many seconds of
+    # video over the idle slots of every runner (None: only jobs that ask, chunks: N).
+    split_seconds: float | None = None
+    # How `renderer: command` jobs render a frame range and join the parts, by command name.
+    command_chunks: dict[str, CommandChunks] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -233,6 +246,7 @@ class SpoolConfig:
             object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
         # Parsed here, not by a validator: a relative secret_file is relative to the spool.
         object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
+        object.__setattr__(self, "command_chunks", parse_command_chunks(self.command_chunks, self.commands))
         # Relative paths in a spool's config mean "relative to the spool", so that every
         # host (and the systemd unit, whatever its working directory) agrees.
         for name in ("output_root", "remotion_project", "serve_token_file"):
@@ -332,6 +346,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "host_block_jobs": _positive_int,
     "host_block_window_seconds": _positive_number,
     "host_block_seconds": _positive_number,
+    "split_seconds": _split_seconds,
+    "command_chunks": lambda name, value: value,  # see __post_init__ (needs `commands`)
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)
