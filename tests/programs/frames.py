@@ -71,17 +71,17 @@ elif mode == "join":
     joined = []
     with open(parts_file) as fh:
         for entry in fh:
-            first, last, directory = entry.rstrip("\n").split(" ", 2)
-            if int(first) != expected:
-                print(f"gap before frame {first}: expected {expected}", flush=True)
+            start, end, directory = entry.rstrip("\n").split(" ", 2)
+            if int(start) != expected:
+                print(f"gap before frame {start}: expected {expected}", flush=True)
                 sys.exit(65)
             with open(os.path.join(directory, "frames.txt")) as part:
                 text = part.read()
-            if text != "".join(line(i) for i in range(int(first), int(last) + 1)):
-                print(f"chunk {first}-{last} does not hold exactly its frames", flush=True)
+            if text != "".join(line(i) for i in range(int(start), int(end) + 1)):
+                print(f"chunk {start}-{end} does not hold exactly its frames", flush=True)
                 sys.exit(65)
             joined.append(text)
-            expected = int(last) + 1
+            expected = int(end) + 1
     if expected != frames:
         print(f"the parts end at frame {expected - 1}, the video has {frames}", flush=True)
         sys.exit(65)
