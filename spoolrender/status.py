@@ -259,7 +259,12 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
 
     c = status["counts"]
-    summary = "  ".join(f"{state} {c[state]}" for state in defaults.STATE_DIRS)
+    # split/ (jobs rendered in chunks) only when it holds any: most spools never split.
+    summary = "  ".join(
+        f"{state} {c.get(state, 0)}"
+        for state in defaults.STATE_DIRS
+        if state not in defaults.OPTIONAL_STATE_DIRS or c.get(state)
+    )
     if status["oldest_incoming_age_seconds"] is not None:
         summary += f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
     lines = [f"spool {p(status['spool'])}", summary]
