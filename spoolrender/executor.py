@@ -23,6 +23,7 @@ from filelock import Timeout
 
 from spoolrender import defaults, seal
 from spoolrender.chunks.ledger import chunk_info
+from spoolrender.chunks.naming import parent_id
 from spoolrender.chunks.runs import SplitJobRuns
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
@@ -301,7 +302,8 @@ class JobExecutor(SplitJobRuns):
     ) -> RunEnd:
         if error["transient"]:
             try:
-                record_failure(self._layout, self._config, HOSTNAME, claim.job_id, error["kind"])
+                # A split job's chunks count as that one job against the host.
+                record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
             except (OSError, Timeout) as exc:  # host health must never stop a job's own record
                 log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:

@@ -25,6 +25,11 @@ def chunk_id(parent_id: str, index: int) -> str:
     return f"{parent_id}{CHUNK_MARK}{index:04d}"
 
 
+def parent_id(job_id: str) -> str:
+    """The id of the job a chunk belongs to (a job's own id as it is)."""
+    return job_id.split(CHUNK_MARK, 1)[0]
+
+
 def is_chunk_name(name: str) -> bool:
     """True for a chunk entry's name or id (in retry/ or running/): never shown as a job."""
     return CHUNK_MARK in name
