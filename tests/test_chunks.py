@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -239,3 +240,23 @@ def test_no_job_id_can_name_a_chunk_entry(config: SpoolConfig) -> None:
     # Chunk entries are told apart from jobs by the `@` in their id, which no job id has.
     with pytest.raises(JobInvalid, match="field 'id'"):
         parse_job(yaml.safe_dump({"id": "long@chunk-0001"}).encode(), "x.yaml", config)
+
+
+def test_a_chunk_whose_files_are_gone_at_the_join_is_rendered_again(spool: SpoolLayout, tmp_path: Path) -> None:
+    write_spool_config(spool, FRAMES_CONFIG)
+    drop(spool, "long.yaml", frames_job(3, frames=30, marker=str(tmp_path / "marker")))
+    # Killed just after its last chunk woke the job: every chunk rendered, nothing joined.
+    env = {**os.environ, "SPOOLRENDER_CRASH_AT": "after-wake"}
+    killed = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), env=env, timeout=120)
+    assert killed.returncode == -9
+    store = spool.root / "output" / ".spoolrender-chunks"
+    (key,) = os.listdir(store)
+    second = sorted(os.listdir(store / key))[1]
+    shutil.rmtree(store / key / second)  # chunk 2's files lost (a disk fault, an operator)
+    entry = drain_until(spool, "done")
+    assert (spool.root / "output" / "long.mp4").read_text() == video(30)
+    assert sorted(i for i, _, _ in markers(tmp_path / "marker")) == [0, 1, 1, 2]  # only chunk 2 again
+    # split, (a "retry" if the killed drain had claimed the woken job), split again, publishing
+    outcomes = runs_of(spool.done / entry)
+    assert outcomes.count("split") == 2 and outcomes.count("publishing") == 1 and outcomes[-1] == "publishing"
+    assert chunk_leftovers(spool, spool.root / "output") == []
