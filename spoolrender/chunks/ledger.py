@@ -111,22 +111,30 @@ def read_finished(layout: SpoolLayout, output_root: Path, key: str, part: ChunkP
 def chunk_states(layout: SpoolLayout, output_root: Path, key: str, parent_uid: str, plan: ChunkPlan) -> ChunkStates:
     states = ChunkStates(plan)
     by_uid = {chunk_uid(parent_uid, p.index): p.index for p in plan.parts}
-    # Finished first, live entries second: a chunk that finishes between the listings is
-    # then seen as running (or gone), never as missing while it is in fact finished.
+    # Listings are no snapshot: a chunk moves while we list. Listed in this order, a chunk
+    # that makes one move during it (retry/ -> running/ by a claim, running/ -> retry/ after
+    # a failure, running/ -> finished/ when done) is still seen in one listing or another
+    # (the destination is listed again after the source was first listed; see ids.py).
+    _list_waiting(layout, by_uid, states)
+    for name in list_names(layout.running):
+        m = RUNNING_NAME.fullmatch(name)
+        if m is not None and m.group("uid") in by_uid:
+            states.running[by_uid[m.group("uid")]] = name
     for name in list_names(finished_dir(layout, key)):
         if name.isdigit() and int(name) < plan.count:
             found = read_finished(layout, output_root, key, plan.parts[int(name)])
             if found is not None:
                 states.finished[int(name)] = found
-    for name in list_names(layout.running):
-        m = RUNNING_NAME.fullmatch(name)
-        if m is not None and m.group("uid") in by_uid:
-            states.running[by_uid[m.group("uid")]] = name
+                states.running.pop(int(name), None)
+    _list_waiting(layout, by_uid, states)
+    return states
+
+
+def _list_waiting(layout: SpoolLayout, by_uid: dict[str, int], states: ChunkStates) -> None:
     for name in list_names(layout.retry):
         m = RETRY_NAME.fullmatch(name)
         if m is not None and m.group("uid") in by_uid:
             states.waiting.add(by_uid[m.group("uid")])
-    return states
 
 
 def chunk_info(job_dir: Path) -> dict[str, Any] | None:

@@ -90,12 +90,12 @@ def create_chunk(
         try:
             rename_durable(stage, target)
         except OSError as exc:
-            if exc.errno not in _TAKEN:
+            if exc.errno not in _TAKEN and not os.path.lexists(target):
                 raise
             # Queued already under this very name (a planner that was frozen meanwhile).
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        remove_tree(stage)
         raise
     log.debug("job %s: chunk %d of %d (frames %d-%d) queued", job_id, index + 1, plan.count, part.first, part.last)
     return target
@@ -109,7 +109,7 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         job_id, uid, index = str(info["parent_id"]), str(info["parent_uid"]), int(info["index"])
     except (KeyError, TypeError, ValueError):
         log.warning("%s: unreadable %s; dropping the chunk entry", job_dir.name, defaults.CHUNK_FILENAME)
-        shutil.rmtree(job_dir, ignore_errors=True)
+        remove_tree(job_dir)
         return job_dir
     key = final_name(job_id, uid)
     files: Path | None = None
@@ -133,7 +133,9 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
             return job_dir
         raise
     except OSError as exc:
-        if exc.errno not in _TAKEN:
+        # Taken: ENOTEMPTY or EEXIST locally; sshfs reports a directory renamed onto a
+        # non-empty one as EPERM, so the target's presence decides.
+        if exc.errno not in _TAKEN and not os.path.lexists(target):
             raise
         log.info("job %s: chunk %d was finished by another copy; dropping this one", job_id, index)
         _drop(job_dir, files)
@@ -145,8 +147,8 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
 
 def _drop(job_dir: Path, files: Path | None) -> None:
     if files is not None:
-        shutil.rmtree(files, ignore_errors=True)
-    shutil.rmtree(job_dir, ignore_errors=True)
+        remove_tree(files)
+    remove_tree(job_dir)
 
 
 def waiting_for_nothing(states: ChunkStates) -> bool:
@@ -176,6 +178,17 @@ def wake_parent(layout: SpoolLayout, key: str, priority: int) -> bool:
     return True
 
 
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything in it, as far as it is there.
+
+    Two hosts may remove the same tree at once (a job's end and another host's sweep).
+    ``shutil.rmtree(ignore_errors=True)`` of Python 3.11 still raises FileNotFoundError
+    from the fstat of a directory removed under it (seen on sshfs), hence the suppress.
+    """
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def parent_priority(job_dir: Path) -> int:
     """A job's priority as its last run recorded it (the waker of a job in split/ keeps it)."""
     try:
@@ -196,21 +209,21 @@ def discard_chunks(layout: SpoolLayout, output_root: Path, key: str) -> None:
         gone = ledgers_root(layout) / f".gone-{key}-{new_token()}"
         with contextlib.suppress(FileNotFoundError):
             os.rename(ledger, gone)
-            shutil.rmtree(gone, ignore_errors=True)
+            remove_tree(gone)
     job_id, _, uid = key.rpartition(".")
     uids = _chunk_uids(uid)
     for name in list_names(layout.retry):
         m = RETRY_NAME.fullmatch(name)
         if m is not None and m.group("uid") in uids:
             # A runner may claim it at this moment: its run then finds no ledger.
-            shutil.rmtree(layout.retry / name, ignore_errors=True)
+            remove_tree(layout.retry / name)
     for name in list_names(layout.running):
         m = RUNNING_NAME.fullmatch(name)
         if m is not None and m.group("uid") in uids:
             # Its owner (on any host) stops the render at its next heartbeat.
             with contextlib.suppress(OSError):
                 write_atomic(layout.running / name / defaults.CANCEL_FILENAME, b"its job has ended\n", durable=False)
-    shutil.rmtree(store_dir(output_root, key), ignore_errors=True)
+    remove_tree(store_dir(output_root, key))
     log.debug("job %s: chunk files and entries removed", job_id)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from spoolrender import defaults
 from spoolrender.beacons import PROBE_PREFIX
 from spoolrender.chunks.ledger import ChunkStates, chunk_states, read_plan, write_plan
+from spoolrender.chunks.moves import remove_tree
 from spoolrender.chunks.naming import ledger_dir
 from spoolrender.chunks.plan import ChunkPlan, automatic_split, explicit_split, plan_parts
 from spoolrender.clock import spool_now
@@ -111,7 +111,7 @@ class SplitJobRuns:
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
         try:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
             request.output.mkdir(parents=True)
             timer.start()
             result = renderer.render(request, self._progress(claim.token), claim.cancel)
@@ -225,9 +225,9 @@ class SplitJobRuns:
                     problem = exc.message
             if problem is not None:
                 log.warning("job %s: chunk %d is rendered again: %s", claim.job_id, done.part.index + 1, problem)
-                shutil.rmtree(done.entry, ignore_errors=True)
+                remove_tree(done.entry)
                 if done.files is not None:
-                    shutil.rmtree(done.files, ignore_errors=True)
+                    remove_tree(done.files)
                 broken = True
         return broken
 
@@ -253,7 +253,7 @@ class SplitJobRuns:
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
         try:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
             scratch.mkdir(parents=True)
             timer.start()
             result = renderer.join(request, self._progress(claim.token), claim.cancel)

@@ -22,12 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import chunk_states, read_plan
-from spoolrender.chunks.moves import discard_chunks, parent_priority, waiting_for_nothing, wake_parent
+from spoolrender.chunks.moves import discard_chunks, parent_priority, remove_tree, waiting_for_nothing, wake_parent
 from spoolrender.chunks.naming import ledgers_root
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
@@ -52,9 +51,14 @@ class SplitSweeper:
             m = FINAL_NAME.fullmatch(key)
             if m is None:
                 continue
-            why = self._why_wake(key, m.group("uid"), self._clock.wall() if fs_now is None else fs_now)
-            if why is not None and wake_parent(self._layout, key, parent_priority(self._layout.split / key)):
-                log.warning("job %s: woken by the sweep: %s", m.group("id"), why)
+            now = self._clock.wall() if fs_now is None else fs_now
+            why = self._why_wake(key, m.group("uid"), now)
+            # Twice: a chunk that moves twice during one look (claimed, then finished) can
+            # hide from it; nothing is woken on one look alone.
+            if why is None or self._why_wake(key, m.group("uid"), now) is None:
+                continue
+            if wake_parent(self._layout, key, parent_priority(self._layout.split / key)):
+                log.info("job %s: woken by the sweep: %s", m.group("id"), why)
                 woken.append(key)
         self._remove_ended()
         return woken
@@ -67,7 +71,7 @@ class SplitSweeper:
             return "its chunk plan is gone"
         states = chunk_states(self._layout, self._config.output_root, key, uid, plan)
         if waiting_for_nothing(states):
-            return "its chunks need nothing more (the runner of the last one stopped before waking it)"
+            return "its chunks need nothing more"
         if not states.missing:
             return None
         age = _decided_for(self._layout.split / key, fs_now)
@@ -79,7 +83,7 @@ class SplitSweeper:
     def _remove_ended(self) -> None:
         for key in list_names(ledgers_root(self._layout)):
             if key.startswith(".gone-"):  # a discard killed between its rename and its rmtree
-                shutil.rmtree(ledgers_root(self._layout) / key, ignore_errors=True)
+                remove_tree(ledgers_root(self._layout) / key)
                 discard_chunks(self._layout, self._config.output_root, key.removeprefix(".gone-").rsplit("-", 1)[0])
                 continue
             if any(os.path.lexists(self._layout.state_dir(s) / key) for s in ("done", "failed")):

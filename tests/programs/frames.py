@@ -11,12 +11,14 @@ props: frames (default 40), fps (default 10), sleep (seconds per frame), marker 
 "<index> <attempt> <pid>" per chunk render), fail_index + fail_until_attempt (that chunk
 exits 75 while its attempt is lower), fail_index + fail_for_good (that chunk exits 65),
 barrier_dir + barrier (each chunk waits until this many chunks have started: proves
-that several runners render at once), pid_dir (each chunk writes its pid there), hang_index
+that several runners render at once), host_dir (each chunk render creates the file
+"<index>.<hostname>.<pid>" there: which host rendered it), pid_dir (each chunk writes its pid there), hang_index
 (that chunk renders very slowly: sleep 600 s).
 """
 
 import json
 import os
+import socket
 import sys
 import time
 
@@ -62,6 +64,8 @@ elif mode == "chunk":
             time.sleep(delay)
             out.write(line(frame))
             print(f"PROGRESS {(frame - first + 1) / (last - first + 1):.3f}", flush=True)
+    if props.get("host_dir"):
+        open(os.path.join(props["host_dir"], f"{index}.{socket.gethostname()}.{os.getpid()}"), "w").close()
     if props.get("marker"):
         with open(props["marker"], "a") as fh:
             fh.write(f"{index} {attempt} {os.getpid()}\n")
