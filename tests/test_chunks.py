@@ -11,17 +11,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
+from browser.server import running_server
 from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, markers, video
 from conftest import FAST, drop, spoolrender_cmd, wait_for, write_spool_config
 
+import spoolrender
 from spoolrender.chunks.plan import ChunkPlan, plan_parts
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import parse_job
 from spoolrender.layout import SpoolLayout
 from spoolrender.renderers.base import ChunkPart, FrameSpan
+
+SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 
 # --- planning ---------------------------------------------------------------------------
 
@@ -260,3 +265,31 @@ def test_a_chunk_whose_files_are_gone_at_the_join_is_rendered_again(spool: Spool
     outcomes = runs_of(spool.done / entry)
     assert outcomes.count("split") == 2 and outcomes.count("publishing") == 1 and outcomes[-1] == "publishing"
     assert chunk_leftovers(spool, spool.root / "output") == []
+
+
+def test_serve_and_events_show_a_split_job_as_one_job_with_its_chunks_progress(
+    spool: SpoolLayout, start_runner: Any, tmp_path: Path
+) -> None:
+    write_spool_config(spool, FRAMES_CONFIG)
+    drop(spool, "long.yaml", frames_job(4, sleep=0.05, hang_index=3))
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1") as server:
+        stream = server.events("/events?job=long")
+        try:
+            start_runner()
+            events = stream.until(
+                lambda e: e.kind == "progress" and e.data["state"] == "split" and e.data["chunks"]["done"] == 3,
+                timeout=60,
+            )
+        finally:
+            stream.close()
+        progress = [e.data["progress"] for e in events if e.kind == "progress" and e.data["state"] == "split"]
+        assert progress == sorted(progress) and progress[-1] >= 0.75  # the chunks' frames, as they render
+        assert all(e.data["id"] == "long" for e in events)
+        status = server.get_json("/status")
+        jsonschema.validate(status, SCHEMA)
+        assert [s["id"] for s in status["split"]] == ["long"] and status["counts"]["split"] == 1
+        page = server.get_json("/jobs")
+        assert [(j["id"], j["state"]) for j in page["jobs"]] == [("long", "split")]  # no chunk entry listed
+        assert page["jobs"][0]["chunks"]["count"] == 4
+        detail = server.get_json("/jobs/long")
+        assert detail["state"] == "split" and detail["split"]["chunks"]["done"] == 3
