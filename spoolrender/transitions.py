@@ -20,7 +20,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.chunks.ledger import is_chunk_entry
 from spoolrender.chunks.moves import discard_chunks, finish_chunk, move_to_split
-from spoolrender.chunks.naming import ledger_dir
+from spoolrender.chunks.naming import is_chunk_name, ledger_dir
 from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.failpoints import crash_point
@@ -197,7 +197,7 @@ def carry_out(
     A chunk of a split job (spoolrender.chunks) ends in its job's ledger instead, and
     fires no hook: the job it belongs to does, once.
     """
-    if is_chunk_entry(job_dir):
+    if is_chunk_name(job_id) or is_chunk_entry(job_dir):
         if record.outcome in (PUBLISHING, FAILED):
             return finish_chunk(layout, output_root, job_dir, record)
         hooks = None

@@ -104,7 +104,11 @@ def create_chunk(
 def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: RunRecord) -> Path:
     """Carry out a chunk's PUBLISHING or FAILED decision; returns where its entry went."""
     crash_point("chunk-after-decide")
-    info = chunk_info(job_dir) or {}
+    info = chunk_info(job_dir)
+    if info is None:
+        if not os.path.lexists(job_dir):
+            raise FileNotFoundError(job_dir)  # moved on by another runner: theirs to carry out
+        info = {}
     try:
         job_id, uid, index = str(info["parent_id"]), str(info["parent_uid"]), int(info["index"])
     except (KeyError, TypeError, ValueError):
