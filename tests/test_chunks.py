@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -293,3 +294,45 @@ def test_serve_and_events_show_a_split_job_as_one_job_with_its_chunks_progress(
         assert page["jobs"][0]["chunks"]["count"] == 4
         detail = server.get_json("/jobs/long")
         assert detail["state"] == "split" and detail["split"]["chunks"]["done"] == 3
+
+
+def _idle_since(spool: SpoolLayout, pid: int, since: float) -> bool:
+    """The runner ``pid`` says (in a beacon written after ``since``) that it runs nothing."""
+    for name in os.listdir(spool.runners):
+        try:
+            beacon = json.loads((spool.runners / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if beacon.get("pid") == pid and beacon.get("updated", 0) > since and beacon.get("busy") == 0:
+            return True
+    return False
+
+
+def _stopped(proc: subprocess.Popen[bytes]) -> bool:
+    with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
+
+
+@pytest.mark.parametrize("point", ["after-split-move", "chunk-after-store"])
+def test_a_runner_frozen_past_the_lease_mid_split_loses_nothing_and_publishes_once(
+    spool: SpoolLayout, start_runner: Any, tmp_path: Path, point: str
+) -> None:
+    """A VM pause at a step of a split job (its planner before queueing the chunks, or a
+    chunk's runner between moving its files and finishing it): another runner carries the
+    job through; the frozen one, thawed, adds nothing and publishes nothing."""
+    write_spool_config(spool, FRAMES_CONFIG)
+    drop(spool, "long.yaml", frames_job(3, frames=30, marker=str(tmp_path / "marker")))
+    frozen = start_runner(env={"SPOOLRENDER_PAUSE_AT": point}, log=tmp_path / "frozen.log")
+    wait_for(lambda: _stopped(frozen), timeout=60)
+    start_runner(log=tmp_path / "other.log")
+    wait_for(lambda: bool(os.listdir(spool.done)), timeout=90)
+    thawed = time.time()
+    frozen.send_signal(signal.SIGCONT)
+    wait_for(lambda: _idle_since(spool, frozen.pid, thawed), timeout=30)  # it let its runs go
+    wait_for(lambda: chunk_leftovers(spool, spool.root / "output") == [], timeout=30)
+    (entry,) = os.listdir(spool.done)
+    assert (spool.root / "output" / "long.mp4").read_text() == video(30)
+    outcomes = runs_of(spool.done / entry)
+    assert outcomes.count("publishing") == 1 and outcomes[-1] == "publishing", outcomes
+    assert os.listdir(spool.failed) == [] and chunk_leftovers(spool, spool.root / "output") == []
+    assert "ERROR" not in (tmp_path / "frozen.log").read_text() + (tmp_path / "other.log").read_text()

@@ -41,6 +41,7 @@ from spoolrender.records import PUBLISHING, RunRecord, read_runs
 log = logging.getLogger(__name__)
 
 _TAKEN = (errno.EEXIST, errno.ENOTEMPTY)
+DROPPED = "dropped"  # the "state" a chunk entry nobody needs ends in (it is removed)
 
 
 def move_to_split(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
@@ -113,8 +114,7 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         job_id, uid, index = str(info["parent_id"]), str(info["parent_uid"]), int(info["index"])
     except (KeyError, TypeError, ValueError):
         log.warning("%s: unreadable %s; dropping the chunk entry", job_dir.name, defaults.CHUNK_FILENAME)
-        remove_tree(job_dir)
-        return job_dir
+        return _drop(job_dir, None)
     key = final_name(job_id, uid)
     files: Path | None = None
     if record.outcome == PUBLISHING:
@@ -133,8 +133,7 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         if not finished_dir(layout, key).is_dir():
             # The job ended (cancelled, failed, done) meanwhile: nothing needs this chunk.
             log.info("job %s: chunk %d no longer needed; dropped", job_id, index)
-            _drop(job_dir, files)
-            return job_dir
+            return _drop(job_dir, files)
         raise
     except OSError as exc:
         # Taken: ENOTEMPTY or EEXIST locally; sshfs reports a directory renamed onto a
@@ -142,17 +141,18 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         if exc.errno not in _TAKEN and not os.path.lexists(target):
             raise
         log.info("job %s: chunk %d was finished by another copy; dropping this one", job_id, index)
-        _drop(job_dir, files)
-        return job_dir
+        return _drop(job_dir, files)
     crash_point("chunk-after-finish")
     wake_if_ready(layout, key, uid, int(record.details.get("priority", defaults.DEFAULT_PRIORITY)))
     return target
 
 
-def _drop(job_dir: Path, files: Path | None) -> None:
+def _drop(job_dir: Path, files: Path | None) -> Path:
+    """Remove a chunk entry nobody needs; returns a name that says so (never a directory)."""
     if files is not None:
         remove_tree(files)
     remove_tree(job_dir)
+    return job_dir.parent.parent / DROPPED / job_dir.name
 
 
 def waiting_for_nothing(states: ChunkStates) -> bool:
