@@ -204,7 +204,7 @@ def carry_out(
     if record.outcome in (RETRY, REQUEUE):
         return move_to_retry(layout, job_dir, job_id, uid, record, hooks)
     if record.outcome == SPLIT:
-        target = move_to_split(layout, job_dir, job_id, uid, record)
+        target = move_to_split(layout, output_root, job_dir, job_id, uid, record)
         _drop_heartbeat(target)
         return target
     if record.outcome == FAILED:

@@ -44,7 +44,9 @@ _TAKEN = (errno.EEXIST, errno.ENOTEMPTY)
 DROPPED = "dropped"  # the "state" a chunk entry nobody needs ends in (it is removed)
 
 
-def move_to_split(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord) -> Path:
+def move_to_split(
+    layout: SpoolLayout, output_root: Path, job_dir: Path, job_id: str, uid: str, record: RunRecord
+) -> Path:
     """Carry out a ``split`` decision: wait in split/, with every chunk waiting or done."""
     crash_point("split-after-decide")
     layout.split.mkdir(exist_ok=True)  # spools made before chunked rendering lack it
@@ -55,18 +57,18 @@ def move_to_split(layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, rec
         raise FileNotFoundError(job_dir)
     crash_point("after-split-move")
     key = final_name(job_id, uid)
-    plan = read_plan(layout, key)
-    if plan is None:  # the ledger went with a cancel or purge: the next run sees it
-        wake_parent(layout, key, int(record.details.get("priority", defaults.DEFAULT_PRIORITY)))
-        return target
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
-    states = chunk_states(layout, Path("/"), key, uid, plan)
+    plan = read_plan(layout, key)
+    if plan is None:  # the ledger is gone (the job ended meanwhile): its next run decides
+        wake_parent(layout, key, priority)
+        return target
+    states = chunk_states(layout, output_root, key, uid, plan)
     for index in states.missing:
         # Due at the decision's time: a re-created chunk keeps its place in the queue.
         create_chunk(layout, target, job_id, uid, plan, index, due=record.ended, priority=priority)
     # A chunk that finished while we were still in running/ could not wake us: look once
     # more now that we are in split/ (of the two, at least one sees the other's move).
-    wake_if_ready(layout, key, uid, priority)
+    wake_if_ready(layout, output_root, key, uid, priority)
     return target
 
 
@@ -143,7 +145,7 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         log.info("job %s: chunk %d was finished by another copy; dropping this one", job_id, index)
         return _drop(job_dir, files)
     crash_point("chunk-after-finish")
-    wake_if_ready(layout, key, uid, int(record.details.get("priority", defaults.DEFAULT_PRIORITY)))
+    wake_if_ready(layout, output_root, key, uid, int(record.details.get("priority", defaults.DEFAULT_PRIORITY)))
     return target
 
 
@@ -160,11 +162,11 @@ def waiting_for_nothing(states: ChunkStates) -> bool:
     return states.complete or bool(states.failed)
 
 
-def wake_if_ready(layout: SpoolLayout, key: str, uid: str, priority: int) -> bool:
+def wake_if_ready(layout: SpoolLayout, output_root: Path, key: str, uid: str, priority: int) -> bool:
     plan = read_plan(layout, key)
     if plan is None:
         return False
-    if not waiting_for_nothing(chunk_states(layout, Path("/"), key, uid, plan)):
+    if not waiting_for_nothing(chunk_states(layout, output_root, key, uid, plan)):
         return False
     return wake_parent(layout, key, priority)
 
