@@ -335,9 +335,15 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
             if where.state == "split":
                 # Waiting for its chunks: marked, then woken into retry/, where the next
                 # pass claims and fails it like any queued job (its chunks stop then).
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     write_atomic(where.path / defaults.CANCEL_FILENAME, f"{message}\n".encode())
+                except FileNotFoundError:
+                    lost_race = True  # woken meanwhile; look again
+                    continue
                 wake_parent(layout, where.path.name, parent_priority(where.path))
+                # A runner that claims it first fails it as cancelled itself, else the next
+                # pass here does; either way its chunks are stopped when it fails.
+                done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")
                 lost_race = True  # look again: it is in retry/ now (or running)
                 continue
             if where.state == "running":
