@@ -340,7 +340,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                 except FileNotFoundError:
                     lost_race = True  # woken meanwhile; look again
                     continue
-                wake_parent(layout, where.path.name, parent_priority(where.path))
+                wake_parent(layout, where.path.name, parent_priority(where.path), clock.wall())
                 # A runner that claims it first fails it as cancelled itself, else the next
                 # pass here does; either way its chunks are stopped when it fails.
                 done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import shutil
-import time
 from pathlib import Path
 
 from spoolrender import defaults
@@ -36,7 +35,7 @@ from spoolrender.durable import fsync_dir, rename_durable, write_atomic
 from spoolrender.failpoints import crash_point
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
 from spoolrender.queues import QUEUE_FILENAME
-from spoolrender.records import PUBLISHING, RunRecord, read_runs
+from spoolrender.records import PUBLISHING, RunRecord, read_runs, run_path
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +57,31 @@ def move_to_split(
     crash_point("after-split-move")
     key = final_name(job_id, uid)
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
+    # "Now" by the spool filesystem's clock (the decision's record was stamped by it): a
+    # decider whose own clock is an hour fast must not queue its chunks an hour late for
+    # every other host.
+    now = decided_at(target, record)
     plan = read_plan(layout, key)
     if plan is None:  # the ledger is gone (the job ended meanwhile): its next run decides
-        wake_parent(layout, key, priority)
+        wake_parent(layout, key, priority, now)
         return target
     states = chunk_states(layout, output_root, key, uid, plan)
     for index in states.missing:
         # Due at the decision's time: a re-created chunk keeps its place in the queue.
-        create_chunk(layout, target, job_id, uid, plan, index, due=record.ended, priority=priority)
+        create_chunk(layout, target, job_id, uid, plan, index, due=now, priority=priority)
     # A chunk that finished while we were still in running/ could not wake us: look once
     # more now that we are in split/ (of the two, at least one sees the other's move).
-    wake_if_ready(layout, output_root, key, uid, priority)
+    wake_if_ready(layout, output_root, key, uid, priority, now)
     return target
+
+
+def decided_at(job_dir: Path, record: RunRecord) -> float:
+    """When ``record`` was decided by the spool filesystem's clock (its file's mtime: on
+    NFS and sshfs the server stamps it), else by its decider's clock."""
+    try:
+        return os.stat(run_path(job_dir, record.run)).st_mtime
+    except OSError:
+        return record.ended
 
 
 def create_chunk(
@@ -145,7 +157,8 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         log.info("job %s: chunk %d was finished by another copy; dropping this one", job_id, index)
         return _drop(job_dir, files)
     crash_point("chunk-after-finish")
-    wake_if_ready(layout, output_root, key, uid, int(record.details.get("priority", defaults.DEFAULT_PRIORITY)))
+    priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
+    wake_if_ready(layout, output_root, key, uid, priority, decided_at(target, record))
     return target
 
 
@@ -162,21 +175,25 @@ def waiting_for_nothing(states: ChunkStates) -> bool:
     return states.complete or bool(states.failed)
 
 
-def wake_if_ready(layout: SpoolLayout, output_root: Path, key: str, uid: str, priority: int) -> bool:
+def wake_if_ready(layout: SpoolLayout, output_root: Path, key: str, uid: str, priority: int, now: float) -> bool:
     plan = read_plan(layout, key)
     if plan is None:
         return False
     if not waiting_for_nothing(chunk_states(layout, output_root, key, uid, plan)):
         return False
-    return wake_parent(layout, key, priority)
+    return wake_parent(layout, key, priority, now)
 
 
-def wake_parent(layout: SpoolLayout, key: str, priority: int) -> bool:
-    """Move the parent from split/ to retry/, due now; False if it is not in split/."""
+def wake_parent(layout: SpoolLayout, key: str, priority: int, now: float) -> bool:
+    """Move the parent from split/ to retry/, due ``now``; False if it is not in split/.
+
+    ``now`` by the spool filesystem's clock where the caller has it (a chunk's decision),
+    so that a waker with a skewed clock does not put the job off for the other hosts.
+    """
     job_id, _, uid = key.rpartition(".")
     try:
         # One rename: of several runners finishing the last chunks, exactly one wakes it.
-        rename_durable(layout.split / key, layout.retry / retry_name(job_id, uid, time.time(), priority))
+        rename_durable(layout.split / key, layout.retry / retry_name(job_id, uid, now, priority))
     except FileNotFoundError:
         return False
     crash_point("after-wake")

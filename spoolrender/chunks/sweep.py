@@ -57,7 +57,7 @@ class SplitSweeper:
             # hide from it; nothing is woken on one look alone.
             if why is None or self._why_wake(key, m.group("uid"), now) is None:
                 continue
-            if wake_parent(self._layout, key, parent_priority(self._layout.split / key)):
+            if wake_parent(self._layout, key, parent_priority(self._layout.split / key), now):
                 log.info("job %s: woken by the sweep: %s", m.group("id"), why)
                 woken.append(key)
         self._remove_ended()
