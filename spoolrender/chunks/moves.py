@@ -130,6 +130,11 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         log.warning("%s: unreadable %s; dropping the chunk entry", job_dir.name, defaults.CHUNK_FILENAME)
         return _drop(job_dir, None)
     key = final_name(job_id, uid)
+    if not finished_dir(layout, key).is_dir():
+        # The job ended (cancelled, failed, done): nothing needs this chunk any more.
+        log.info("job %s: chunk %d no longer needed; dropped", job_id, index)
+        scratch = (record.publish or {}).get("temp")
+        return _drop(job_dir, None if scratch is None else output_root / scratch)
     files: Path | None = None
     if record.outcome == PUBLISHING:
         files = store_dir(output_root, key) / chunk_store_name(index, record.token)
@@ -147,7 +152,10 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         if not finished_dir(layout, key).is_dir():
             # The job ended (cancelled, failed, done) meanwhile: nothing needs this chunk.
             log.info("job %s: chunk %d no longer needed; dropped", job_id, index)
-            return _drop(job_dir, files)
+            dropped = _drop(job_dir, files)
+            with contextlib.suppress(OSError):  # the store's directory, if we made it again
+                os.rmdir(store_dir(output_root, key))
+            return dropped
         raise
     except OSError as exc:
         # Taken: ENOTEMPTY or EEXIST locally; sshfs reports a directory renamed onto a

@@ -27,7 +27,7 @@ from pathlib import Path
 from spoolrender import defaults
 from spoolrender.chunks.ledger import chunk_states, read_plan
 from spoolrender.chunks.moves import discard_chunks, parent_priority, remove_tree, waiting_for_nothing, wake_parent
-from spoolrender.chunks.naming import ledgers_root
+from spoolrender.chunks.naming import STORE_DIR, ledger_dir, ledgers_root
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import FINAL_NAME, SpoolLayout, list_names
@@ -86,9 +86,17 @@ class SplitSweeper:
                 remove_tree(ledgers_root(self._layout) / key)
                 discard_chunks(self._layout, self._config.output_root, key.removeprefix(".gone-").rsplit("-", 1)[0])
                 continue
-            if any(os.path.lexists(self._layout.state_dir(s) / key) for s in ("done", "failed")):
+            if self._ended(key):
                 log.info("%s: removing the chunks of an ended job", key)
                 discard_chunks(self._layout, self._config.output_root, key)
+        store = self._config.output_root / STORE_DIR
+        for key in list_names(store):
+            # Chunk files of an ended job whose ledger is gone (a chunk that finished late).
+            if not os.path.lexists(ledger_dir(self._layout, key)) and self._ended(key):
+                remove_tree(store / key)
+
+    def _ended(self, key: str) -> bool:
+        return any(os.path.lexists(self._layout.state_dir(s) / key) for s in ("done", "failed"))
 
 
 def _decided_for(job_dir: Path, fs_now: float) -> float | None:
