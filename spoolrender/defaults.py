@@ -100,10 +100,6 @@ OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute
 MIN_CHUNK_FRAMES = 5
 MAX_CHUNKS = 64  # chunks one job may be split into (each is a spool entry and a file set)
 CHUNK_FILENAME = "chunk.json"  # in a chunk entry: its parent and its frame range
-# A parent waiting in split/ whose chunks are neither waiting, running nor finished for
-# this long (observer's monotonic clock) is woken by the sweep; the planner that creates
-# them needs milliseconds, a frozen one is outlived like a dead owner.
-# (The spool's lease_seconds is used: a planner is covered by no heartbeat of its own.)
 
 # --- completion hooks (hooks: in spoolrender.yaml; see hook_config.py) ----------------
 HOOK_TIMEOUT_S = 10.0  # one delivery (a command's run, a webhook's request) at most
