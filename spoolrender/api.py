@@ -49,10 +49,10 @@ class JobStatus:
     """Where a job is now, and the little a caller needs to act on it."""
 
     id: str
-    state: str  # incoming, running, retry, done or failed
+    state: str  # incoming, running, retry, split (waiting for its chunks), done or failed
     entry: str  # "<state>/<name>" in the spool
     attempts: int | None  # attempts used so far (None while waiting in incoming/)
-    progress: float | None = None  # 0..1 while running (from its heartbeat); 1.0 once done
+    progress: float | None = None  # 0..1 while running (its heartbeat) or split (its chunks); 1.0 once done
     due: float | None = None  # retry/: epoch seconds of the next attempt
     kind: str | None = None  # failed: the failure kind; otherwise the last run's error kind
     reason: str | None = None  # failed: the failure reason; otherwise the last run's error
@@ -365,6 +365,8 @@ def _job_status(where: Located, info: dict[str, Any]) -> JobStatus:
     heartbeat = info.get("heartbeat")
     if where.state == "running" and isinstance(heartbeat, dict):
         progress = heartbeat.get("progress")
+    elif where.state == "split" and isinstance(info.get("split"), dict):
+        progress = info["split"].get("progress")  # rendered in chunks: their share of the frames
     elif where.state == "done":
         progress = 1.0
     m = RETRY_NAME.fullmatch(where.path.name) if where.state == "retry" else None

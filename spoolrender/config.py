@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from spoolrender import defaults
+from spoolrender.chunks.command_config import CommandChunks, parse_command_chunks
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
 from spoolrender.queues import ALL_QUEUES, name_problem
@@ -65,6 +66,13 @@ def _optional_count(name: str, value: Any) -> int | None:
 
 def _optional_seconds(name: str, value: Any) -> float | None:
     if value is None or value == "auto":
+        return None
+    return _positive_number(name, value)
+
+
+def _split_seconds(name: str, value: Any) -> float | None:
+    """``split_seconds``: a threshold in seconds, or off (None, ``off``, false)."""
+    if value is None or value is False or value == "off":
         return None
     return _positive_number(name, value)
 
@@ -244,6 +252,11 @@ class SpoolConfig:
     # The render cache (render_cache.py): off unless enabled here or by a job's `cache: true`.
     render_cache: bool = defaults.RENDER_CACHE
     render_cache_max_bytes: int = defaults.RENDER_CACHE_MAX_BYTES
+    # Chunked rendering (spoolrender.chunks): split jobs longer than this many seconds of
+    # video over the idle slots of every runner (None: only jobs that ask, chunks: N).
+    split_seconds: float | None = None
+    # How `renderer: command` jobs render a frame range and join the parts, by command name.
+    command_chunks: dict[str, CommandChunks] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -253,6 +266,7 @@ class SpoolConfig:
             object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
         # Parsed here, not by a validator: a relative secret_file is relative to the spool.
         object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
+        object.__setattr__(self, "command_chunks", parse_command_chunks(self.command_chunks, self.commands))
         # Relative paths in a spool's config mean "relative to the spool", so that every
         # host (and the systemd unit, whatever its working directory) agrees.
         for name in ("output_root", "remotion_project", "serve_token_file"):
@@ -354,6 +368,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "host_block_seconds": _positive_number,
     "render_cache": _bool,
     "render_cache_max_bytes": _byte_size,
+    "split_seconds": _split_seconds,
+    "command_chunks": lambda name, value: value,  # see __post_init__ (needs `commands`)
 }
 
 CONFIG_KEYS = tuple(_VALIDATORS)

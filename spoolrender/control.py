@@ -317,6 +317,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     """
     # Imported here: the claim and transition machinery (and renderers, filelock) would
     # add a tenth of a second to every `spoolrender submit` and `status` start.
+    from spoolrender.chunks.moves import parent_priority, wake_parent
     from spoolrender.claim import Candidate, claim
     from spoolrender.heartbeat import HeartbeatWriter
     from spoolrender.transitions import carry_out
@@ -326,11 +327,25 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     message = f"cancelled by {who}"
     done: list[str] = []
     for _ in range(5):  # a claim lost to a runner means the job is running now: look again
-        pending = [w for w in find_job(config, job_id) if w.state in ("incoming", "retry", "running")]
+        pending = [w for w in find_job(config, job_id) if w.state in ("incoming", "retry", "running", "split")]
         if not pending:
             break
         lost_race = False
         for where in pending:
+            if where.state == "split":
+                # Waiting for its chunks: marked, then woken into retry/, where the next
+                # pass claims and fails it like any queued job (its chunks stop then).
+                try:
+                    write_atomic(where.path / defaults.CANCEL_FILENAME, f"{message}\n".encode())
+                except FileNotFoundError:
+                    lost_race = True  # woken meanwhile; look again
+                    continue
+                wake_parent(layout, where.path.name, parent_priority(where.path), clock.wall())
+                # A runner that claims it first fails it as cancelled itself, else the next
+                # pass here does; either way its chunks are stopped when it fails.
+                done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")
+                lost_race = True  # look again: it is in retry/ now (or running)
+                continue
             if where.state == "running":
                 try:
                     write_atomic(where.path / defaults.CANCEL_FILENAME, f"{message}\n".encode())

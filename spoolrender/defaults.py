@@ -8,7 +8,9 @@ that every host sharing a spool must agree on.
 from __future__ import annotations
 
 # --- spool layout (protocol: every host must agree) ---------------------------------
-STATE_DIRS = ("incoming", "running", "retry", "done", "failed")
+STATE_DIRS = ("incoming", "running", "retry", "done", "failed", "split")
+# States a spool made by an older version may lack: created when first needed.
+OPTIONAL_STATE_DIRS = ("split",)
 PRIVATE_DIR = ".spoolrender"  # staging for atomic writes, id reservations, runners
 CONFIG_FILENAME = "spoolrender.yaml"
 JOB_FILENAME = "job.yaml"  # the user's original bytes, in every state after claim
@@ -96,6 +98,12 @@ DEFAULT_RENDERER = "remotion"
 BROWSER_EXECUTABLE = "/usr/bin/chromium"
 REMOTION_PROJECT = "../remotion"  # relative to the spool directory unless absolute (repo layout)
 OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute
+
+# --- chunked rendering (spoolrender.chunks) -----------------------------------------
+# Remotion cannot join chunks of 4 frames or fewer seamlessly (AAC frames, h264 GOPs).
+MIN_CHUNK_FRAMES = 5
+MAX_CHUNKS = 64  # chunks one job may be split into (each is a spool entry and a file set)
+CHUNK_FILENAME = "chunk.json"  # in a chunk entry: its parent and its frame range
 
 # --- completion hooks (hooks: in spoolrender.yaml; see hook_config.py) ----------------
 HOOK_TIMEOUT_S = 10.0  # one delivery (a command's run, a webhook's request) at most

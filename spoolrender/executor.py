@@ -22,6 +22,9 @@ from typing import Any
 from filelock import Timeout
 
 from spoolrender import defaults, seal
+from spoolrender.chunks.ledger import chunk_info
+from spoolrender.chunks.naming import parent_id
+from spoolrender.chunks.runs import SplitJobRuns
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
@@ -39,6 +42,7 @@ from spoolrender.records import (
     PUBLISHING,
     REQUEUE,
     RETRY,
+    SPLIT,
     RunRecord,
     attempts_used,
     decide,
@@ -47,14 +51,14 @@ from spoolrender.records import (
     read_runs,
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
-from spoolrender.renderers.base import Renderer, RenderRequest
+from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
 
 log = logging.getLogger(__name__)
 
 RendererFactory = Callable[[str], Renderer]
-_STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry"}
-_METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue"}
+_STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry", SPLIT: "split"}
+_METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,11 @@ class RunEnd:
     duration: float | None
 
 
-class JobExecutor:
-    """Runs claimed jobs for one slot; owns that slot's renderers (kept warm)."""
+class JobExecutor(SplitJobRuns):
+    """Runs claimed jobs for one slot; owns that slot's renderers (kept warm).
+
+    Split jobs' runs (a chunk's, the split decision, the join) are in SplitJobRuns.
+    """
 
     def __init__(
         self,
@@ -172,6 +179,7 @@ class JobExecutor:
         base["details"]["queue"] = queue
         if spec.requires:
             base["details"]["requires"] = list(spec.requires)
+        chunk = chunk_info(job_dir)
         if attempt > spec.max_attempts:
             return self._finish(
                 claim,
@@ -183,6 +191,8 @@ class JobExecutor:
                     False,
                 ),
             )
+        if chunk is not None:
+            return self._run_chunk(claim, base, spec, attempt, chunk)
         try:
             reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun, origin=spec.id_origin)
             if not spec.rerun and output_exists(self._config.output_root, spec.output):
@@ -196,25 +206,16 @@ class JobExecutor:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         except PublishError as exc:
             return self._failure(claim, base, spec, attempt, _error("output", str(exc), exc.transient))
+        split = self._split_or_join(claim, base, spec, attempt)
+        if split is not None:
+            return split
         return self._render(claim, base, spec, attempt)
 
     def _render(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd:
         scratch = scratch_dir(self._config.output_root, claim.key)
-        props, settings, fallback_used = spec.settings_for_attempt(attempt)
-        request = RenderRequest(
-            spec=spec,
-            job_file=claim.job_dir / defaults.JOB_FILENAME,
-            output=scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX)),
-            work_dir=scratch,
-            log=log_path(claim.job_dir, claim.run),
-            threads=self._threads,
-            attempt=attempt,
-            props=props,
-            settings=settings,
-            on_spawn=lambda pgid: self._heartbeat.set_pgid(claim.token, pgid),
+        request = self._request(
+            claim, base, spec, attempt, scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX))
         )
-        if fallback_used:
-            base["details"]["fallback_used"] = True
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
         turn: CacheTurn | None = None
@@ -234,7 +235,44 @@ class JobExecutor:
                     raise RenderCancelled(claim.cancel.reason or "cancelled")
                 renderer.verify(request, result)
                 self._cache.store(turn, request, claim, result)
-        except RenderCancelled:
+        except (RenderCancelled, RenderError, OSError) as exc:
+            return self._interrupted(claim, base, spec, attempt, exc)
+        finally:
+            timer.cancel()
+            self._cache.release(turn)
+        if turn is not None:
+            base["details"].update(turn.record())
+        return self._publishing(claim, base, spec, request.output, result)
+
+    def _request(
+        self,
+        claim: Claim,
+        base: dict[str, Any],
+        spec: JobSpec,
+        attempt: int,
+        output: Path,
+        chunk: ChunkPart | None = None,
+    ) -> RenderRequest:
+        props, settings, fallback_used = spec.settings_for_attempt(attempt)
+        if fallback_used:
+            base["details"]["fallback_used"] = True
+        return RenderRequest(
+            spec=spec,
+            job_file=claim.job_dir / defaults.JOB_FILENAME,
+            output=output,
+            work_dir=scratch_dir(self._config.output_root, claim.key),
+            log=log_path(claim.job_dir, claim.run),
+            threads=self._threads,
+            attempt=attempt,
+            props=props,
+            settings=settings,
+            on_spawn=lambda pgid: self._heartbeat.set_pgid(claim.token, pgid),
+            chunk=chunk,
+        )
+
+    def _interrupted(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, exc: Exception) -> RunEnd:
+        """The run ends without a verified output: cancelled, timed out, failed."""
+        if isinstance(exc, RenderCancelled):
             reason = claim.cancel.reason or "cancelled"
             if reason == "timeout":
                 return self._failure(
@@ -246,21 +284,21 @@ class JobExecutor:
                 return self._lost(claim)
             message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
-        except RenderError as exc:
+        if isinstance(exc, RenderError):
             return self._failure(claim, base, spec, attempt, _error(exc.kind, exc.message, exc.transient))
-        except OSError as exc:
-            return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
-        finally:
-            timer.cancel()
-            self._cache.release(turn)
-        st = request.output.stat()
+        assert isinstance(exc, OSError)
+        return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
+
+    def _publishing(
+        self, claim: Claim, base: dict[str, Any], spec: JobSpec, output: Path, result: RenderResult
+    ) -> RunEnd:
+        """Decide to publish the verified ``output`` (a scratch file) as the job's output."""
+        st = output.stat()
         base["details"].update(result.details)
-        if turn is not None:
-            base["details"].update(turn.record())
         publish = {
             # Relative to the output root: whoever carries this decision out (another host
             # mounting the output root elsewhere) resolves it against its own root.
-            "temp": str(request.output.relative_to(self._config.output_root)),
+            "temp": str(output.relative_to(self._config.output_root)),
             "output": str(spec.output),
             "replace": spec.rerun,
             "bytes": st.st_size,
@@ -270,7 +308,7 @@ class JobExecutor:
         }
         # Data first, then the decision: a power cut after "publishing" was recorded must
         # find a complete file to publish (see durable.py).
-        fsync_file(request.output)
+        fsync_file(output)
         return self._finish(claim, base, PUBLISHING, publish=publish)
 
     def _failure(
@@ -278,7 +316,8 @@ class JobExecutor:
     ) -> RunEnd:
         if error["transient"]:
             try:
-                record_failure(self._layout, self._config, HOSTNAME, claim.job_id, error["kind"])
+                # A split job's chunks count as that one job against the host.
+                record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
             except (OSError, Timeout) as exc:  # host health must never stop a job's own record
                 log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:

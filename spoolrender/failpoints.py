@@ -34,6 +34,17 @@ CACHE_POINTS = (
     "cache-after-store",  # a render stored in the cache, the run not yet decided
     "cache-after-hit",  # a hit linked and verified into scratch, the run not yet decided
 )
+# The steps of a split job (spoolrender.chunks); reached only by a job rendered in chunks.
+CHUNK_CRASH_POINTS = (
+    "after-plan",  # chunk plan written into the ledger, split not yet decided
+    "split-after-decide",  # split decided, job not yet in split/
+    "after-split-move",  # job in split/, its chunks not yet queued
+    "chunk-after-decide",  # a chunk's outcome recorded, nothing moved yet
+    "chunk-after-store",  # a chunk's files in the store, its entry not yet finished
+    "chunk-after-finish",  # a chunk's entry in the ledger's finished/, its job not yet woken
+    "after-wake",  # the job woken into retry/ by its last chunk
+    "join-before-verify",  # the chunks joined into scratch, not yet verified or decided
+)
 # Points only reached in a race that a dedicated test sets up (paused or killed there).
 RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned

@@ -108,7 +108,7 @@ def parse_marker(name: str) -> Marker | None:
 def find_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Path | None:
     """Where the job ``job_id.uid`` is now, in any state (it keeps moving while hooks wait)."""
     final = final_name(job_id, uid)
-    for state in (layout.done, layout.failed):
+    for state in (layout.done, layout.failed, layout.split):
         if (state / final).is_dir():
             return state / final
     for name in list_names(layout.retry):

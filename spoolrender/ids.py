@@ -34,8 +34,11 @@ log = logging.getLogger(__name__)
 # retry`). Listed in this order, with retry/ both first and last, a job that makes any one of
 # these moves during a lookup is still seen in one listing or another; it can hide only
 # by moving twice within one lookup, which is why two lookups must also agree.
-_LOOKUP_ORDER = ("retry", "running", "done", "failed", "retry")
-_PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+# A split job waits in split/ (running/ -> split/ -> retry/): listed between the two.
+_LOOKUP_ORDER = ("retry", "running", "split", "done", "failed", "retry")
+_PATTERNS = {
+    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
+}  # fmt: skip
 _MAX_LOOKUPS = 20
 _ASIDE_DIR = ".aside"
 # An aside link whose id was reserved again meanwhile is a leftover of a killed process

@@ -11,6 +11,7 @@ Entry names (``uid`` is fixed at the first claim, ``token`` is new for every cla
 - ``retry/<due-ms>-<priority-key>-<id>.<uid>``: sorts by due time, as huey's FileStorage
   sorts by priority and time, so a listing is the retry queue in order
 - ``done/<id>.<uid>`` and ``failed/<id>.<uid>``
+- ``split/<id>.<uid>``: a job split into chunks, waiting for them (spoolrender.chunks)
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ DEFAULT_CONFIG_TEXT = """\
 # fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
 # commands:                    # argv templates for `renderer: command` jobs (never a shell)
 #   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
+# command_chunks:              # how a command renders a frame range and joins (README, "Chunked rendering")
+#   frames: {span: [...], chunk: [..., "{first}", "{last}", "{output}"], join: [..., "{parts_file}", "{output}"]}
+#
+# Chunked rendering (README, "Chunked rendering"): jobs may ask for `chunks: N`.
+# split_seconds: off           # also split jobs longer than this (seconds of video) over idle slots
 #
 # Caps on what one job file may ask for (a job over a cap fails with the reason):
 # max_job_attempts: auto       # a job's max_attempts; auto = 10, or max_attempts if higher
@@ -115,6 +121,10 @@ class SpoolLayout:
         return self.root / "failed"
 
     @property
+    def split(self) -> Path:
+        return self.root / "split"
+
+    @property
     def private(self) -> Path:
         return self.root / defaults.PRIVATE_DIR
 
@@ -133,7 +143,8 @@ class SpoolLayout:
 
     def check(self) -> None:
         """Raise SpoolLayoutError unless every state directory exists."""
-        missing = [s for s in (*defaults.STATE_DIRS, defaults.PRIVATE_DIR) if not (self.root / s).is_dir()]
+        required = [s for s in defaults.STATE_DIRS if s not in defaults.OPTIONAL_STATE_DIRS]
+        missing = [s for s in (*required, defaults.PRIVATE_DIR) if not (self.root / s).is_dir()]
         if missing:
             raise SpoolLayoutError(
                 f"{self.root} is not an initialised spool (missing {', '.join(missing)}); "
@@ -186,6 +197,7 @@ def init_spool(root: Path, *, group: str | None = None) -> SpoolLayout:
             (layout.retry, 0o2755),
             (layout.done, 0o2755),
             (layout.failed, 0o2755),
+            (layout.split, 0o2755),
             (layout.private, 0o2755),
             (layout.ids, 0o2755),
             (layout.runners, 0o2755),

@@ -5,25 +5,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from spoolrender import defaults
+from spoolrender.chunks.progress import chunk_progress, describe_chunks
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable
 from spoolrender.errors import JobInvalid, JobMoving, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
 from spoolrender.queues import list_incoming
 from spoolrender.records import PUBLISHING, attempts_used, read_runs
 from spoolrender.render_cache import describe_result
 
-PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+PATTERNS = {
+    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
+}  # fmt: skip
 # The entry of an id that a person means first: a live one (re-runs), then the newest finished.
-LIVE_STATES = ("running", "retry", "incoming")
+LIVE_STATES = ("running", "split", "retry", "incoming")
 
 T = TypeVar("T")
 
@@ -243,6 +247,12 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
     for name, key in ((defaults.RESULT_FILENAME, "result"), (defaults.FAILURE_FILENAME, "failure")):
         with contextlib.suppress(OSError, ValueError):
             info[key] = json.loads((job_dir / name).read_text())
+    if where.state in ("running", "retry", "split") and where.uid is not None:
+        # A split job: its chunks' progress (spoolrender.chunks); chunks are never jobs.
+        chunks = chunk_progress(SpoolLayout(config.spool), config.output_root, final_name(where.job_id, where.uid),
+                                now=time.time())  # fmt: skip
+        if chunks is not None:
+            info["split"] = chunks
     if where.state == "running":
         hb = read_heartbeat(job_dir)
         info["heartbeat"] = None if hb is None else hb.__dict__
@@ -279,6 +289,11 @@ def format_description(info: dict[str, Any]) -> str:
         )
     if info.get("cancel_requested"):
         lines.append("cancel requested: the owning runner stops it at its next heartbeat")
+    split = info.get("split")
+    if split:
+        prog = f"{split['progress'] * 100:.0f}%"
+        eta = "" if split.get("eta_seconds") is None else f", about {split['eta_seconds']:.0f} s left"
+        lines.append(f"rendered in {split['chunks']['count']} chunks: {describe_chunks(split['chunks'])} ({prog}{eta})")
     runs = info.get("runs", [])
     for i, run in enumerate(runs):
         err = run.get("error") or {}

@@ -32,8 +32,9 @@ RETRY = "retry"  # transient failure with attempts left
 FAILED = "failed"  # permanent failure, or attempts exhausted
 REQUEUE = "requeue"  # stopped by shutdown: back to retry/ without using an attempt
 RESET = "reset"  # `spoolrender retry`: attempts start again from here
-OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET)
-NOT_AN_ATTEMPT = (REQUEUE, RESET)
+SPLIT = "split"  # rendered in chunks: wait in split/ until they are done (spoolrender.chunks)
+OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET, SPLIT)
+NOT_AN_ATTEMPT = (REQUEUE, RESET, SPLIT)
 # The error kind of a run decided by a recoverer because its owner died (recovery.py).
 RUNNER_DIED = "runner-died"
 

@@ -23,7 +23,7 @@ from spoolrender import defaults
 from spoolrender.claim import Claim
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
-from spoolrender.errors import RenderCancelled
+from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
@@ -118,6 +118,18 @@ class CacheStep:
         elif turn.waited:
             self._heartbeat.set_progress(claim.token, None, None)  # rendering now, no longer waiting
         return turn
+
+    def holds(self, renderer: Renderer, request: RenderRequest) -> bool:
+        """Whether the cache has an entry for this job now (no claim taken, nothing waited
+        for, the entry not yet verified): a split job that would be a hit is not split but
+        published by :meth:`lookup` (which verifies it; a bad entry is then rendered whole)."""
+        if not request.spec.uses_cache(self._config) or request.chunk is not None:
+            return False
+        try:
+            key = renderer.cache_key(request)
+            return key is not None and self.cache.refusal() is None and self.cache.read_entry(key) is not None
+        except (OSError, RenderError):  # the whole render's lookup meets the same trouble and says so
+            return False
 
     def _wait_turn(self, turn: CacheTurn, request: RenderRequest, claim: Claim) -> None:
         """Until a hit, or until this run holds the key's in-flight claim; OSError on trouble."""

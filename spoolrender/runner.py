@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING
 from spoolrender import __version__
 from spoolrender.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
+from spoolrender.chunks.naming import is_chunk_name
+from spoolrender.chunks.runs import CHUNK_OUTCOME_PREFIX
+from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.claim import Claim, SpoolScanner, claim
 from spoolrender.clock import Clock, SystemClock, spool_now
 from spoolrender.closers import CloserTracker
@@ -71,6 +74,8 @@ class RunSummary:
     retried: int = 0
     lost: int = 0
     requeued: int = 0
+    split: int = 0  # runs that split a job into chunks (or sent it back to wait for them)
+    chunks: int = 0  # runs of chunks (spoolrender.chunks), whatever their outcome
     paused: bool = False
     blocked: bool = False  # this host was blocked for failing many jobs (hosts.py)
     # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
@@ -136,6 +141,7 @@ class Runner:
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
+        self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
@@ -284,6 +290,7 @@ class Runner:
         swept = now >= self._next_sweep
         if swept:
             self._recoverer.sweep(set(self._active))
+            self._split_sweeper.sweep(spool_now(self._probe))
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -357,7 +364,7 @@ class Runner:
         log_transition(
             log,
             claimed.job_id,
-            "incoming" if claimed.run == 1 else "retry",
+            "incoming" if claimed.run == 1 and not is_chunk_name(claimed.job_id) else "retry",
             "running",
             run=claimed.run,
             slot=slot,
@@ -378,10 +385,16 @@ class Runner:
             # recovered (as "runner died") once its lock is released or its lease ends.
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
             end = None
+        if end is not None and (end.outcome.startswith(CHUNK_OUTCOME_PREFIX) or end.outcome == "split"):
+            # It queued chunks or woke a job in retry/: list again now, not after an event
+            # that a busy host may deliver after a drain has decided there is nothing left.
+            self._scanner.note_event("", "")
         if end is not None:
             self.metrics.job_finished(end.outcome, duration=end.duration, attempts=end.attempts)
             with self._lock:
                 field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
+                if end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
+                    field = "chunks"
                 setattr(self.summary, field, getattr(self.summary, field) + 1)
         if self._hooks is not None:
             self._hooks.wake()

@@ -19,6 +19,8 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.beacons import runner_is_dead
+from spoolrender.chunks.naming import is_chunk_name
+from spoolrender.chunks.progress import describe_chunks, split_info
 from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -40,7 +42,8 @@ RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
 # 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
 # one entry); "queues", "unserved" (queues.py) and "blocked_hosts" (hosts.py) added.
-SCHEMA_VERSION = 2
+# 3: counts.split and "split" (jobs rendered in chunks, waiting for them) added.
+SCHEMA_VERSION = 3
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -76,8 +79,9 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     layout.check()
     now, fs_now = spool_clock(layout)
     # Dot-names are never jobs: uploads in progress, .gitkeep, temporary files.
+    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
     names = {
-        state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".")]
+        state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
         for state in defaults.STATE_DIRS
     }
     # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory).
@@ -186,6 +190,8 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
             }
         )
 
+    split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])]
+
     queues, unserved = queue_report(snap.runners, fs_now)
     return {
         "schema": SCHEMA_VERSION,
@@ -195,6 +201,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "oldest_incoming_age_seconds": None if snap.oldest_incoming_age is None else round(snap.oldest_incoming_age, 1),
         "running": running,
         "retry": retry,
+        "split": split,
         "recent_failures": failures,
         "runners": snap.runners,
         "paused": pause_reason(layout),
@@ -258,7 +265,12 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
 
     c = status["counts"]
-    summary = "  ".join(f"{state} {c[state]}" for state in defaults.STATE_DIRS)
+    # split/ (jobs rendered in chunks) only when it holds any: most spools never split.
+    summary = "  ".join(
+        f"{state} {c.get(state, 0)}"
+        for state in defaults.STATE_DIRS
+        if state not in defaults.OPTIONAL_STATE_DIRS or c.get(state)
+    )
     if status["oldest_incoming_age_seconds"] is not None:
         summary += f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
     lines = [f"spool {p(status['spool'])}", summary]
@@ -295,6 +307,13 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         lines += ["", paint("RETRY", "1"), *_table(["ID", "DUE", "PRIORITY"], rows)]
         if len(status["retry"]) > 20:
             lines.append(f"  ... and {len(status['retry']) - 20} more")
+    if status.get("split"):
+        rows = [
+            [p(s["id"]), describe_chunks(s["chunks"]) if s["chunks"] else "?",
+             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%", _age(s["eta_seconds"])]
+            for s in status["split"]
+        ]  # fmt: skip
+        lines += ["", paint("SPLIT (rendering in chunks)", "1"), *_table(["ID", "CHUNKS", "PROGRESS", "ETA"], rows)]
     if status["recent_failures"]:
         rows = [
             [p(f["id"]), p(f["kind"] or "?"), p(shorten(str(f["reason"] or "?"), REASON_WIDTH))]

@@ -18,6 +18,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.chunks.ledger import is_chunk_entry
+from spoolrender.chunks.moves import discard_chunks, finish_chunk, move_to_split
+from spoolrender.chunks.naming import is_chunk_name, ledger_dir
 from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.failpoints import crash_point
@@ -33,6 +36,7 @@ from spoolrender.records import (
     REQUEUE,
     RETRY,
     RUNNER_DIED,
+    SPLIT,
     RunRecord,
     attempts_used,
     decide,
@@ -202,14 +206,28 @@ def carry_out(
     """Move the job where its decided ``record`` says; returns the new directory.
 
     ``hooks`` (the spool's completion hooks) are planned before the move (see hook_plan).
+    A chunk of a split job (spoolrender.chunks) ends in its job's ledger instead, and
+    fires no hook: the job it belongs to does, once.
     """
+    if is_chunk_name(job_id) or is_chunk_entry(job_dir):
+        if record.outcome in (PUBLISHING, FAILED):
+            return finish_chunk(layout, output_root, job_dir, record)
+        hooks = None
     if record.outcome in (RETRY, REQUEUE):
         return move_to_retry(layout, job_dir, job_id, uid, record, hooks)
+    if record.outcome == SPLIT:
+        target = move_to_split(layout, output_root, job_dir, job_id, uid, record)
+        _drop_heartbeat(target)
+        return target
     if record.outcome == FAILED:
-        return move_to_failed(layout, job_dir, job_id, uid, record, hooks)
+        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks)
+        _end_chunks(layout, output_root, job_id, uid)
+        return target
     if record.outcome == PUBLISHING:
         try:
-            return complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks)
+            target = complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks)
+            _end_chunks(layout, output_root, job_id, uid)
+            return target
         except PublishError as exc:
             # The run was decided as a success but its output cannot be put in place (a
             # name taken meanwhile, a symlink planted in the output tree, disk trouble).
@@ -238,3 +256,11 @@ def carry_out(
                 follow = decided
             return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks)
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")
+
+
+def _end_chunks(layout: SpoolLayout, output_root: Path, job_id: str, uid: str) -> None:
+    """A job that was split has ended: its chunk files and entries are not needed any more
+    (a crash before this leaves them to the sweep, spoolrender.chunks.sweep)."""
+    key = final_name(job_id, uid)
+    if os.path.lexists(ledger_dir(layout, key)):
+        discard_chunks(layout, output_root, key)

@@ -123,7 +123,7 @@ def test_status_pause_and_resume(spool: SpoolLayout) -> None:
     api = Spool(spool.root)
     drop(spool, "w.yaml", command_job())
     status = api.status()
-    assert status.counts == {"incoming": 1, "running": 0, "retry": 0, "done": 0, "failed": 0}
+    assert status.counts == {"incoming": 1, "running": 0, "retry": 0, "done": 0, "failed": 0, "split": 0}
     assert status.paused is None and status.running == []
     api.pause("maintenance")
     assert api.status().paused == "maintenance"
@@ -169,4 +169,4 @@ def test_the_readme_example_runs(tmp_path: Path) -> None:
     lines = example.stdout.splitlines()
     assert lines[0] == "hello incoming"
     assert re.fullmatch(r"rendered .*/demo/spool/output/hello\.json \d+ bytes in 1 attempt\(s\)", lines[1])
-    assert lines[2] == "{'incoming': 0, 'running': 0, 'retry': 0, 'done': 1, 'failed': 0}"
+    assert lines[2] == "{'incoming': 0, 'running': 0, 'retry': 0, 'done': 1, 'failed': 0, 'split': 0}"

@@ -98,7 +98,7 @@ def test_status_json_follows_its_schema(busy_spool: SpoolLayout) -> None:
     result = cli("status", "--json", "--spool", str(busy_spool.root))
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
-    assert data["counts"] == {"incoming": 1, "running": 1, "retry": 1, "done": 1, "failed": 1}
+    assert data["counts"] == {"incoming": 1, "running": 1, "retry": 1, "done": 1, "failed": 1, "split": 0}
     (running,) = data["running"]
     assert running["id"] == "long" and 0 < running["progress"] <= 1 and not running["stale"]
     assert data["runners"][0]["online"] and data["runners"][0]["busy"] == 1
@@ -246,7 +246,7 @@ def test_status_prometheus_for_cron(spool: SpoolLayout) -> None:
     out = cli("status", "--prometheus", "--spool", str(spool.root))
     families = {f.name: f for f in text_string_to_metric_families(out.stdout)}
     jobs = {s.labels["state"]: s.value for s in families["spoolrender_jobs"].samples}
-    assert jobs == {"incoming": 1, "running": 0, "retry": 0, "done": 0, "failed": 0}
+    assert jobs == {"incoming": 1, "running": 0, "retry": 0, "done": 0, "failed": 0, "split": 0}
     assert families["spoolrender_backlog_age_seconds"].samples[0].value >= 59
     promtool_check(out.stdout)
 

@@ -97,14 +97,14 @@ def test_status_is_the_status_json_document(busy: tuple[SpoolLayout, Server]) ->
     layout, server = busy
     status = server.get_json("/status")
     jsonschema.validate(status, SCHEMA)
-    assert status["counts"] == dict.fromkeys(STATES, 1)
+    assert status["counts"] == {**dict.fromkeys(STATES, 1), "split": 0}
     assert status["spool"] == str(layout.root)
 
 
 def test_jobs_lists_every_state_with_status_objects(busy: tuple[SpoolLayout, Server]) -> None:
     _, server = busy
     page = server.get_json("/jobs")
-    assert page["counts"] == dict.fromkeys(STATES, 1) and page["total"] == 5
+    assert page["counts"] == {**dict.fromkeys(STATES, 1), "split": 0} and page["total"] == 5
     by_id = {job["id"]: job for job in page["jobs"]}
     assert [job["state"] for job in page["jobs"]] == list(STATES)  # state order
     assert {job["id"]: job["state"] for job in page["jobs"]} == {
@@ -185,7 +185,7 @@ def test_metrics_are_the_spool_gauges(busy: tuple[SpoolLayout, Server]) -> None:
     assert resp.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     families = {f.name: f for f in text_string_to_metric_families(resp.body.decode())}
     jobs = {s.labels["state"]: s.value for s in families["spoolrender_jobs"].samples}
-    assert jobs == dict.fromkeys(STATES, 1.0)
+    assert jobs == {**dict.fromkeys(STATES, 1.0), "split": 0.0}
     assert families["spoolrender_runners_online"].samples[0].value == 1
     assert families["spoolrender_backlog_age_seconds"].samples[0].value >= 59
 

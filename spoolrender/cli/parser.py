@@ -184,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="show the spool at a glance", formatter_class=raw,
         description="Counts per state, the age of the oldest waiting job, running jobs (host, pid, progress, "
         "ETA, heartbeat age, STALE when past the lease), the retry queue with due times, recent failures "
-        "with their reason, and the runners seen. Counts come from directory listings only, so it stays "
-        "fast on a spool with 100k finished jobs.",
+        "with their reason, and the runners seen. Jobs rendered in chunks show once, under SPLIT, with "
+        "their chunks done/running/waiting, progress and ETA. Counts come from directory listings only, "
+        "so it stays fast on a spool with 100k finished jobs.",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender status
@@ -215,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel", help="cancel a queued or running job", formatter_class=raw,
         description="A waiting job (incoming/ or retry/) is moved to failed/ as cancelled at once. A running "
         "job is stopped by the runner that owns it, on whichever host, at its next heartbeat "
-        "(heartbeat_seconds), then failed as cancelled.",
+        "(heartbeat_seconds), then failed as cancelled. A job rendered in chunks is cancelled whole: its "
+        "running chunks are stopped the same way and its chunk files removed.",
         epilog="example:\n  spoolrender cancel intro-42\n",
     )  # fmt: skip
     p.add_argument("id", help="job id")

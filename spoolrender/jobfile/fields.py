@@ -339,6 +339,34 @@ def _cache(value: Any, f: Fields) -> bool | None:
     return value
 
 
+def _chunks(value: Any, f: Fields) -> int | None:
+    if value is MISSING or value is None:
+        return None
+    if not _whole_number(value) or not 1 <= value <= defaults.MAX_CHUNKS:
+        f.problem(
+            "chunks",
+            f"expected a whole number 1-{defaults.MAX_CHUNKS} (1: never split), got {describe(value)}",
+        )
+        return None
+    return int(value)
+
+
+def _chunk_frames(value: Any, f: Fields) -> int | None:
+    if value is MISSING or value is None:
+        return None
+    if not _whole_number(value) or value < defaults.MIN_CHUNK_FRAMES:
+        f.problem(
+            "chunk_frames",
+            f"expected a whole number of frames >= {defaults.MIN_CHUNK_FRAMES} "
+            f"(shorter chunks cannot be joined seamlessly), got {describe(value)}",
+        )
+        return None
+    if f.values["chunks"] is not None:
+        f.problem("chunk_frames", "set chunks or chunk_frames, not both")
+        return None
+    return int(value)
+
+
 # Order matters: a check may read the values of the fields above it.
 FIELD_CHECKS: dict[str, Check] = {
     "id": _id,
@@ -359,6 +387,8 @@ FIELD_CHECKS: dict[str, Check] = {
     "requires": _requires,
     "still": _still,
     "cache": _cache,
+    "chunks": _chunks,
+    "chunk_frames": _chunk_frames,
 }
 KNOWN_FIELDS = tuple(FIELD_CHECKS)
 

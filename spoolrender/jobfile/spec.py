@@ -36,6 +36,10 @@ class JobSpec:
     requires: tuple[str, ...] = ()  # runner tags a runner must have to take the job
     still: dict[str, Any] | None = None  # {frame, format (None: from the output's suffix)}
     cache: bool | None = None  # the render cache: True asks, False opts out, None: the spool decides
+    # Chunked rendering (spoolrender.chunks): split into this many chunks (1: never split),
+    # or into chunks of this many frames; neither: the spool's split_seconds decides.
+    chunks: int | None = None
+    chunk_frames: int | None = None
     # Where the id came from, as reasons about the id name it: "field 'id'", or the
     # file name it was derived from (a user who never wrote `id:` must not be told to fix it).
     id_origin: str = ID_FIELD_ORIGIN

@@ -9,6 +9,17 @@ Placeholders: ``{output}`` (the file to write), ``{job_file}``, ``{props_file}``
 job's props as JSON), ``{work_dir}`` (scratch, also TMPDIR), ``{threads}``, ``{job_id}``,
 ``{attempt}``.
 
+Chunked rendering (README, "Chunked rendering"): a command with a ``command_chunks:``
+entry in the spool config can be split (``chunks: N`` in the job, or ``split_seconds``):
+
+- ``span`` prints ``FRAMES <first> <last> <fps>`` (the whole job's frames, inclusive);
+- ``chunk`` renders frames ``{first}``..``{last}`` (chunk ``{index}`` of ``{count}``,
+  from 0) into ``{output}``, then an existing empty *directory*, with any files it likes;
+- ``join`` writes ``{output}`` (one file) from ``{parts_file}``: one line per chunk, in
+  order, ``<first> <last> <chunk directory>``; ``{first}``/``{last}`` are the whole
+  span's, ``{count}`` the number of chunks. The join command checks what it joins
+  (contiguity, format): the runner only checks that it wrote a non-empty file.
+
 Contract: exit 0 after writing ``{output}``. Print ``PROGRESS 0.42`` (or ``PROGRESS 42%``)
 lines on stdout to report progress. Exit 75 (EX_TEMPFAIL) for "try again later"; any
 other sysexits code 64-78 means "this job is wrong" and fails it without retrying;
@@ -29,10 +40,13 @@ from pathlib import Path
 from typing import IO
 
 from spoolrender import defaults
+from spoolrender.chunks.command_config import CommandChunks
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import (
     CancelToken,
+    FrameSpan,
+    JoinRequest,
     ProgressFn,
     RenderRequest,
     RenderResult,
@@ -45,6 +59,7 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 PROGRESS_LINE = re.compile(r"PROGRESS\s+([0-9]*\.?[0-9]+)(%?)\s*")
+FRAMES_LINE = re.compile(r"FRAMES\s+(\d+)\s+(\d+)\s+([0-9]*\.?[0-9]+)")
 EX_TEMPFAIL = 75
 SYSEXITS = range(64, 79)
 
@@ -103,32 +118,124 @@ class CommandRenderer(WholeRendersOnly):
             parts["job_file"] = sha256_file(request.job_file)
         return digest_of(parts)
 
-    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
-        name = request.spec.command
-        if name is None or name not in self._config.commands:
-            raise RenderError(f"command {name!r} is not in the spool config", transient=False, kind="config")
-        tmp = request.work_dir / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+    def _values(self, request: RenderRequest | JoinRequest, attempt: int) -> dict[str, str]:
         props_file = request.work_dir / "props.json"
         props_file.write_text(json.dumps(request.props), encoding="utf-8")
-        argv = expand_argv(
-            self._config.commands[name],
-            {
-                "output": str(request.output),
-                "job_file": str(request.job_file),
-                "props_file": str(props_file),
-                "work_dir": str(request.work_dir),
-                "threads": str(request.threads),
-                "job_id": request.spec.id,
-                "attempt": str(request.attempt),
-            },
+        # A join's request names no job file: it lies beside the run's log, in the job's directory.
+        job_file = request.log.parent / defaults.JOB_FILENAME if isinstance(request, JoinRequest) else request.job_file
+        return {
+            "job_file": str(job_file),
+            "props_file": str(props_file),
+            "work_dir": str(request.work_dir),
+            "threads": str(request.threads),
+            "job_id": request.spec.id,
+            "attempt": str(attempt),
+        }
+
+    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        name = self._command_name(request.spec.command)
+        values = {**self._values(request, request.attempt), "output": str(request.output)}
+        template = self._config.commands[name]
+        if request.chunk is not None:
+            template = self._chunked(name).chunk
+            part = request.chunk
+            values.update(first=str(part.first), last=str(part.last), index=str(part.index), count=str(part.count))
+        self._run(name, expand_argv(template, values), request, request.attempt, progress, cancel)
+        return RenderResult(details={"command": name, "exit_code": 0})
+
+    def verify(self, request: RenderRequest, result: RenderResult) -> None:
+        if request.chunk is None:
+            verify_nonempty(request.output)
+            return
+        try:
+            empty = not any(request.output.iterdir())
+        except OSError as exc:
+            why = f"the chunk's directory cannot be read: {exc.strerror}"
+            raise RenderError(why, transient=True, kind="no-output") from exc
+        if empty:
+            raise RenderError("the command reported success but wrote no chunk files", transient=True, kind="no-output")
+
+    def close(self) -> None:
+        pass
+
+    # --- chunked rendering (``command_chunks:`` in the spool config) ---------------------
+
+    def split_refusal(self, request: RenderRequest) -> str | None:
+        name = request.spec.command
+        if name is None or name not in self._config.command_chunks:
+            return f"command {name!r} has no command_chunks entry (span, chunk, join) in the spool config"
+        return None
+
+    def frame_span(self, request: RenderRequest, cancel: CancelToken) -> FrameSpan:
+        name = self._command_name(request.spec.command)
+        request.work_dir.mkdir(parents=True, exist_ok=True)
+        argv = expand_argv(self._chunked(name).span, self._values(request, request.attempt))
+        tail = self._run(name, argv, request, request.attempt, _no_progress, cancel)
+        for line in reversed(tail):
+            m = FRAMES_LINE.fullmatch(line.strip())
+            if m:
+                try:
+                    return FrameSpan(int(m.group(1)), int(m.group(2)), float(m.group(3)))
+                except ValueError as exc:
+                    raise RenderError(f"command {name!r} span: {exc}", transient=False, kind="config") from exc
+        raise RenderError(
+            f"command {name!r} span printed no line 'FRAMES <first> <last> <fps>'", transient=False, kind="config"
         )
+
+    def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        name = self._command_name(request.spec.command)
+        parts_file = request.work_dir / "parts.txt"
+        # One line per chunk, in order: its frames and its directory (paths are ours:
+        # scratch and store names contain no newline).
+        parts_file.write_text("".join(f"{p.first} {p.last} {d}\n" for p, d in request.parts), encoding="utf-8")
+        values = {
+            **self._values(request, 0),
+            "output": str(request.output),
+            "parts_file": str(parts_file),
+            "first": str(request.span.first),
+            "last": str(request.span.last),
+            "count": str(len(request.parts)),
+        }
+        self._run(name, expand_argv(self._chunked(name).join, values), request, 0, progress, cancel)
+        return RenderResult(details={"command": name, "joined": len(request.parts)})
+
+    def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
+        # The join command itself checks what it joins (it knows the format); here: a file.
+        verify_nonempty(request.output)
+
+    # --- running one command ------------------------------------------------------------
+
+    def _command_name(self, name: str | None) -> str:
+        if name is None or name not in self._config.commands:
+            raise RenderError(f"command {name!r} is not in the spool config", transient=False, kind="config")
+        return name
+
+    def _chunked(self, name: str) -> CommandChunks:
+        try:
+            return self._config.command_chunks[name]
+        except KeyError:
+            raise RenderError(
+                f"command {name!r} has no command_chunks entry in the spool config", transient=False, kind="config"
+            ) from None
+
+    def _run(
+        self,
+        name: str,
+        argv: list[str],
+        request: RenderRequest | JoinRequest,
+        attempt: int,
+        progress: ProgressFn,
+        cancel: CancelToken,
+    ) -> deque[str]:
+        """Run ``argv`` to its end; the last lines it printed, or RenderError/RenderCancelled."""
+        tmp = request.work_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "TMPDIR": str(tmp),
             "SPOOLRENDER_THREADS": str(request.threads),
             "SPOOLRENDER_JOB_ID": request.spec.id,
-            "SPOOLRENDER_ATTEMPT": str(request.attempt),
+            "SPOOLRENDER_ATTEMPT": str(attempt),
         }
         tail: deque[str] = deque(maxlen=20)
         with open(request.log, "ab") as log_fh:
@@ -178,7 +285,7 @@ class CommandRenderer(WholeRendersOnly):
                 request.on_spawn(None)
         code = proc.returncode
         if code == 0:
-            return RenderResult(details={"command": name, "exit_code": 0})
+            return tail
         last = next((line for line in reversed(tail) if line.strip()), "")
         why = (
             f"command {name!r} exited with status {code}" if code > 0 else f"command {name!r} killed by signal {-code}"
@@ -187,11 +294,9 @@ class CommandRenderer(WholeRendersOnly):
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
         raise RenderError(message, transient=transient, kind="command-exit")
 
-    def verify(self, request: RenderRequest, result: RenderResult) -> None:
-        verify_nonempty(request.output)
 
-    def close(self) -> None:
-        pass
+def _no_progress(fraction: float | None, stage: str | None = None) -> None:
+    pass
 
 
 def verify_nonempty(path: Path) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.chunks.naming import is_chunk_name
+from spoolrender.chunks.progress import split_info
 from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, pause, resume, retry_failed, submit
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
@@ -99,7 +101,11 @@ def list_jobs(
     layout.check()
     now, fs_now = spool_clock(layout)
     # Only the listings (as `status`, minus its per-file reads): a page reads just its items.
-    listing = {s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".")] for s in defaults.STATE_DIRS}
+    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
+    listing = {
+        s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".") and not is_chunk_name(n)]
+        for s in defaults.STATE_DIRS
+    }
     # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
     listing["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]
     states = (state,) if state else defaults.STATE_DIRS
@@ -121,6 +127,8 @@ def list_jobs(
             elif s == "retry":
                 item = retry_info(name, now) or {"id": name, "entry": name}
                 item["kind"] = index.kind(s, name)
+            elif s == "split":
+                item = split_info(layout, config.output_root, name, now=now)
             elif s == "failed":
                 item = _failed_item(path)
             elif s == "done":

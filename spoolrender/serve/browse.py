@@ -42,7 +42,9 @@ MAX_QUERY_LENGTH = 200
 # The file whose mtime says when an entry got into its state (written just before the move).
 STAMP_FILE = {"done": defaults.RESULT_FILENAME, "failed": defaults.FAILURE_FILENAME}
 KIND_STATES = ("retry", "failed")  # the states whose entries carry an error kind
-NAME_PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+NAME_PATTERNS = {
+    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,9 @@ log = logging.getLogger(__name__)
 
 HISTORY = 1024
 SUMMARY_RETRY = 50
-PATTERNS = {"running": RUNNING_NAME, "retry": RETRY_NAME, "done": FINAL_NAME, "failed": FINAL_NAME}
+PATTERNS = {
+    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
+}  # fmt: skip
 
 Key = tuple[str, str]  # (state, entry name)
 Ident = tuple[str, str | None]  # (job id, uid; None in incoming/)
@@ -238,6 +240,10 @@ class EventHub:
             progress[r["entry"]] = (r["progress"], r["stage"], r["stale"])
             if old is not None and old.progress.get(r["entry"]) != progress[r["entry"]]:
                 events.append(("progress", r["id"], {**r, "state": "running"}))
+        for r in status["split"]:  # a job rendered in chunks: its chunks' progress (spoolrender.chunks)
+            progress[r["entry"]] = (r["progress"], r["chunks"] and tuple(r["chunks"].values()), False)
+            if old is not None and old.progress.get(r["entry"]) != progress[r["entry"]]:
+                events.append(("progress", r["id"], {**r, "state": "split"}))
         signature = _summary_signature(status)
         now = time.monotonic()
         send_summary = old is None or signature != old.summary or now - old.summary_at >= self.summary_seconds

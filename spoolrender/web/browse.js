@@ -5,7 +5,7 @@
 
 const PAGE = 50;
 const FIELDS = ["state", "q", "kind", "queue", "since", "until", "offset"];
-const TIME_WORDS = { incoming: "queued", running: "started", retry: "due", done: "finished", failed: "failed" };
+const TIME_WORDS = { incoming: "queued", running: "started", retry: "due", done: "finished", failed: "failed", split: "split" };
 const KNOWN_KINDS = new Set();
 const KNOWN_QUEUES = new Set();
 

@@ -4,7 +4,7 @@
 // strings), never as HTML.
 "use strict";
 
-const STATES = ["incoming", "running", "retry", "done", "failed"];
+const STATES = ["incoming", "running", "retry", "done", "failed", "split"];
 
 let skew = 0; // server clock minus ours (for "ago" texts), set from the server's documents
 

@@ -53,13 +53,19 @@ function placeText(info) {
   if (info.state === "incoming") {
     return `waiting since ${when(info.queued_at)}; ${info.arrived_before} waiting jobs arrived before it (runners take higher priorities first)`;
   }
+  if (info.split) return `rendering in ${info.split.chunks.count} chunks: ${chunkText(info.split.chunks)}`;
   if (info.state === "done" && info.result) return `finished ${when(info.result.finished)}`;
   if (info.state === "failed" && info.failure) return `failed ${when(info.failure.failed_at || info.failure.finished)}`;
   return "";
 }
 
+// A split job's chunks (spoolrender.chunks), as `status` words them.
+function chunkText(c) {
+  return `${c.done}/${c.count} done, ${c.running} running, ${c.waiting} waiting` + (c.failed ? `, ${c.failed} failed` : "");
+}
+
 // A run record's outcome, in the words of the states it leads to.
-const OUTCOME_WORDS = { publishing: "rendered", retry: "retry", failed: "failed", requeue: "requeued", reset: "reset by retry" };
+const OUTCOME_WORDS = { publishing: "rendered", retry: "retry", failed: "failed", requeue: "requeued", reset: "reset by retry", split: "split into chunks" };
 
 function outcomeTag(outcome, state) {
   const tag = stateTag(outcome === "publishing" ? "done" : outcome);
@@ -75,7 +81,8 @@ function render(info) {
   state.dataset.state = info.state;
   state.textContent = info.state;
   $("#place").textContent = placeText(info);
-  setProgress(info.progress, info.stage, info.eta_seconds, info.stale);
+  if (info.split) setProgress(info.split.progress, "chunks", info.split.eta_seconds, false);
+  else setProgress(info.progress, info.stage, info.eta_seconds, info.stale);
   $("#json-link").setAttribute("href", API);
 
   const result = info.result || {};
@@ -325,7 +332,10 @@ if (!JOB_ID) {
       state: (change) => {
         if (!change.initial || !current || change.state !== current.state) reload();
       },
-      progress: (job) => setProgress(job.progress, job.stage, job.eta_seconds, job.stale),
+      progress: (job) =>
+        job.state === "split"
+          ? setProgress(job.progress, job.chunks ? chunkText(job.chunks) : "chunks", job.eta_seconds, false)
+          : setProgress(job.progress, job.stage, job.eta_seconds, job.stale),
     });
   });
 }

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import Audit, audit
 
 from spoolrender.layout import SpoolLayout, init_spool
@@ -37,8 +38,14 @@ CONFIG = {
     "grace_seconds": 2,
     "slots": 2,
     "max_attempts": 50,
-    "commands": {"props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"]},
+    "commands": {
+        "props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"],
+        **FRAMES_CONFIG["commands"],
+    },
+    "command_chunks": FRAMES_CONFIG["command_chunks"],  # split jobs: tests/chunk_jobs.py
 }
+# Where a job may be while it is not finished (split/: waiting for its chunks).
+LIVE_STATES = ("incoming", "running", "retry", "split")
 
 
 @dataclass
@@ -94,11 +101,20 @@ def _is_busy(layout: SpoolLayout, proc: subprocess.Popen[bytes]) -> bool:
 
 
 def run_chaos(
-    base: Path, *, jobs: int, runners: int, kills: int, seed: int, freezes: int = 0, timeout: float = 600
+    base: Path,
+    *,
+    jobs: int,
+    runners: int,
+    kills: int,
+    seed: int,
+    freezes: int = 0,
+    timeout: float = 600,
+    split_jobs: int = 0,
 ) -> ChaosReport:
     """``kills`` random SIGKILLs (each victim restarted) and ``freezes`` random SIGSTOPs of
     1.5 leases (a VM pause: the victim's jobs are recovered elsewhere meanwhile, and it
-    wakes up to find them gone), in random order."""
+    wakes up to find them gone), in random order. ``split_jobs`` more jobs are rendered in
+    chunks (2-5 of them, by any runner) and joined."""
     rng = random.Random(seed)
     layout = init_spool(base / "spool")
     (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(CONFIG))
@@ -112,12 +128,20 @@ def run_chaos(
         tmp = layout.incoming / f".{job_id}.part"
         tmp.write_text(yaml.safe_dump({"renderer": "command", "command": "props", "props": props}))
         os.rename(tmp, layout.incoming / f"{job_id}.yaml")
+    for i in range(split_jobs):
+        job_id = f"s{i:05d}"
+        frames = rng.choice((20, 30, 40))
+        expected[job_id] = video(frames).encode()
+        job = frames_job(rng.choice((2, 3, 4, 5)), frames=frames, sleep=rng.choice((0, 0.01, 0.03)))
+        tmp = layout.incoming / f".{job_id}.part"
+        tmp.write_text(yaml.safe_dump(job))
+        os.rename(tmp, layout.incoming / f"{job_id}.yaml")
     log = base / "runners.log"
     started = time.monotonic()
     procs = [_start(layout.root, log) for _ in range(runners)]
     done_kills = done_freezes = 0
     frozen: dict[int, float] = {}  # runner index -> monotonic time to wake it
-    lease = float(CONFIG["lease_seconds"])  # type: ignore[arg-type]
+    lease = float(CONFIG["lease_seconds"])
     try:
         while (done_kills < kills or done_freezes < freezes) and time.monotonic() - started < timeout:
             time.sleep(rng.uniform(0.05, 0.6))
@@ -129,7 +153,7 @@ def run_chaos(
             # import of Python or the first scan would test little.
             rendering = [i for i in range(runners) if i not in frozen and _is_busy(layout, procs[i])]
             if not rendering:
-                if not any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry")):
+                if not any(os.listdir(layout.root / s) for s in LIVE_STATES):
                     break  # nothing left to disturb
                 continue
             victim = rng.choice(rendering)
@@ -146,7 +170,7 @@ def run_chaos(
             procs[i].send_signal(signal.SIGCONT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            busy = any(os.listdir(layout.state_dir(s)) for s in ("incoming", "running", "retry"))
+            busy = any(os.listdir(layout.root / s) for s in LIVE_STATES)
             if not busy:
                 break
             time.sleep(0.2)
@@ -165,12 +189,12 @@ def run_chaos(
     alarms = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
     # Temporary files of a beacon write cut short by a kill go once untouched for a lease:
     # drains (as cron would start them) until then.
-    cleanup_deadline = time.monotonic() + 10 * float(CONFIG["lease_seconds"])  # type: ignore[arg-type]
+    cleanup_deadline = time.monotonic() + 10 * float(CONFIG["lease_seconds"])
     while (leftovers := _leftovers(layout)) and time.monotonic() < cleanup_deadline:
         time.sleep(0.5)
         subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
     seconds = time.monotonic() - started
-    result = audit(layout, set(expected), output_ok=expected, max_attempts=CONFIG["max_attempts"])  # type: ignore[arg-type]
+    result = audit(layout, set(expected), output_ok=expected, max_attempts=CONFIG["max_attempts"])
     died = 0
     for state in ("done", "failed", "retry"):
         for name in os.listdir(layout.state_dir(state)):
@@ -179,13 +203,16 @@ def run_chaos(
             died += died_here
             publishes = [r for r in runs if r.outcome == "publishing"]
             # Attempts consistent with the kills: every attempt but the publishing one
-            # was lost to a kill (the command never fails by itself here).
+            # was lost to a kill (the command never fails by itself here); a split job's
+            # "split" runs (waiting for its chunks) use no attempt.
             if state == "done" and len(runs) - len(publishes) != died_here + sum(
-                1 for r in runs if r.outcome in ("requeue", "reset")
+                1 for r in runs if r.outcome in ("requeue", "reset", "split")
             ):
                 result.attempt_violations.append(f"{state}/{name}: runs {[r.outcome for r in runs]}")
     renders = len(marker.read_text().splitlines()) if marker.exists() else 0
-    return ChaosReport(jobs, done_kills, done_freezes, died, renders, result, seconds, alarms, leftovers)
+    # Chunk entries, ledgers and chunk files of ended jobs: the sweep removes them.
+    leftovers += chunk_leftovers(layout, layout.root / "output")
+    return ChaosReport(jobs + split_jobs, done_kills, done_freezes, died, renders, result, seconds, alarms, leftovers)
 
 
 def report_json(report: ChaosReport) -> str:

@@ -17,7 +17,7 @@ from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
 from spoolrender.records import attempts_used, read_runs
 
 # Processes a render may leave behind; none may outlive the runners.
-RENDER_PROCESS_MARKERS = ("render_props.py", "render-worker.mjs", "spoolrender-worker-")
+RENDER_PROCESS_MARKERS = ("render_props.py", "frames.py", "render-worker.mjs", "spoolrender-worker-")
 
 
 @dataclass
@@ -110,8 +110,10 @@ def audit(
     ``output_ok`` maps a job id to the exact bytes its published output must have.
     """
     result = Audit(expected=len(job_ids))
-    for state in ("incoming", "running", "retry", "done", "failed"):
-        for name in list_names(layout.state_dir(state)):
+    # split/: a job waiting for its chunks; a chunk entry left in running/ or retry/ shows
+    # as an unexpected job (none may be left once its job has ended).
+    for state in ("incoming", "running", "retry", "split", "done", "failed"):
+        for name in list_names(layout.root / state):
             job_id = _job_id(state, name)
             if job_id is None:
                 continue

@@ -5,7 +5,8 @@
 
 - chaos: --rounds rounds of --jobs command jobs, --runners runners, --kills random SIGKILLs;
 - crash points: a SIGKILL at every named protocol step, --rounds times each;
-- hostile corpus: the 60 bad job files of test_hostile.py against a real runner.
+- hostile corpus: the 60 bad job files of test_hostile.py against a real runner;
+- --split-jobs N: N more jobs per chaos round rendered in 2-5 chunks each (issue 14).
 Everything is judged from the disk afterwards (invariants.audit). The bounded versions
 run in CI through pytest (tests/reliability/).
 """
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # tests/: chunk_jobs (split jobs)
 
 from chaos import run_chaos
 from test_crash_points import test_sigkill_at_each_crash_point_loses_nothing as crash_case
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=80)
     parser.add_argument("--freezes", type=int, default=0, help="SIGSTOPs past the lease per chaos round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--split-jobs", type=int, default=0, help="more jobs per round, rendered in 2-5 chunks each")
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="spoolrender-long-") as tmp:
@@ -43,7 +46,7 @@ def main() -> None:
         for r in range(args.rounds):
             report = run_chaos(
                 base / f"chaos{r}", jobs=args.jobs, runners=args.runners, kills=args.kills, seed=r,
-                freezes=args.freezes,
+                freezes=args.freezes, split_jobs=args.split_jobs,
             )  # fmt: skip
             rows.append({"part": f"chaos round {r + 1}", **report.row()})
         crash_failures = 0
@@ -75,7 +78,8 @@ def main() -> None:
     for row in rows:
         print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
     print(f"reproduce: .venv/bin/python tests/reliability/long_run.py --jobs {args.jobs} --runners {args.runners} "
-          f"--kills {args.kills} --freezes {args.freezes} --rounds {args.rounds}")  # fmt: skip
+          f"--kills {args.kills} --freezes {args.freezes} --rounds {args.rounds}"
+          + (f" --split-jobs {args.split_jobs}" if args.split_jobs else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

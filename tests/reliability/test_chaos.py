@@ -30,3 +30,16 @@ def test_random_kills_and_freezes_past_the_lease_lose_nothing(tmp_path: Path) ->
     assert report.audit.states["done"] == 150 and report.audit.states["failed"] == 0
     assert report.alarms == [] and report.leftovers == []
     print(report.row())
+
+
+@pytest.mark.slow
+def test_random_kills_and_freezes_among_split_jobs_lose_nothing_and_publish_once(tmp_path: Path) -> None:
+    """Issue 14: jobs rendered in chunks (their chunks claimed by every runner, joined by
+    one) among whole jobs, with SIGKILLs and freezes at random: every job published once
+    with every frame in order, no chunk entry, ledger or chunk file left over."""
+    report = run_chaos(tmp_path, jobs=40, split_jobs=10, runners=3, kills=8, freezes=3, seed=20261214, timeout=300)
+    assert report.audit.ok, report.audit.problems()
+    assert (report.kills, report.freezes) == (8, 3)
+    assert report.audit.states["done"] == 50 and report.audit.states["failed"] == 0
+    assert report.alarms == [] and report.leftovers == []
+    print(report.row())

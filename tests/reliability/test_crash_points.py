@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit
 
-from spoolrender.failpoints import CRASH_POINTS
+from spoolrender.failpoints import CHUNK_CRASH_POINTS, CRASH_POINTS
 from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, retry_name
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
@@ -71,3 +72,33 @@ def test_sigkill_at_each_crash_point_loses_nothing(tmp_path: Path, point: str) -
     record = json.loads((layout.done / entry / "result.json").read_text())
     outcomes = [r["outcome"] for r in record["runs"]]
     assert outcomes[-1] == "publishing" and outcomes.count("publishing") == 1, outcomes
+
+
+def _drain_until_done(layout: SpoolLayout) -> None:
+    """Restart drains (as cron would start them) until the job is done; at least one."""
+    deadline = time.monotonic() + 60
+    drain(layout)
+    while not os.listdir(layout.done) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        drain(layout)
+
+
+@pytest.mark.parametrize("point", CHUNK_CRASH_POINTS)
+def test_sigkill_at_each_step_of_a_split_job_loses_nothing(tmp_path: Path, point: str) -> None:
+    layout = make_spool(
+        tmp_path,
+        commands={**CONFIG["commands"], **FRAMES_CONFIG["commands"]},  # type: ignore[dict-item]
+        command_chunks=FRAMES_CONFIG["command_chunks"],
+    )
+    (layout.incoming / "job.yaml").write_text(yaml.safe_dump(frames_job(3, frames=30)))
+    assert drain(layout, {"SPOOLRENDER_CRASH_AT": point}) == -9  # SIGKILLed at the step
+    # A job killed before queueing its chunks is woken by the sweep a lease (2 s) later.
+    _drain_until_done(layout)
+    result = audit(layout, {"job"}, output_ok={"job": video(30).encode()})
+    assert result.ok, result.problems()
+    assert result.where["job"] == ["done"]
+    (entry,) = os.listdir(layout.done)
+    outcomes = [r["outcome"] for r in json.loads((layout.done / entry / "result.json").read_text())["runs"]]
+    assert outcomes[-1] == "publishing" and outcomes.count("publishing") == 1, outcomes
+    assert "split" in outcomes
+    assert chunk_leftovers(layout, layout.root / "output") == []

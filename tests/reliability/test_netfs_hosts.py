@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit, render_orphans
 from netfs_lab import Host, NetfsLab, missing, wait_until
 
@@ -189,3 +190,53 @@ def test_sshfs_hosts_exactly_once_kill_freeze_and_cron_drain(tmp_path: Path) -> 
         assert LEASE - 1.0 <= figures[key] <= LEASE + 6, figures
     print(f"\nsshfs hosts: {JOBS} jobs, 4 hosts, 1 killed, 1 frozen; "
           + ", ".join(f"{k} {v:.1f} s" for k, v in figures.items()) + f"; renders by host {by_host}")  # fmt: skip
+
+
+def test_sshfs_hosts_render_the_chunks_of_split_jobs_on_every_host(tmp_path: Path) -> None:
+    """Issue 14: split jobs on four sshfs hosts (one skewed an hour, one a cron drain), one
+    slot each: the chunks of one job spread over every host (each chunk waits until all
+    four have started, so no host can render two), and every video is published once with
+    every frame in order, nothing of its chunks left."""
+    share = tmp_path / "share"
+    layout = init_spool(share / "spool")
+    (share / "hosts").mkdir()
+    (share / "barrier").mkdir()
+    lab = NetfsLab(tmp_path, share)
+    mounted = lab.mountpoint
+    config = {
+        "settle_seconds": 0.3, "heartbeat_seconds": 0.4, "lease_seconds": LEASE, "rescan_seconds": 0.5,
+        "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
+        **FRAMES_CONFIG,
+    }  # fmt: skip
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+    spool = mounted / "spool"
+    names = ("host-a", "host-b", "host-c", "host-d")
+    logs = {name: tmp_path / f"{name}.log" for name in names}
+    try:
+        lab.host("host-a", runner_argv(spool), logs["host-a"])
+        lab.host("host-b", runner_argv(spool), logs["host-b"], skew=3600.0)
+        lab.host("host-c", runner_argv(spool), logs["host-c"])
+        lab.host("host-d", runner_argv(spool, drain=True), logs["host-d"])
+        wait_until(lambda: {"host-a", "host-b", "host-c"} <= beacon_hosts(layout), 90, "runners up")
+        wide = frames_job(4, barrier_dir=str(mounted / "barrier"), barrier=4, host_dir=str(mounted / "hosts"))
+        drop(layout, "wide.yaml", wide)
+        wait_until(lambda: len(os.listdir(layout.done)) == 1, 240, "the wide job done")
+        drop(layout, "many.yaml", frames_job(8, frames=80, sleep=0.02))
+        wait_until(lambda: len(os.listdir(layout.done)) == 2, 240, "the 8-chunk job done")
+        wait_until(lambda: chunk_leftovers(layout, layout.root / "output") == [], 60, "chunk files removed")
+        wait_until(lambda: not os.listdir(layout.root / "output" / SCRATCH_DIR), 60, "scratch dirs removed")
+    finally:
+        lab.close()
+    assert str(tmp_path) not in Path("/proc/mounts").read_text(), "a mount outlived the lab"
+    rendered = [name.split(".") for name in os.listdir(share / "hosts")]
+    assert sorted(int(index) for index, _, _ in rendered) == [0, 1, 2, 3]
+    assert {host for _, host, _ in rendered} == set(names), rendered  # every host rendered a chunk
+    for name, path in logs.items():
+        text = path.read_text()
+        assert "ERROR" not in text and "Traceback" not in text, (name, text[-3000:])
+    result = audit(layout, {"wide", "many"}, output_ok={"wide": video(40).encode(), "many": video(80).encode()},
+                   check_processes=False)  # fmt: skip
+    assert result.ok, result.problems()
+    for name in os.listdir(layout.done):
+        outcomes = [r["outcome"] for r in json.loads((layout.done / name / "result.json").read_text())["runs"]]
+        assert outcomes == ["split", "publishing"], outcomes

@@ -1,0 +1,67 @@
+"""How a split job shows in `status`, `show` and `serve`: one job, with its chunks' progress.
+
+Chunk entries are never listed as jobs; the job waiting in split/ is, with how many of
+its chunks are done, running, waiting (and failed or missing), the share of its frames
+rendered (running chunks by their heartbeat's progress) and an ETA from the pace so far.
+The ETA covers the chunks; the join comes after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spoolrender.chunks.ledger import chunk_states, progress_of, read_plan
+from spoolrender.heartbeat import read_heartbeat
+from spoolrender.layout import FINAL_NAME, SpoolLayout
+
+
+def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
+    """One ``split`` item of the status document (``name`` is a split/ entry)."""
+    m = FINAL_NAME.fullmatch(name)
+    info: dict[str, Any] = {"id": m.group("id") if m else name, "entry": name, "chunks": None,
+                            "progress": None, "eta_seconds": None}  # fmt: skip
+    progress = chunk_progress(layout, output_root, name, now=now)
+    if progress is not None:
+        info.update(progress)
+    return info
+
+
+def chunk_progress(layout: SpoolLayout, output_root: Path, key: str, *, now: float) -> dict[str, Any] | None:
+    """``{"chunks": {...counts}, "progress", "eta_seconds"}`` of job ``key`` (``<id>.<uid>``);
+    None if it has no chunk plan (it is not split)."""
+    plan = read_plan(layout, key)
+    if plan is None:
+        return None
+    uid = key.rpartition(".")[2]
+    states = chunk_states(layout, output_root, key, uid, plan)
+    running: dict[int, float] = {}
+    for index, entry in states.running.items():
+        hb = read_heartbeat(layout.running / entry)
+        running[index] = (hb.progress or 0.0) if hb is not None else 0.0
+    fraction = progress_of(states, running)
+    elapsed = max(0.0, now - plan.created)
+    eta = elapsed * (1 - fraction) / fraction if 0 < fraction < 1 else None
+    return {
+        "chunks": {
+            "count": plan.count,
+            "done": len(states.done),
+            "running": len(states.running),
+            "waiting": len(states.waiting),
+            "failed": len(states.failed),
+            "missing": len(states.missing),
+        },
+        "frames": plan.span.frames,
+        "progress": round(fraction, 4),
+        "eta_seconds": None if eta is None else round(eta, 1),
+    }
+
+
+def describe_chunks(c: dict[str, Any]) -> str:
+    """``2/4 done, 1 running, 1 waiting`` for people."""
+    text = f"{c['done']}/{c['count']} done, {c['running']} running, {c['waiting']} waiting"
+    if c["failed"]:
+        text += f", {c['failed']} failed"
+    if c["missing"]:
+        text += f", {c['missing']} to queue again"
+    return text
