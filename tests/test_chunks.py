@@ -94,13 +94,14 @@ def test_command_chunks_config_names_a_command_and_known_placeholders(spool: Spo
 # --- end to end ---------------------------------------------------------------------------
 
 
-def drain_until(spool: SpoolLayout, state: str, timeout: float = 90) -> str:
-    """Run `spoolrender run --drain` (as cron would) until a job reaches ``state``; its entry."""
+def drain_until(spool: SpoolLayout, state: str, timeout: float = 90, count: int = 1) -> str:
+    """Run `spoolrender run --drain` (as cron would) until ``count`` jobs reach ``state``; the
+    first entry there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), capture_output=True, timeout=120)
-        found = os.listdir(spool.root / state)
-        if found:
+        found = sorted(os.listdir(spool.root / state))
+        if len(found) >= count:
             return found[0]
         time.sleep(0.1)
     raise AssertionError(f"no job reached {state}/ within {timeout} s")
@@ -336,3 +337,25 @@ def test_a_runner_frozen_past_the_lease_mid_split_loses_nothing_and_publishes_on
     assert outcomes.count("publishing") == 1 and outcomes[-1] == "publishing", outcomes
     assert os.listdir(spool.failed) == [] and chunk_leftovers(spool, spool.root / "output") == []
     assert "ERROR" not in (tmp_path / "frozen.log").read_text() + (tmp_path / "other.log").read_text()
+
+
+def test_the_render_cache_stores_a_joined_job_and_publishes_a_repeat_without_splitting(
+    spool: SpoolLayout, tmp_path: Path
+) -> None:
+    write_spool_config(spool, {**FRAMES_CONFIG, "render_cache": True})
+    marker = str(tmp_path / "marker")
+    drop(spool, "first.yaml", frames_job(4, marker=marker))
+    first = drain_until(spool, "done")
+    result = json.loads((spool.done / first / "result.json").read_text())
+    assert runs_of(spool.done / first) == ["split", "publishing"] and result["cache"] == "stored"
+    assert len(markers(tmp_path / "marker")) == 4  # four chunks rendered
+    drop(spool, "again.yaml", {**frames_job(4, marker=marker), "output": "again.mp4"})
+    drain_until(spool, "done", count=2)
+    (again,) = set(os.listdir(spool.done)) - {first}
+    result = json.loads((spool.done / again / "result.json").read_text())
+    # Published from the cache: one run, never split, no chunk rendered again.
+    assert runs_of(spool.done / again) == ["publishing"] and result["cache"] == "hit"
+    assert result["cache_source"]["id"] == "first"
+    assert len(markers(tmp_path / "marker")) == 4
+    assert (spool.root / "output" / "again.mp4").read_text() == video(40)
+    assert chunk_leftovers(spool, spool.root / "output") == []
