@@ -36,7 +36,7 @@ COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
 FFPROBE = COMPOSITOR / "ffprobe"
 FFMPEG = COMPOSITOR / "ffmpeg"
 FPS = 30
-FRAMES = 45  # three chunks of 15 frames
+FRAMES = 45  # four chunks: three of 12 frames, the last of 9
 PROPS = {"frames": FRAMES, "color": "#0ea5e9", "tone": True}
 
 pytestmark = [
@@ -135,7 +135,7 @@ def slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slot]:
 
 @pytest.fixture(scope="module")
 def split(slot: Slot) -> Split:
-    return split_render(slot, {}, 3)
+    return split_render(slot, {}, 4)
 
 
 def streams(path: Path) -> dict[str, dict[str, Any]]:
@@ -169,11 +169,11 @@ def test_frame_span_counts_props_and_frame_range(slot: Slot) -> None:
 
 
 def test_each_chunk_holds_its_frames_and_aligned_audio(split: Split) -> None:
-    assert [(c.first, c.last) for c, _ in split.parts] == [(0, 14), (15, 29), (30, 44)]
+    assert [(c.first, c.last) for c, _ in split.parts] == [(0, 11), (12, 23), (24, 35), (36, 44)]
     for chunk, directory in split.parts:
         assert sorted(p.name for p in directory.iterdir()) == sorted([CHUNK_AUDIO, CHUNK_MANIFEST, CHUNK_VIDEO])
         video = streams(directory / CHUNK_VIDEO)["video"]
-        assert (video["codec_name"], int(video["nb_read_frames"])) == ("h264", 15)
+        assert (video["codec_name"], int(video["nb_read_frames"])) == ("h264", chunk.frames)
         assert streams(directory / CHUNK_AUDIO)["audio"]["codec_name"] == "aac"
         manifest = json.loads((directory / CHUNK_MANIFEST).read_text(encoding="utf-8"))
         assert (manifest["first"], manifest["last"], manifest["audio"]) == (chunk.first, chunk.last, True)
@@ -188,9 +188,9 @@ def test_joined_video_matches_a_whole_render(split: Split, tmp_path: Path) -> No
     assert float(joined["video"]["duration"]) == float(whole["video"]["duration"]) == FRAMES / FPS
     assert joined["audio"]["codec_name"] == "aac"
     packet = 1024 / 48000
-    assert abs(float(joined["audio"]["duration"]) - float(whole["audio"]["duration"])) <= 2 * packet
-    assert split.joined.details["chunks"] == 3 and split.joined.details["audio"] is True
-    # No gap, click or shift at the joins (0.5 s and 1.0 s): the joined audio is the whole
+    assert abs(float(joined["audio"]["duration"]) - float(whole["audio"]["duration"])) <= 3 * packet
+    assert split.joined.details["chunks"] == 4 and split.joined.details["audio"] is True
+    # No gap, click or shift at the joins (0.4, 0.8 and 1.2 s): the joined audio is the whole
     # render's, sample for sample, as far as the video lasts (AAC decodes identically
     # because each chunk's audio was encoded on the same packet borders).
     ours, theirs = samples(split.join.output, tmp_path), samples(split.whole, tmp_path)
@@ -229,7 +229,7 @@ def test_corrupt_chunk_fails_its_verify_and_the_join(slot: Slot, split: Split, t
     request = replace(slot.request({}), output=directory, chunk=chunk)
     with pytest.raises(ChunkPartInvalid) as info:
         slot.renderer.verify(request, RenderResult())
-    assert info.value.index == 1 and "chunk 2 of 3 (frames 15-29)" in info.value.message
+    assert info.value.index == 1 and "chunk 2 of 4 (frames 12-23)" in info.value.message
     # The join of a truncated part does not verify: frames are missing at the join.
     join = slot.join_request(split.job, parts, split.span)
     with pytest.raises(RenderError, match=r"frames, expected 45|gap in the joined video"):
@@ -239,16 +239,16 @@ def test_corrupt_chunk_fails_its_verify_and_the_join(slot: Slot, split: Split, t
 def test_missing_or_foreign_chunk_parts_are_named(slot: Slot, split: Split, tmp_path: Path) -> None:
     parts = copy_parts(split, tmp_path)
     (parts[2][1] / CHUNK_AUDIO).unlink()
-    with pytest.raises(ChunkPartInvalid, match=r"chunk 3 of 3 \(frames 30-44\) is missing its audio.aac") as info:
+    with pytest.raises(ChunkPartInvalid, match=r"chunk 3 of 4 \(frames 24-35\) is missing its audio.aac") as info:
         slot.renderer.join(slot.join_request(split.job, parts, split.span), ignore_progress, CancelToken())
     assert info.value.index == 2
     # Chunk 1's directory offered as chunk 2: its manifest says which chunk it holds.
-    swapped = [parts[0], (parts[1][0], parts[0][1]), parts[2]]
+    swapped = [parts[0], (parts[1][0], parts[0][1]), *parts[2:]]
     with pytest.raises(ChunkPartInvalid, match="holds another chunk") as info:
         slot.renderer.join(slot.join_request(split.job, swapped, split.span), ignore_progress, CancelToken())
     assert info.value.index == 1
     shutil.rmtree(parts[0][1])
-    with pytest.raises(ChunkPartInvalid, match=r"chunk 1 of 3 .* is missing"):
+    with pytest.raises(ChunkPartInvalid, match=r"chunk 1 of 4 .* is missing"):
         slot.renderer.join(slot.join_request(split.job, parts, split.span), ignore_progress, CancelToken())
 
 
@@ -268,20 +268,21 @@ def test_codec_the_job_file_did_not_set_is_refused_by_the_worker(slot: Slot) -> 
 
 
 def test_verify_join_finds_a_gap_in_the_timestamps(split: Split, tmp_path: Path) -> None:
-    joins = [15, 30]
-    # Every packet from the second join on shifted by one frame (512 ticks of 1/15360 s),
-    # audio by one AAC packet: what a lost chunk tail or doubled frame looks like.
+    joins = [12, 24, 36]
+    # Every packet from the second join (frame 24, 0.8 s) on shifted by one frame (512
+    # ticks of 1/15360 s), audio from 0.5 s on by one AAC packet: what a lost chunk tail
+    # or a doubled frame looks like.
     video_gap = tmp_path / "video-gap.mp4"
-    shift = "if(gte(DTS\\,15360)\\,{0}+512\\,{0})"
+    shift = "if(gte(DTS\\,12288)\\,{0}+512\\,{0})"
     subprocess.run([str(FFMPEG), "-v", "error", "-y", "-i", str(split.join.output), "-c", "copy", "-bsf:v",
                     f"setts=pts={shift.format('PTS')}:dts={shift.format('DTS')}", str(video_gap)],
                    check=True, timeout=60)  # fmt: skip
-    with pytest.raises(RenderError, match="gap in the joined video at frame 3"):
+    with pytest.raises(RenderError, match="gap in the joined video at frame 2"):
         join_check.check_joined(FFPROBE, video_gap, split.span, True, joins)
     audio_gap = tmp_path / "audio-gap.mp4"
     subprocess.run([str(FFMPEG), "-v", "error", "-y", "-i", str(split.join.output), "-c", "copy", "-bsf:a",
                     "setts=ts=if(gte(TS\\,24000)\\,TS+1024\\,TS)", str(audio_gap)], check=True, timeout=60)  # fmt: skip
-    with pytest.raises(RenderError, match=r"gap in the joined audio at 0\.4.* s \(near the join at 0\.500 s\)"):
+    with pytest.raises(RenderError, match=r"gap in the joined audio at 0\.4.* s \(near the join at 0\.400 s\)"):
         join_check.check_joined(FFPROBE, audio_gap, split.span, True, joins)
     with pytest.raises(RenderError, match="has an audio stream, but its chunks had none"):
         join_check.check_joined(FFPROBE, split.join.output, split.span, False, joins)
