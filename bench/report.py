@@ -60,6 +60,7 @@ BENCHMARKS = (
     Benchmark(
         "serve_browse", "Dashboard paging at scale", ("--done", "100000", "--incoming", "10000", "--failed", "1000")
     ),
+    Benchmark("chunked_render", "P6 chunked render", ("--seconds", "20", "--rounds", "3", "--concurrencies", "1,2")),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 
