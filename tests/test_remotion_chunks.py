@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from spoolrender.config import load_config
-from spoolrender.errors import ChunkPartInvalid, RenderError
+from spoolrender.errors import ChunkPartInvalid, RenderCancelled, RenderError
 from spoolrender.jobfile import parse_job
 from spoolrender.layout import init_spool
 from spoolrender.renderers import join_check, output_check
@@ -250,6 +250,28 @@ def test_missing_or_foreign_chunk_parts_are_named(slot: Slot, split: Split, tmp_
     shutil.rmtree(parts[0][1])
     with pytest.raises(ChunkPartInvalid, match=r"chunk 1 of 4 .* is missing"):
         slot.renderer.join(slot.join_request(split.job, parts, split.span), ignore_progress, CancelToken())
+
+
+def test_cancelled_chunk_leaves_its_directory_empty(slot: Slot) -> None:
+    cancel = CancelToken()
+    seen: list[float | None] = []
+
+    def progress(fraction: float | None, stage: str | None = None) -> None:
+        seen.append(fraction)
+        if fraction:  # frames are being rendered: stop now
+            cancel.cancel("user")
+
+    request = slot.request({"props": {**PROPS, "frames": 600}}, ChunkPart(0, 2, 0, 299))
+    with pytest.raises(RenderCancelled, match="user"):
+        slot.renderer.render(request, progress, cancel)
+    assert seen and list(request.output.iterdir()) == []  # no part, no manifest
+    # A request made after the cancel is not started at all; the slot's worker renders
+    # the next chunk as usual.
+    with pytest.raises(RenderCancelled):
+        slot.renderer.frame_span(slot.request({}), cancel)
+    again = slot.request({"props": {**PROPS, "frames": 10}}, ChunkPart(0, 2, 0, 4))
+    slot.render(again)
+    assert json.loads((again.output / CHUNK_MANIFEST).read_text(encoding="utf-8"))["last"] == 4
 
 
 def test_chunk_of_four_frames_is_refused_before_rendering(slot: Slot) -> None:

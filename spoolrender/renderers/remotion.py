@@ -193,6 +193,8 @@ class RemotionRenderer(WholeRendersOnly):
         "done") events; RenderCancelled or RenderError otherwise. ``check_started`` says
         why a started render must stop for good (the render is then cancelled)."""
         job_id = message["jobId"]
+        if cancel.is_set():  # cancelled while the worker started: nothing to stop yet
+            raise RenderCancelled(cancel.reason or "cancelled")
         worker.send(message)
         started: dict[str, Any] = {}
         cancel_sent_at: float | None = None
