@@ -200,6 +200,15 @@ def test_joined_video_matches_a_whole_render(split: Split, tmp_path: Path) -> No
     assert max(abs(a) for a in ours[: n // 2]) > 4000  # the tone is really there
 
 
+def test_another_slot_verifies_a_join_with_its_own_worker(slot: Slot, split: Split) -> None:
+    other = RemotionRenderer(slot.config)
+    try:
+        other.verify_join(split.join, split.joined)  # starts this slot's worker for its ffprobe
+        assert other.workers_started == 1
+    finally:
+        other.close()
+
+
 def test_muted_job_joins_without_audio(slot: Slot) -> None:
     muted = split_render(slot, {"props": {**PROPS, "frames": 10}, "settings": {"muted": True}}, 2)
     for _, directory in muted.parts:

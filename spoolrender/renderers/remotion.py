@@ -296,7 +296,7 @@ class RemotionRenderer(WholeRendersOnly):
 
     def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
         verify_nonempty(request.output)
-        ffprobe = self._ffprobe()
+        ffprobe = self._ffprobe(request)
         joins = [chunk.first - request.span.first for chunk, _ in request.parts[1:]]
         join_check.check_joined(ffprobe, request.output, request.span, bool(result.details.get("audio")), joins)
 
@@ -306,12 +306,17 @@ class RemotionRenderer(WholeRendersOnly):
         manifest = remotion_chunks.read_manifest(request.output, chunk)
         audio = request.output / remotion_chunks.CHUNK_AUDIO if manifest.get("audio") else None
         video = request.output / remotion_chunks.CHUNK_VIDEO
-        join_check.check_chunk(self._ffprobe(), chunk, float(manifest["fps"]), video, audio)
+        join_check.check_chunk(self._ffprobe(request), chunk, float(manifest["fps"]), video, audio)
 
-    def _ffprobe(self) -> str:
-        """The project's own ffprobe (from the worker): a split job is verified with it
-        or not published (its joins cannot be checked otherwise)."""
-        ffprobe = self._worker.ffprobe if self._worker is not None else None
+    def _ffprobe(self, request: RenderRequest | JoinRequest) -> str:
+        """The project's own ffprobe (from its worker): a split job is verified with it or
+        not published (its joins cannot be checked otherwise)."""
+        worker = self._worker
+        if worker is None or worker.project != self._project(request):  # not the one that rendered
+            with open(request.log, "ab") as log_fh:
+                worker = self._ensure_worker(request, log_fh)
+                worker.set_log(None)
+        ffprobe = worker.ffprobe
         if ffprobe is None:
             raise setup_error(
                 "the Remotion project's compositor has no ffprobe: chunks and joined videos cannot be verified "

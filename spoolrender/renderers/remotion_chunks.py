@@ -124,6 +124,11 @@ def chunk_message(request: RenderRequest) -> dict[str, Any]:
     """The render request's ``chunk`` field for the worker (see chunks.mjs)."""
     chunk = request.chunk
     assert chunk is not None
+    if request.spec.still is not None:
+        raise RenderError("a still cannot be rendered in chunks", transient=False, kind="invalid-settings")
+    if not request.output.is_dir() or any(request.output.iterdir()):
+        raise RenderError(f"a chunk renders into an empty directory: {request.output} is not one", transient=True,
+                          kind="chunk-plan")  # fmt: skip
     start = composition_start(request.settings)
     per_chunk = frames_per_chunk(chunk, start)
     if per_chunk < MIN_CHUNK_FRAMES:
