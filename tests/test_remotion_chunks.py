@@ -190,14 +190,26 @@ def test_joined_video_matches_a_whole_render(split: Split, tmp_path: Path) -> No
     packet = 1024 / 48000
     assert abs(float(joined["audio"]["duration"]) - float(whole["audio"]["duration"])) <= 3 * packet
     assert split.joined.details["chunks"] == 4 and split.joined.details["audio"] is True
-    # No gap, click or shift at the joins (0.4, 0.8 and 1.2 s): the joined audio is the whole
-    # render's, sample for sample, as far as the video lasts (AAC decodes identically
-    # because each chunk's audio was encoded on the same packet borders).
-    ours, theirs = samples(split.join.output, tmp_path), samples(split.whole, tmp_path)
-    n = int(FRAMES / FPS * 48000)
+    # No gap, click or shift at the joins (0.4, 0.8 and 1.2 s).
+    assert_same_audio(split, tmp_path)
+
+
+def assert_same_audio(split: Split, tmp: Path) -> None:
+    """The joined audio is the whole render's, sample for sample, as far as the video
+    lasts (AAC decodes identically because each chunk's audio was encoded on the packet
+    borders of the whole): a gap, click or shift at a join would differ."""
+    ours, theirs = samples(split.join.output, tmp), samples(split.whole, tmp)
+    n = int(split.span.frames / FPS * 48000)
     assert len(ours) >= n - 1024 and len(theirs) >= n
     assert max(abs(a - b) for a, b in zip(ours[:n], theirs[:n], strict=False)) <= 64
     assert max(abs(a) for a in ours[: n // 2]) > 4000  # the tone is really there
+
+
+def test_frame_range_is_split_from_its_first_frame(slot: Slot, tmp_path: Path) -> None:
+    ranged = split_render(slot, {"props": {**PROPS, "frames": 40}, "settings": {"frame_range": [7, 26]}}, 2)
+    assert [(c.first, c.last) for c, _ in ranged.parts] == [(7, 16), (17, 26)]
+    assert int(streams(ranged.join.output)["video"]["nb_read_frames"]) == 20
+    assert_same_audio(ranged, tmp_path)
 
 
 def test_another_slot_verifies_a_join_with_its_own_worker(slot: Slot, split: Split) -> None:
