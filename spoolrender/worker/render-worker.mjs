@@ -47,7 +47,8 @@
 //         AAC audio (null, and none written, when the job is muted); "done" then also
 //         carries "audioLocation" (the audio part written, or null).
 //   {"type":"span","jobId":S,"composition":S,"inputProps":{...},"options":{...}|null}
-//       The frames the whole job renders: "started"-less; -> {"type":"done","jobId",
+//       The frames the whole job renders (its frameRange option, else the composition's
+//       every frame with these props): no "started" event, then {"type":"done","jobId",
 //       "first","last","fps","durationInFrames","width","height"} or failed.
 //   {"type":"join", ...}   joins a split job's chunks: see join.mjs.
 //       Like renders, one span/join/render at a time ("busy" otherwise); cancel works
