@@ -31,7 +31,10 @@ from spoolrender.renderers.base import CancelToken, ChunkPart, FrameSpan, JoinRe
 from spoolrender.renderers.remotion import RemotionRenderer
 from spoolrender.renderers.remotion_chunks import CHUNK_AUDIO, CHUNK_MANIFEST, CHUNK_VIDEO
 
-REMOTION = Path(__file__).resolve().parent.parent / "remotion"
+REPO = Path(__file__).resolve().parent.parent
+REMOTION = REPO / "remotion"
+OTHER_VERSION = "4.0.527"  # installed by scripts/setup.sh --test (see tests/test_projects.py)
+OTHER = REPO / ".cache" / f"remotion-{OTHER_VERSION}"
 COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
 FFPROBE = COMPOSITOR / "ffprobe"
 FFMPEG = COMPOSITOR / "ffmpeg"
@@ -56,10 +59,10 @@ def ignore_progress(fraction: float | None, stage: str | None = None) -> None:
 class Slot:
     """One runner slot's renderer; each request gets its own work directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, project: Path = REMOTION) -> None:
         layout = init_spool(root / "spool")
         (layout.root / "spoolrender.yaml").write_text(
-            yaml.safe_dump({"remotion_project": str(REMOTION), "cache_dir": str(root / "cache")}), encoding="utf-8"
+            yaml.safe_dump({"remotion_project": str(project), "cache_dir": str(root / "cache")}), encoding="utf-8"
         )
         self.config = load_config(layout.root, environ={})
         self.renderer = RemotionRenderer(self.config)
@@ -329,3 +332,44 @@ def test_verify_join_finds_a_gap_in_the_timestamps(split: Split, tmp_path: Path)
         join_check.check_joined(FFPROBE, audio_gap, split.span, True, joins)
     with pytest.raises(RenderError, match="has an audio stream, but its chunks had none"):
         join_check.check_joined(FFPROBE, split.join.output, split.span, False, joins)
+
+
+STARTER_WITH_SOUND = {
+    "src/index.ts": "import {registerRoot} from 'remotion';\nimport {Root} from './Root';\nregisterRoot(Root);\n",
+    "src/Root.tsx": """
+import {AbsoluteFill, Audio, Composition, staticFile} from 'remotion';
+const Sound = () => (
+  <AbsoluteFill style={{background: 'green'}}><Audio src={staticFile('tone.wav')} loop /></AbsoluteFill>
+);
+export const Root = () => (
+  <Composition id="Sound" component={Sound} width={64} height={64} fps={30} durationInFrames={20} />
+);
+""",
+}
+
+
+@pytest.mark.skipif(
+    not (OTHER / "node_modules" / ".spoolrender-installed").is_file(),
+    reason=f"Remotion {OTHER_VERSION} missing: run scripts/setup.sh --test",
+)
+def test_a_users_project_joins_with_its_own_remotion(tmp_path: Path) -> None:
+    # Shaped like Remotion's starters (remotion and @remotion/cli listed), another version.
+    project = tmp_path / "starter"
+    for rel, text in STARTER_WITH_SOUND.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text, encoding="utf-8")
+    (project / "public").mkdir()
+    shutil.copy(REMOTION / "public" / "tone.wav", project / "public" / "tone.wav")
+    deps = {"remotion": OTHER_VERSION, "@remotion/cli": OTHER_VERSION, "react": "19.2.0", "react-dom": "19.2.0"}
+    (project / "package.json").write_text(json.dumps({"name": "starter", "private": True, "dependencies": deps}))
+    (project / "node_modules").symlink_to(OTHER / "node_modules")
+    slot = Slot(tmp_path / "slot", project)
+    try:
+        result = split_render(slot, {"composition": "Sound", "props": {}}, 2)
+    finally:
+        slot.renderer.close()
+    assert [(c.first, c.last) for c, _ in result.parts] == [(0, 9), (10, 19)]
+    assert int(streams(result.join.output)["video"]["nb_read_frames"]) == 20
+    assert streams(result.join.output)["audio"]["codec_name"] == "aac"
+    logs = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "slot").glob("*/run.log"))
+    assert f'"remotionVersion": "{OTHER_VERSION}"' in logs  # its worker loaded the project's Remotion
