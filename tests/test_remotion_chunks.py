@@ -271,6 +271,14 @@ def test_missing_or_foreign_chunk_parts_are_named(slot: Slot, split: Split, tmp_
     with pytest.raises(ChunkPartInvalid, match="holds another chunk") as info:
         slot.renderer.join(slot.join_request(split.job, swapped, split.span), ignore_progress, CancelToken())
     assert info.value.index == 1
+    # A chunk of the same frames rendered for another video (another frame_range start).
+    shutil.copy(split.parts[2][1] / CHUNK_AUDIO, parts[2][1] / CHUNK_AUDIO)
+    manifest_path = parts[3][1] / CHUNK_MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest_path.write_text(json.dumps({**manifest, "composition_start": 3}), encoding="utf-8")
+    with pytest.raises(ChunkPartInvalid, match="chunk 4 was rendered for a video from frame 3 at 30 fps") as info:
+        slot.renderer.join(slot.join_request(split.job, parts, split.span), ignore_progress, CancelToken())
+    assert info.value.index == 3
     shutil.rmtree(parts[0][1])
     with pytest.raises(ChunkPartInvalid, match=r"chunk 1 of 4 .* is missing"):
         slot.renderer.join(slot.join_request(split.job, parts, split.span), ignore_progress, CancelToken())

@@ -217,6 +217,14 @@ def join_message(request: JoinRequest, job_id: str) -> tuple[dict[str, Any], boo
     manifests = [read_manifest(directory, chunk) for chunk, directory in request.parts]
     audio = bool(manifests[0].get("audio"))
     for (chunk, _), manifest in zip(request.parts, manifests, strict=True):
+        start, fps = manifest.get("composition_start"), manifest.get("fps")
+        if start != request.span.first or fps != request.span.fps:
+            shown = f"{fps:g}" if isinstance(fps, int | float) else repr(fps)
+            raise ChunkPartInvalid(
+                chunk.index,
+                f"chunk {chunk.index + 1} was rendered for a video from frame {start} at {shown} fps, this one is "
+                f"from frame {request.span.first} at {request.span.fps:g} fps: render it again",
+            )
         if bool(manifest.get("audio")) != audio:
             raise ChunkPartInvalid(
                 chunk.index,
