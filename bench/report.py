@@ -62,6 +62,7 @@ BENCHMARKS = (
         "serve_browse", "Dashboard paging at scale", ("--done", "100000", "--incoming", "10000", "--failed", "1000")
     ),
     Benchmark("render_cache", "P7 render cache", ("--repeats", "20", "--batch", "30", "--distinct", "6")),
+    Benchmark("chunked_render", "P6 chunked render", ("--seconds", "20", "--rounds", "3", "--concurrencies", "1,2")),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

@@ -55,6 +55,15 @@ class RenderError(SpoolrenderError):
         self.kind = kind
 
 
+class ChunkPartInvalid(RenderError):
+    """A split job's chunk ``index`` (0-based) is missing or corrupt: joining it cannot
+    succeed until that chunk is rendered again (the other chunks are fine)."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message, transient=True, kind="chunk-invalid")
+        self.index = index
+
+
 class RenderCancelled(SpoolrenderError):
     """A render stopped because its cancel token was set (timeout, shutdown, lost job)."""
 

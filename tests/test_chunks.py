@@ -26,16 +26,34 @@ from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import parse_job
 from spoolrender.layout import SpoolLayout
 from spoolrender.renderers.base import ChunkPart, FrameSpan
+from spoolrender.renderers.remotion_chunks import frames_per_chunk
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 
 # --- planning ---------------------------------------------------------------------------
 
 
-def test_plan_parts_covers_the_span_in_near_equal_ranges() -> None:
+def test_plan_parts_covers_the_span_in_equal_ranges_but_a_shorter_last() -> None:
     parts = plan_parts(FrameSpan(10, 109, 30), chunks=3)
-    assert [(p.first, p.last) for p in parts] == [(10, 43), (44, 76), (77, 109)]
+    assert [(p.first, p.last) for p in parts] == [(10, 43), (44, 77), (78, 109)]
     assert [p.index for p in parts] == [0, 1, 2] and {p.count for p in parts} == {3}
+    # 45 frames in 4: 12, 12, 12, 9 (never 12, 11, 11, 11: see the next test).
+    assert [p.frames for p in plan_parts(FrameSpan(0, 44, 30), chunks=4)] == [12, 12, 12, 9]
+    # 41 frames in 8: chunks of 6 frames make only 7 (the last of 5 frames).
+    assert [p.frames for p in plan_parts(FrameSpan(0, 40, 30), chunks=8)] == [6, 6, 6, 6, 6, 6, 5]
+
+
+@pytest.mark.parametrize("first", [0, 7])
+def test_every_plan_is_one_remotion_can_join(first: int) -> None:
+    """Remotion's combineChunks cuts chunk i's audio at i * F / fps: every chunk but the
+    last must be F frames long (a 12/11/11/11 plan joined with shifted audio)."""
+    for frames in range(5, 400, 7):
+        for chunks in range(2, 12):
+            parts = plan_parts(FrameSpan(first, first + frames - 1, 30), chunks=chunks)
+            for part in parts:
+                frames_per_chunk(part, first)  # raises for a plan Remotion cannot join
+            if parts:
+                ChunkPlan(FrameSpan(first, first + frames - 1, 30), parts, 0)
 
 
 def test_plan_parts_never_makes_chunks_of_fewer_than_five_frames() -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from spoolrender.errors import RenderError
 from spoolrender.renderers.memory import OomCount, oom_evidence, oom_kills
-from spoolrender.renderers.remotion import OUT_OF_MEMORY, RemotionWorker, _memory_verdict
+from spoolrender.renderers.remotion import _memory_verdict
+from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY, RemotionWorker
 
 
 def test_the_oom_count_says_whose_it_is() -> None:

@@ -1,9 +1,18 @@
-import {AbsoluteFill, CalculateMetadataFunction, useCurrentFrame} from 'remotion';
+import {
+	AbsoluteFill,
+	Audio,
+	CalculateMetadataFunction,
+	staticFile,
+	useCurrentFrame,
+} from 'remotion';
 
-// Very small and fast composition for automated tests.
+// Very small and fast composition for automated tests. With `tone: true` it has an
+// audio track too (public/tone.wav, a 2 s 440 Hz sine, looped): the chunked-render
+// tests join its audio.
 export type TinyProps = {
 	frames: number;
 	color: string;
+	tone?: boolean;
 };
 
 export const tinyMetadata: CalculateMetadataFunction<TinyProps> = ({props}) => {
@@ -14,7 +23,7 @@ export const tinyMetadata: CalculateMetadataFunction<TinyProps> = ({props}) => {
 	};
 };
 
-export const Tiny: React.FC<TinyProps> = ({color}) => {
+export const Tiny: React.FC<TinyProps> = ({color, tone}) => {
 	const frame = useCurrentFrame();
 	return (
 		<AbsoluteFill
@@ -27,6 +36,7 @@ export const Tiny: React.FC<TinyProps> = ({color}) => {
 				alignItems: 'center',
 			}}
 		>
+			{tone ? <Audio src={staticFile('tone.wav')} loop /> : null}
 			{frame}
 		</AbsoluteFill>
 	);

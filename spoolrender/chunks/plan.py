@@ -24,11 +24,14 @@ class ChunkPlan:
         if len(self.parts) < 2:
             raise ValueError("a plan has at least two chunks")
         expected = self.span.first
+        size = self.parts[0].frames
         for i, part in enumerate(self.parts):
             if part.index != i or part.count != len(self.parts) or part.first != expected:
                 raise ValueError(f"chunk {i} does not follow on: {part}")
             if part.frames < defaults.MIN_CHUNK_FRAMES:
                 raise ValueError(f"chunk {i} has fewer than {defaults.MIN_CHUNK_FRAMES} frames")
+            if part.frames > size or (part.frames < size and i < len(self.parts) - 1):
+                raise ValueError(f"chunk {i} is not {size} frames long (only the last may be shorter)")
             expected = part.last + 1
         if expected != self.span.last + 1:
             raise ValueError("the chunks do not cover the span")
@@ -65,21 +68,28 @@ def automatic_split(spec: JobSpec, split_seconds: float | None) -> bool:
 
 
 def plan_parts(span: FrameSpan, *, chunks: int | None = None, chunk_frames: int | None = None) -> tuple[ChunkPart, ...]:
-    """``span`` in ``chunks`` ranges (or ranges of at most ``chunk_frames``) of near-equal
-    length, never shorter than MIN_CHUNK_FRAMES and never more than MAX_CHUNKS; () when
-    that leaves fewer than two (the job is then rendered whole)."""
+    """``span`` in ``chunks`` ranges (or ranges of at most ``chunk_frames``), never shorter
+    than MIN_CHUNK_FRAMES and never more than MAX_CHUNKS; () when that leaves fewer than two
+    (the job is then rendered whole).
+
+    Every chunk but the last has the same length and the last is no longer: the layout of
+    Remotion Lambda, which Remotion's ``combineChunks`` assumes when it cuts each chunk's
+    audio at ``index * frames_per_chunk / fps`` (chunks differing by one frame joined with
+    audio shifted from the second chunk on: measured, see renderers/remotion_chunks.py).
+    """
     if (chunks is None) == (chunk_frames is None):
         raise ValueError("give chunks or chunk_frames")
     wanted = chunks if chunks is not None else math.ceil(span.frames / (chunk_frames or 1))
     count = min(wanted, span.frames // defaults.MIN_CHUNK_FRAMES, defaults.MAX_CHUNKS)
-    if count < 2:
-        return ()
-    # Even lengths (differing by one frame at most): the slowest chunk sets the pace.
-    size, extra = divmod(span.frames, count)
-    parts = []
-    first = span.first
-    for index in range(count):
-        frames = size + (1 if index < extra else 0)
-        parts.append(ChunkPart(index, count, first, first + frames - 1))
-        first += frames
-    return tuple(parts)
+    while count >= 2:
+        # The fewest frames per chunk that make ``count`` chunks; rounding up may need fewer
+        # chunks, and the last one may then be too short to join: try one chunk fewer.
+        size = math.ceil(span.frames / count)
+        actual = math.ceil(span.frames / size)
+        if actual >= 2 and span.frames - (actual - 1) * size >= defaults.MIN_CHUNK_FRAMES:
+            return tuple(
+                ChunkPart(i, actual, span.first + i * size, min(span.first + (i + 1) * size - 1, span.last))
+                for i in range(actual)
+            )
+        count -= 1
+    return ()

@@ -1,250 +1,51 @@
 """The Remotion renderer: one long-lived Node render worker per job slot.
 
-The worker (``spoolrender/worker/render-worker.mjs``, shipped in this package, run in the
-user's Remotion project and loading that project's own Remotion packages) loads the cached
-bundle and opens Debian's Chromium once, then renders job after job with ``selectComposition`` +
-``renderMedia`` on that browser. We talk to it with one JSON message per line over its
-stdin/stdout; its stderr (and anything else it prints) goes to the job's run log.
-
-It is spawned with ``node`` directly (never ``npx``, whose death leaves the render
-running as an orphan) in its own session, so cancelling can fall back to killing the
-whole process group: the worker, Chromium and ffmpeg.
+The worker (:mod:`~spoolrender.renderers.remotion_worker`) loads the cached bundle and
+opens Debian's Chromium once, then renders job after job with ``selectComposition`` +
+``renderMedia`` on that browser. A slot keeps one warm worker per project it rendered
+recently. Split jobs (:mod:`~spoolrender.renderers.remotion_chunks`) use the same worker:
+it tells the frames a job renders, renders each chunk and joins them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
-import queue
-import shutil
 import signal
-import subprocess
-import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
-from spoolrender import defaults
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import ConfigError, RenderCancelled, RenderError
 from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.jobfile.media import DEFAULT_STILL_FORMAT, remotion_options, still_format_of
 from spoolrender.records import NOT_AN_ATTEMPT, read_runs
-from spoolrender.renderers import output_check
+from spoolrender.renderers import join_check, output_check, remotion_chunks
 from spoolrender.renderers.base import (
     CancelToken,
+    FrameSpan,
+    JoinRequest,
     ProgressFn,
     RenderRequest,
     RenderResult,
     WholeRendersOnly,
-    terminate_group,
 )
 from spoolrender.renderers.cache_keys import digest_of, stat_identity
 from spoolrender.renderers.command import verify_nonempty
-from spoolrender.renderers.memory import OomCount, memory_line, oom_evidence, oom_kills
-from spoolrender.renderers.remotion_project import WORKER_DIR, bundle_key, check_project, setup_error
-from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
+from spoolrender.renderers.memory import OomCount, oom_evidence, oom_kills
+from spoolrender.renderers.remotion_project import bundle_key, check_project, setup_error
+from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY, RemotionWorker, WorkerDied
+from spoolrender.renderers.worker_tmp import WorkerTmp
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-READY_TIMEOUT_S = 120.0
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
-PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error", "invalid-settings"})
-OUT_OF_MEMORY = "out-of-memory"
-# What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
-BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
-
-
-# How long a dead worker's stderr may take to drain before its death is described.
-STDERR_DRAIN_S = 5.0
-
-
-class WorkerDied(Exception):
-    """The Node worker exited or closed its stdout; ``memory``: the line of its output
-    that said it ran out of memory, if one did; ``killed_by``: the signal that ended it."""
-
-    def __init__(self, message: str, memory: str | None = None, killed_by: int | None = None) -> None:
-        super().__init__(message)
-        self.memory = memory
-        self.killed_by = killed_by  # the signal that ended the worker, when one did
-
-    def as_render_error(self, kind: str) -> RenderError:
-        if self.memory is not None:
-            return RenderError(f"the Remotion worker ran out of memory: {self.memory}", transient=True,
-                               kind=OUT_OF_MEMORY)  # fmt: skip
-        return RenderError(str(self), transient=True, kind=kind)
-
-
-class RemotionWorker:
-    """One Node render worker process and the threads that read its output."""
-
-    def __init__(self, config: SpoolConfig, project: Path, serve_url: Path, tmp: WorkerTmp) -> None:
-        self._config = config
-        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._log_lock = threading.Lock()
-        self._log: IO[bytes] | None = None
-        self._tail: list[str] = []
-        self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
-        self.memory: str | None = None  # the first output line saying memory ran out
-        self.tmp = tmp
-        self.tmpdir = tmpdir = tmp.path
-        self.project = project.resolve()
-        argv = [
-            "node",
-            str(WORKER_DIR / "render-worker.mjs"),
-            "--project", str(self.project),
-            "--serve-url", str(serve_url),
-            "--browser-executable", config.browser_executable,
-        ]  # fmt: skip
-        env = {**os.environ, "TMPDIR": str(tmpdir), "NODE_ENV": "production"}
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.project,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise RenderError(f"cannot start the Remotion worker: {exc}", transient=True, kind="worker") from exc
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        threading.Thread(target=self._read_stdout, args=(self.proc.stdout,), daemon=True).start()
-        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True)
-        self._stderr_reader.start()
-        self.baseline = set(os.listdir(tmpdir))
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def set_log(self, fh: IO[bytes] | None) -> None:
-        with self._log_lock:
-            self._log = fh
-
-    def _write_log(self, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").rstrip()
-        if self.memory is None:
-            self.memory = memory_line(text)
-        with self._log_lock:
-            self._tail = [*self._tail[-19:], text]
-            if self._log is not None:
-                self._log.write(line)
-                self._log.flush()
-
-    def _read_stdout(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                event = None
-            if isinstance(event, dict) and "type" in event:
-                if event["type"] != "progress":
-                    # The log tells the whole story: requests' outcomes and, for
-                    # failures, the worker's full detail (stack, source-mapped frames).
-                    detail = event.get("detail")
-                    brief = {k: v for k, v in event.items() if k != "detail"}
-                    self._write_log(json.dumps(brief).encode() + b"\n")
-                    if detail:
-                        self._write_log(str(detail).encode() + b"\n")
-                self._events.put(event)
-            else:
-                self._write_log(raw)
-        self._events.put(None)  # EOF: the worker is gone
-
-    def _read_stderr(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            self._write_log(raw)
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError) as exc:
-            raise WorkerDied(self.describe_death(), self.memory, self.exit_signal()) from exc
-
-    def next_event(self, timeout: float) -> dict[str, Any] | None:
-        """The next protocol event, or None on timeout; raises WorkerDied at EOF."""
-        try:
-            event = self._events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if event is None:
-            self._events.put(None)  # keep reporting death to later callers
-            raise WorkerDied(self.describe_death(), self.memory, self.exit_signal())
-        return event
-
-    def wait_ready(self) -> dict[str, Any]:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            event = self.next_event(0.2)
-            if event is None:
-                continue
-            if event["type"] == "ready":
-                self.baseline = set(os.listdir(self.tmpdir))
-                self.ffprobe = event.get("ffprobe")
-                return event
-            if event["type"] == "fatal":
-                if event.get("kind") == "setup":
-                    raise setup_error(str(event.get("message")))
-                raise RenderError(f"Remotion worker failed to start: {event.get('message')}", transient=True,
-                                  kind="worker")  # fmt: skip
-        raise RenderError("Remotion worker did not become ready in time", transient=True, kind="worker")
-
-    def describe_death(self) -> str:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=2)
-        # The last words (V8's "heap out of memory" among them) may still be in the stderr
-        # pipe when stdout's EOF is seen: let the reader drain it before judging the death.
-        # Bounded, since a browser that inherited the pipe can keep it open after we die.
-        self._stderr_reader.join(timeout=STDERR_DRAIN_S)
-        code = self.proc.poll()
-        how = "still running" if code is None else (f"exit code {code}" if code >= 0 else f"signal {-code}")
-        last = next((line for line in reversed(self._tail) if line.strip()), "")
-        return f"the Remotion worker died ({how})" + (f": {last[:300]}" if last else "")
-
-    def exit_signal(self) -> int | None:
-        """The signal that ended the worker (read once it is dead: describe_death waits)."""
-        code = self.proc.poll()
-        return -code if code is not None and code < 0 else None
-
-    def clean_tmp(self) -> None:
-        """Delete what the last render left in the worker's TMPDIR. The browser's own
-        files stay (a browser relaunched after a crash made new ones after ``baseline``);
-        a killed browser's profile goes."""
-        self.tmp.remove_dead_profiles()
-        for name in set(os.listdir(self.tmpdir)) - self.baseline:
-            if name.startswith(BROWSER_FILES):
-                continue
-            path = self.tmpdir / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-
-    def stop(self) -> None:
-        if self.alive():
-            with contextlib.suppress(WorkerDied, OSError):
-                self.send({"type": "shutdown"})
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
-        terminate_group(self.proc, defaults.KILL_GRACE_S)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self.tmp.remove()
+PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup"})
 
 
 class RemotionRenderer(WholeRendersOnly):
@@ -260,7 +61,7 @@ class RemotionRenderer(WholeRendersOnly):
         self._worker: RemotionWorker | None = None  # the worker of the current/last job
         self.workers_started = 0
 
-    def _project(self, request: RenderRequest) -> Path:
+    def _project(self, request: RenderRequest | JoinRequest) -> Path:
         try:
             return self._config.project_dir(request.spec.project).resolve()
         except ConfigError as exc:  # the job was accepted under another config
@@ -295,7 +96,7 @@ class RemotionRenderer(WholeRendersOnly):
             }
         )
 
-    def _ensure_worker(self, request: RenderRequest, log_fh: IO[bytes]) -> RemotionWorker:
+    def _ensure_worker(self, request: RenderRequest | JoinRequest, log_fh: IO[bytes]) -> RemotionWorker:
         project = self._project(request)
         serve_url = ensure_bundle(project, self._config.cache_dir, request.log)
         worker, warm_url = self._warm.pop(project, (None, None))
@@ -339,7 +140,9 @@ class RemotionRenderer(WholeRendersOnly):
             if after_oom:
                 log_fh.write(b"--- the last attempt ran out of memory: this one renders at concurrency 1\n")
             try:
-                return self._render_on_worker(request, concurrency, log_fh, progress, cancel)
+                return self._on_worker(
+                    request, log_fh, lambda worker: self._render_with(worker, request, concurrency, progress, cancel)
+                )
             except RenderError as exc:
                 died = exc.__cause__ if isinstance(exc.__cause__, WorkerDied) else None
                 own_sigkill = died is not None and died.killed_by == signal.SIGKILL
@@ -350,14 +153,15 @@ class RemotionRenderer(WholeRendersOnly):
             finally:
                 log_fh.write(f"--- end of {request.spec.id} run log\n".encode())
 
-    def _render_on_worker(
-        self, request: RenderRequest, concurrency: int, log_fh: IO[bytes], progress: ProgressFn, cancel: CancelToken
-    ) -> RenderResult:
+    def _on_worker(
+        self, request: RenderRequest | JoinRequest, log_fh: IO[bytes], action: Callable[[RemotionWorker], T]
+    ) -> T:
+        """``action`` on the warm worker of the request's project, its output in ``log_fh``."""
         worker = self._ensure_worker(request, log_fh)
         request.on_spawn(worker.pgid)
         worker.set_log(log_fh)
         try:
-            return self._render_with(worker, request, concurrency, progress, cancel)
+            return action(worker)
         except WorkerDied as exc:
             self._discard_worker()
             raise exc.as_render_error("worker-died") from exc
@@ -377,19 +181,54 @@ class RemotionRenderer(WholeRendersOnly):
     ) -> RenderResult:
         job_id = f"{request.spec.id}#{request.attempt}"
         settings = request.settings
-        worker.send(
-            {
-                "type": "render",
-                "jobId": job_id,
-                "composition": request.spec.composition,
-                "inputProps": request.props,
-                "outputLocation": str(request.output),
-                "concurrency": concurrency,
-                # Unset: remotion.config.ts's defaults, then Remotion's.
-                "options": remotion_options(settings),
-                "still": _still_request(request),
-            }
-        )
+        message = {
+            "type": "render",
+            "jobId": job_id,
+            "composition": request.spec.composition,
+            "inputProps": request.props,
+            "outputLocation": str(request.output),
+            "concurrency": concurrency,
+            # Unset: remotion.config.ts's defaults, then Remotion's.
+            "options": remotion_options(settings),
+            "still": _still_request(request),
+        }
+        if request.chunk is not None:  # request.output is the chunk's directory
+            message["chunk"] = remotion_chunks.chunk_message(request)
+            message["outputLocation"] = str(request.output / remotion_chunks.CHUNK_VIDEO)
+
+        def size_problem(started: dict[str, Any]) -> str | None:
+            # The composition's size is known only now (props can set it): check the
+            # spool's caps before the first frame, and stop the render if it is over.
+            return render_size_problem(
+                self._config,
+                int(started.get("width") or 0),
+                int(started.get("height") or 0),
+                int(started.get("durationInFrames") or 0),
+                float(settings.get("scale", 1)),
+            )
+
+        started, done = self._converse(worker, message, progress, cancel, size_problem)
+        details = _details(started, done)
+        if request.chunk is not None:
+            details["chunk_audio"] = done.get("audioLocation") is not None
+            remotion_chunks.write_manifest(request, float(details["fps"]), details["chunk_audio"])
+        return RenderResult(details=details)
+
+    def _converse(
+        self,
+        worker: RemotionWorker,
+        message: dict[str, Any],
+        progress: ProgressFn,
+        cancel: CancelToken,
+        check_started: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Send one render/span/join request and follow it to its end: its ("started",
+        "done") events; RenderCancelled or RenderError otherwise. ``check_started`` says
+        why a started render must stop for good (the render is then cancelled)."""
+        job_id = message["jobId"]
+        if cancel.is_set():  # cancelled while the worker started: nothing to stop yet
+            raise RenderCancelled(cancel.reason or "cancelled")
+        worker.send(message)
         started: dict[str, Any] = {}
         cancel_sent_at: float | None = None
         too_large: str | None = None  # over the spool's render-size caps: cancelled, failed for good
@@ -409,15 +248,7 @@ class RemotionRenderer(WholeRendersOnly):
             kind = event["type"]
             if kind == "started":
                 started = event
-                # The composition's size is known only now (props can set it): check the
-                # spool's caps before the first frame, and stop the render if it is over.
-                too_large = render_size_problem(
-                    self._config,
-                    int(event.get("width") or 0),
-                    int(event.get("height") or 0),
-                    int(event.get("durationInFrames") or 0),
-                    float(settings.get("scale", 1)),
-                )
+                too_large = check_started(event) if check_started is not None else None
                 if too_large is not None and cancel_sent_at is None:
                     worker.send({"type": "cancel", "jobId": job_id})
                     cancel_sent_at = time.monotonic()
@@ -427,13 +258,16 @@ class RemotionRenderer(WholeRendersOnly):
             elif too_large is not None and kind in ("done", "failed"):
                 raise RenderError(too_large, transient=False, kind="too-large")
             elif kind == "done":
-                return RenderResult(details=_details(started, event))
+                return started, event
             elif kind == "failed":
                 if event.get("kind") == "cancelled" or cancel.is_set():
                     raise RenderCancelled(cancel.reason or "cancelled")
                 raise _classify(event)
 
     def verify(self, request: RenderRequest, result: RenderResult) -> None:
+        if request.chunk is not None:
+            self._verify_chunk(request)
+            return
         verify_nonempty(request.output)
         details = result.details
         ffprobe = self._worker.ffprobe if self._worker is not None else None
@@ -448,6 +282,81 @@ class RemotionRenderer(WholeRendersOnly):
         else:
             output_check.check_video(ffprobe, request.output, details.get("codec"), int(details["frames"]))
 
+    # --- split jobs (remotion_chunks says how chunks are rendered and joined) ---------------
+
+    def split_refusal(self, request: RenderRequest) -> str | None:
+        project = self._project(request)
+        version = check_project(project)
+        # The project's remotion.config.ts decides what the job file leaves out (its codec
+        # above all): read from the bundle, which the render needs anyway.
+        bundle = ensure_bundle(project, self._config.cache_dir, request.log)
+        defaults = remotion_chunks.render_defaults(bundle)
+        return remotion_chunks.split_refusal(request.spec, request.settings, defaults, version)
+
+    def frame_span(self, request: RenderRequest, cancel: CancelToken) -> FrameSpan:
+        message = {
+            "type": "span",
+            "jobId": f"{request.spec.id}#span",
+            "composition": request.spec.composition,
+            "inputProps": request.props,
+            "options": remotion_options(request.settings),
+        }
+        with open(request.log, "ab") as log_fh:
+            _, done = self._on_worker(
+                request, log_fh, lambda worker: self._converse(worker, message, _no_progress, cancel)
+            )
+        try:
+            return FrameSpan(int(done["first"]), int(done["last"]), float(done["fps"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RenderError(f"the Remotion worker answered a span request with {done!r:.200}", transient=True,
+                              kind="worker") from exc  # fmt: skip
+
+    def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        message, audio = remotion_chunks.join_message(request, f"{request.spec.id}#join")
+        with open(request.log, "ab") as log_fh:
+            log_fh.write(f"--- joining {len(request.parts)} chunks into {request.output.name}\n".encode())
+            _, done = self._on_worker(request, log_fh, lambda worker: self._converse(worker, message, progress, cancel))
+        return RenderResult(
+            details={
+                "frames": request.span.frames,
+                "fps": request.span.fps,
+                "codec": "h264",
+                "chunks": len(request.parts),
+                "audio": audio,
+                "join_ms": done.get("joinMs"),
+            }
+        )
+
+    def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
+        verify_nonempty(request.output)
+        ffprobe = self._ffprobe(request)
+        joins = [chunk.first - request.span.first for chunk, _ in request.parts[1:]]
+        join_check.check_joined(ffprobe, request.output, request.span, bool(result.details.get("audio")), joins)
+
+    def _verify_chunk(self, request: RenderRequest) -> None:
+        chunk = request.chunk
+        assert chunk is not None
+        manifest = remotion_chunks.read_manifest(request.output, chunk)
+        audio = request.output / remotion_chunks.CHUNK_AUDIO if manifest.get("audio") else None
+        video = request.output / remotion_chunks.CHUNK_VIDEO
+        join_check.check_chunk(self._ffprobe(request), chunk, float(manifest["fps"]), video, audio)
+
+    def _ffprobe(self, request: RenderRequest | JoinRequest) -> str:
+        """The project's own ffprobe (from its worker): a split job is verified with it or
+        not published (its joins cannot be checked otherwise)."""
+        worker = self._worker
+        if worker is None or worker.project != self._project(request):  # not the one that rendered
+            with open(request.log, "ab") as log_fh:
+                worker = self._ensure_worker(request, log_fh)
+                worker.set_log(None)
+        ffprobe = worker.ffprobe
+        if ffprobe is None:
+            raise setup_error(
+                "the Remotion project's compositor has no ffprobe: chunks and joined videos cannot be verified "
+                "(reinstall @remotion/renderer)"
+            )
+        return ffprobe
+
     def _discard_worker(self) -> None:
         worker = self._worker
         if worker is not None:
@@ -460,6 +369,10 @@ class RemotionRenderer(WholeRendersOnly):
             _, (worker, _) = self._warm.popitem()
             worker.stop()
         self._worker = None
+
+
+def _no_progress(fraction: float | None, stage: str | None = None) -> None:
+    pass
 
 
 def _details(started: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,10 @@
 
 import {firstLine, stripErrorPrefix} from './protocol.mjs';
 
+// The job asks for frames or options the composition cannot render (kind invalid-settings):
+// no retry can fix it.
+export class InvalidSettings extends Error {}
+
 export const BROWSER_RE =
 	/Target closed|Browser closed|Browser has disconnected|browser (has )?disconnected|Protocol error|Session closed|Connection closed|WebSocket is not open|Failed to launch the browser|Page crashed|Navigation failed because browser/i;
 

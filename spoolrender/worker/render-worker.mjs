@@ -41,6 +41,18 @@
 //      or {"type":"failed","jobId","kind":K,"message":FIRST_LINE,
 //          "location":"src/X.tsx:LINE:COL"|null,"detail":FULL_TEXT,"stats":{...}}
 //       K: see errors.mjs. A render request while another runs -> failed kind "busy".
+//       chunk (optional): {"first","last","compositionStart","framesPerChunk",
+//         "audioLocation":ABS_PATH|null} renders frames first..last of a split job as
+//         chunks.mjs describes: outputLocation gets the h264-ts video, audioLocation the
+//         AAC audio (null, and none written, when the job is muted); "done" then also
+//         carries "audioLocation" (the audio part written, or null).
+//   {"type":"span","jobId":S,"composition":S,"inputProps":{...},"options":{...}|null}
+//       The frames the whole job renders (its frameRange option, else the composition's
+//       every frame with these props): no "started" event, then {"type":"done","jobId",
+//       "first","last","fps","durationInFrames","width","height"} or failed.
+//   {"type":"join", ...}   joins a split job's chunks: see join.mjs.
+//       Like renders, one span/join/render at a time ("busy" otherwise); cancel works
+//       for all three.
 //   {"type":"cancel","jobId":S}   cancels the running job (-> failed kind
 //                                 "cancelled"); ignored if that job is not running.
 //   {"type":"stats"} -> {"type":"stats","browserLaunches","bundleLoads",
@@ -63,7 +75,8 @@ import {RENDER_DEFAULTS_FILE} from './config.mjs';
 import {BROWSER_RE, formatDetail} from './errors.mjs';
 import {ffprobeOf, loadDependencyOf, openProject} from './project.mjs';
 import {emit, firstLine, logErr, parseArgs, stripErrorPrefix, whenStdoutCloses, withTimeout} from './protocol.mjs';
-import {BROWSER_LOSS_GRACE_MS, runRender, validateRequest} from './render.mjs';
+import {runJoin, validateJoin} from './join.mjs';
+import {BROWSER_LOSS_GRACE_MS, runRender, runSpan, validateRequest, validateSpanRequest} from './render.mjs';
 import {makeSymbolicator} from './symbolicate.mjs';
 
 const ARGS = {
@@ -123,7 +136,15 @@ const refuse = (jobId, kind, message, detail, counted) => {
 	emit({type: 'failed', jobId, kind, message, location: null, detail, stats: statsSnapshot()});
 };
 
-const handleRender = (req) => {
+// A request that occupies the worker until it settles: render, span or join.
+const REQUESTS = {
+	render: {validate: validateRequest, run: runRender},
+	span: {validate: validateSpanRequest, run: runSpan},
+	join: {validate: validateJoin, run: runJoin},
+};
+
+const handleJob = (req) => {
+	const {validate, run} = REQUESTS[req.type];
 	const jobId = typeof req.jobId === 'string' ? req.jobId : null;
 	if (current && !current.settled) {
 		// Not counted in jobsFailed: the job was refused, not attempted.
@@ -131,14 +152,14 @@ const handleRender = (req) => {
 			`Render request for job ${jobId} refused: job ${current.jobId} is still running.`, false);
 		return;
 	}
-	const problems = validateRequest(req);
+	const problems = validate(req);
 	if (problems.length > 0) {
-		refuse(jobId, 'error', `Invalid render request: ${problems.join('; ')}`, JSON.stringify(req), true);
+		refuse(jobId, 'error', `Invalid ${req.type} request: ${problems.join('; ')}`, JSON.stringify(req), true);
 		return;
 	}
 	const job = {jobId: req.jobId, cancel: null, cancelled: false, browserDiedDuringJob: false, settled: false};
 	current = job;
-	job.promise = runRender(ctx, req, job).finally(() => {
+	job.promise = run(ctx, req, job).finally(() => {
 		job.settled = true;
 		if (current === job) current = null;
 	});
@@ -197,7 +218,9 @@ const handleLine = (line) => {
 	if (shuttingDown) return;
 	switch (req.type) {
 		case 'render':
-			handleRender(req);
+		case 'span':
+		case 'join':
+			handleJob(req);
 			break;
 		case 'cancel':
 			handleCancel(req);

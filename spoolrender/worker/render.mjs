@@ -2,7 +2,8 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import {classify, formatDetail, friendlyMessage} from './errors.mjs';
+import {chunkOptions, validateChunk} from './chunks.mjs';
+import {InvalidSettings, classify, formatDetail, friendlyMessage} from './errors.mjs';
 import {emit, logErr} from './protocol.mjs';
 
 // After the browser dies mid-render, Remotion 4.0.529 launches a replacement browser of
@@ -12,19 +13,27 @@ export const BROWSER_LOSS_GRACE_MS = 3000;
 // The renderMedia options of the project's remotion.config.ts that apply to stills too.
 const STILL_DEFAULTS = ['scale', 'jpegQuality', 'timeoutInMilliseconds'];
 
-export const validateRequest = (req) => {
+// What a "span" request needs: the job, its composition, props and options.
+export const validateSpanRequest = (req) => {
 	const problems = [];
 	if (typeof req.jobId !== 'string' || req.jobId === '') problems.push('jobId must be a non-empty string');
 	if (typeof req.composition !== 'string' || req.composition === '')
 		problems.push('composition must be a non-empty string');
-	if (typeof req.outputLocation !== 'string' || !path.isAbsolute(req.outputLocation))
-		problems.push('outputLocation must be an absolute path');
 	if (req.inputProps != null && (typeof req.inputProps !== 'object' || Array.isArray(req.inputProps)))
 		problems.push('inputProps must be an object');
 	if (req.options != null && (typeof req.options !== 'object' || Array.isArray(req.options)))
 		problems.push('options must be an object');
+	return problems;
+};
+
+export const validateRequest = (req) => {
+	const problems = validateSpanRequest(req);
+	if (typeof req.outputLocation !== 'string' || !path.isAbsolute(req.outputLocation))
+		problems.push('outputLocation must be an absolute path');
 	if (req.still != null && !(Number.isInteger(req.still.frame) && typeof req.still.imageFormat === 'string'))
 		problems.push('still must be {frame: N, imageFormat: S}');
+	if (req.still != null && req.chunk != null) problems.push('a still has no chunks');
+	problems.push(...validateChunk(req.chunk));
 	return problems;
 };
 
@@ -71,33 +80,66 @@ const frameProblem = (req, options, duration) => {
 		return `still frame ${req.still.frame} is past the composition's last frame ${last}`;
 	const range = options.frameRange;
 	const end = Array.isArray(range) ? range[1] : range;
-	if (typeof end === 'number' && end > last) return `frame_range ends at ${end}, past the composition's last frame ${last}`;
+	const what = req.chunk ? 'the chunk' : 'frame_range';
+	if (typeof end === 'number' && end > last) return `${what} ends at ${end}, past the composition's last frame ${last}`;
 	return null;
 };
 
-class InvalidSettings extends Error {}
+// The composition of `req` with its props (calculateMetadata included), on the browser.
+const selectFor = async (ctx, req, job, options, gl) => {
+	const {renderer, serveUrl, host, args} = ctx;
+	job.phase = 'browser';
+	await host.ensure(true, gl);
+	if (job.cancelled) throw new Error('Render was cancelled before it started');
+	job.phase = 'select';
+	const composition = await renderer.selectComposition({
+		serveUrl,
+		id: req.composition,
+		inputProps: req.inputProps ?? {},
+		puppeteerInstance: host.browser,
+		browserExecutable: args.browserExecutable,
+		logLevel: args.logLevel,
+		...(options.timeoutInMilliseconds ? {timeoutInMilliseconds: options.timeoutInMilliseconds} : {}),
+	});
+	if (job.cancelled) throw new Error('Render was cancelled before it started');
+	return composition;
+};
+
+// A "span" request: the frames the whole job renders (its frame_range, else every frame
+// of the composition with its props) and its fps, for planning chunks.
+export const runSpan = async (ctx, req, job) => {
+	const whole = {...req, still: null, chunk: null};
+	const {options, gl} = mediaOptions(ctx, whole);
+	try {
+		const composition = await selectFor(ctx, whole, job, options, gl);
+		const why = frameProblem(whole, options, composition.durationInFrames);
+		if (why !== null) throw new InvalidSettings(why);
+		const range = options.frameRange ?? [0, composition.durationInFrames - 1];
+		const [first, last] = Array.isArray(range) ? range : [range, range];
+		job.settled = true;
+		emit({
+			type: 'done',
+			jobId: req.jobId,
+			first,
+			last,
+			fps: composition.fps,
+			durationInFrames: composition.durationInFrames,
+			width: composition.width,
+			height: composition.height,
+		});
+	} catch (err) {
+		await reportFailure(ctx, req, job, err);
+	}
+};
 
 // ctx: {renderer, serveUrl, host (BrowserHost), args, stats, renderDefaults, symbolicate}
 export const runRender = async (ctx, req, job) => {
 	const t0 = Date.now();
 	const inputProps = req.inputProps ?? {};
-	const {options, gl} = mediaOptions(ctx, req);
+	const {options: jobOptions, gl} = mediaOptions(ctx, req);
 	const {renderer, serveUrl, host, args, stats} = ctx;
 	try {
-		job.phase = 'browser';
-		await host.ensure(true, gl);
-		if (job.cancelled) throw new Error('Render was cancelled before it started');
-		job.phase = 'select';
-		const composition = await renderer.selectComposition({
-			serveUrl,
-			id: req.composition,
-			inputProps,
-			puppeteerInstance: host.browser,
-			browserExecutable: args.browserExecutable,
-			logLevel: args.logLevel,
-			...(options.timeoutInMilliseconds ? {timeoutInMilliseconds: options.timeoutInMilliseconds} : {}),
-		});
-		if (job.cancelled) throw new Error('Render was cancelled before it started');
+		const composition = await selectFor(ctx, req, job, jobOptions, gl);
 		emit({
 			type: 'started',
 			jobId: req.jobId,
@@ -107,6 +149,7 @@ export const runRender = async (ctx, req, job) => {
 			height: composition.height,
 		});
 
+		const options = req.chunk ? chunkOptions(jobOptions, req) : jobOptions;
 		const why = frameProblem(req, options, composition.durationInFrames);
 		if (why !== null) throw new InvalidSettings(why);
 
@@ -181,43 +224,52 @@ export const runRender = async (ctx, req, job) => {
 			fps: composition.fps,
 			width: composition.width,
 			height: composition.height,
-			codec: req.still ? null : options.codec,
+			codec: req.still ? null : req.chunk ? jobOptions.codec ?? 'h264' : options.codec,
 			still: req.still ? req.still.imageFormat : null,
+			audioLocation: req.chunk ? options.separateAudioTo : null, // a chunk's audio part, if it has one
 			renderMs: Date.now() - t0,
 			stats: ctx.statsSnapshot(),
 		});
 	} catch (err) {
-		const kind = err instanceof InvalidSettings ? 'invalid-settings' : classify(err, job);
-		if (kind === 'browser-crashed' || kind === 'out-of-memory') {
-			host.dead = true;
-			host.reapStrays('after the browser crashed', Boolean(ctx.running()));
-			for (const ms of [5000, 15000]) {
-				setTimeout(() => host.reapStrays('after the browser crashed', Boolean(ctx.running())), ms).unref();
-			}
-		}
-		cleanupOutput(req.outputLocation);
-		let sym = {location: null, mappedStack: null};
-		if (kind === 'component-error' || kind === 'invalid-props' || kind === 'error') {
-			try {
-				sym = await ctx.symbolicate(err);
-			} catch (e) {
-				logErr('symbolication failed:', e?.message ?? e);
-			}
-		}
-		const location = kind === 'component-error' ? sym.location : null;
-		stats.jobsFailed++;
-		job.settled = true;
-		emit({
-			type: 'failed',
-			jobId: req.jobId,
-			kind,
-			message: friendlyMessage({kind, err, job, request: req, location, browserExecutable: args.browserExecutable}),
-			location,
-			detail:
-				(job.browserDiedDuringJob
-					? `The browser's DevTools connection closed during the render; the render was cancelled ${BROWSER_LOSS_GRACE_MS} ms later if it had not failed by itself.\n`
-					: '') + formatDetail(err, sym.mappedStack),
-			stats: ctx.statsSnapshot(),
-		});
+		await reportFailure(ctx, req, job, err);
 	}
+};
+
+// Classify a failed request, clean up after it and emit its "failed" event.
+export const reportFailure = async (ctx, req, job, err) => {
+	const {host, args, stats} = ctx;
+	const kind =
+		err instanceof InvalidSettings ? 'invalid-settings' : err?.kind === 'setup' ? 'setup' : classify(err, job);
+	if (kind === 'browser-crashed' || kind === 'out-of-memory') {
+		host.dead = true;
+		host.reapStrays('after the browser crashed', Boolean(ctx.running()));
+		for (const ms of [5000, 15000]) {
+			setTimeout(() => host.reapStrays('after the browser crashed', Boolean(ctx.running())), ms).unref();
+		}
+	}
+	cleanupOutput(req.outputLocation);
+	if (req.chunk?.audioLocation) cleanupOutput(req.chunk.audioLocation);
+	let sym = {location: null, mappedStack: null};
+	if (kind === 'component-error' || kind === 'invalid-props' || kind === 'error') {
+		try {
+			sym = await ctx.symbolicate(err);
+		} catch (e) {
+			logErr('symbolication failed:', e?.message ?? e);
+		}
+	}
+	const location = kind === 'component-error' ? sym.location : null;
+	stats.jobsFailed++;
+	job.settled = true;
+	emit({
+		type: 'failed',
+		jobId: req.jobId,
+		kind,
+		message: friendlyMessage({kind, err, job, request: req, location, browserExecutable: args.browserExecutable}),
+		location,
+		detail:
+			(job.browserDiedDuringJob
+				? `The browser's DevTools connection closed during the render; the render was cancelled ${BROWSER_LOSS_GRACE_MS} ms later if it had not failed by itself.\n`
+				: '') + formatDetail(err, sym.mappedStack),
+		stats: ctx.statsSnapshot(),
+	});
 };
