@@ -13,12 +13,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from chunk_jobs import chunk_leftovers
 from conftest import FFPROBE, REMOTION, REMOTION_MARKS, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.bundle_cache import ensure_bundle
@@ -379,3 +381,30 @@ def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
     (entry,) = entries(rspool, "failed")
     runs = [json.loads(p.read_text()) for p in sorted((rspool.failed / entry).glob("run-*.json"))]
     assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2
+
+
+def test_a_job_in_chunks_is_rendered_by_the_spool_joined_and_published_once(
+    rspool: SpoolLayout, bundle_cache: Path
+) -> None:
+    """The whole path of a split Remotion job through real runners: plan, chunk entries
+    rendered on two slots, combineChunks, verification, one publish, nothing left."""
+    write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 2,
+                                "lease_seconds": 30})  # fmt: skip
+    drop(rspool, "long.yaml", {**tiny(frames=45, color="#0ea5e9", tone=True), "output": "long.mp4", "chunks": 4})
+    deadline = time.monotonic() + 600
+    while not entries(rspool, "done") and not entries(rspool, "failed") and time.monotonic() < deadline:
+        drain(rspool)  # a drain ends when nothing is claimable; the woken job is the next drain's
+    assert entries(rspool, "failed") == [], record(rspool, "failed", "long", "failure.json")
+    result = record(rspool, "done", "long", "result.json")
+    assert [run["outcome"] for run in result["runs"]] == ["split", "publishing"]
+    video = probe(rspool.root / "output" / "long.mp4")
+    assert video["streams"][0]["nb_read_frames"] == "45"
+    assert abs(float(video["format"]["duration"]) - 1.5) < 0.15  # audio may run a few AAC packets over
+    audio = subprocess.run(
+        [str(FFPROBE), "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=codec_name", "-of", "csv=p=0",
+         str(rspool.root / "output" / "long.mp4")],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert audio == "aac"
+    assert chunk_leftovers(rspool, rspool.root / "output") == [] and leftovers(rspool) == []
+    assert [p.name for p in (rspool.root / "output").rglob("*") if p.is_file()] == ["long.mp4"]
