@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import random
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.publish import fsync_file, output_exists, remove_scratch, scratch_dir
+from spoolrender.publish import fsync_file, output_exists, remove_scratch, remove_tree, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
@@ -216,12 +215,34 @@ class JobExecutor(SplitJobRuns):
         request = self._request(
             claim, base, spec, attempt, scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX))
         )
+
+        def render(renderer: Renderer) -> RenderResult:
+            result = renderer.render(request, self._progress(claim.token), claim.cancel)
+            if claim.cancel.is_set():
+                raise RenderCancelled(claim.cancel.reason or "cancelled")
+            renderer.verify(request, result)
+            return result
+
+        return self._produce(claim, base, spec, attempt, request, render)
+
+    def _produce(
+        self,
+        claim: Claim,
+        base: dict[str, Any],
+        spec: JobSpec,
+        attempt: int,
+        request: RenderRequest,
+        produce: Callable[[Renderer], RenderResult],
+    ) -> RunEnd:
+        """Write the job's whole output (``request.output``, in an emptied scratch dir) under
+        the job's timeout: from the render cache, or with ``produce`` (a render or a join,
+        verified), stored in the cache; then the publish decision."""
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
         turn: CacheTurn | None = None
         try:
-            shutil.rmtree(scratch, ignore_errors=True)
-            scratch.mkdir(parents=True)
+            remove_tree(request.output.parent)
+            request.output.parent.mkdir(parents=True)
             renderer = self._renderer(spec.renderer)
             timer.start()
             # The render cache (off unless enabled): a hit, or a miss this run renders (having
@@ -230,10 +251,7 @@ class JobExecutor(SplitJobRuns):
             if turn is not None and turn.hit is not None:
                 result = self._cache.hit_result(turn)
             else:
-                result = renderer.render(request, self._progress(claim.token), claim.cancel)
-                if claim.cancel.is_set():
-                    raise RenderCancelled(claim.cancel.reason or "cancelled")
-                renderer.verify(request, result)
+                result = produce(renderer)
                 self._cache.store(turn, request, claim, result)
         except (RenderCancelled, RenderError, OSError) as exc:
             return self._interrupted(claim, base, spec, attempt, exc)

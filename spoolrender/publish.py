@@ -82,11 +82,19 @@ def remove_scratch(output_root: Path, job_key: str) -> None:
     except FileNotFoundError:
         pass
     except OSError:  # ENOTEMPTY: a failed or cancelled render left files
-        # Another runner's sweep may delete the same orphaned dir at the same time. On
-        # sshfs (path-based FUSE) rmtree's fstat() of a directory deleted meanwhile then
-        # fails (ENOENT, ESTALE), which ignore_errors does not cover in Python 3.11.
-        with contextlib.suppress(OSError):
-            shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything in it, as far as it is there.
+
+    Two hosts may remove the same tree at once (a job's end and another host's sweep).
+    On sshfs (path-based FUSE) rmtree's fstat() of a directory deleted meanwhile fails
+    (ENOENT, ESTALE), which ``ignore_errors`` does not cover in Python 3.11: hence the
+    suppress.
+    """
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int | None:

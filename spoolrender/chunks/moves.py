@@ -17,7 +17,6 @@ import errno
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from spoolrender import defaults
@@ -34,6 +33,7 @@ from spoolrender.chunks.plan import ChunkPlan
 from spoolrender.durable import fsync_dir, rename_durable, write_atomic
 from spoolrender.failpoints import crash_point
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
+from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import PUBLISHING, RunRecord, read_runs, run_path
 
@@ -207,17 +207,6 @@ def wake_parent(layout: SpoolLayout, key: str, priority: int, now: float) -> boo
     crash_point("after-wake")
     log.info("job %s: woken from split/ (its chunks need nothing more)", job_id)
     return True
-
-
-def remove_tree(path: Path) -> None:
-    """Remove ``path`` and everything in it, as far as it is there.
-
-    Two hosts may remove the same tree at once (a job's end and another host's sweep).
-    ``shutil.rmtree(ignore_errors=True)`` of Python 3.11 still raises FileNotFoundError
-    from the fstat of a directory removed under it (seen on sshfs), hence the suppress.
-    """
-    with contextlib.suppress(OSError):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def parent_priority(job_dir: Path) -> int:

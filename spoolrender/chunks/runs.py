@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from spoolrender import defaults
 from spoolrender.beacons import PROBE_PREFIX
 from spoolrender.chunks.ledger import ChunkStates, chunk_states, read_plan, write_plan
-from spoolrender.chunks.moves import remove_tree
 from spoolrender.chunks.naming import ledger_dir
 from spoolrender.chunks.plan import ChunkPlan, automatic_split, explicit_split, plan_parts
 from spoolrender.clock import spool_now
@@ -32,7 +31,7 @@ from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.hosts import online_hosts
 from spoolrender.layout import final_name
-from spoolrender.publish import fsync_file, scratch_dir
+from spoolrender.publish import fsync_file, remove_tree, scratch_dir
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
 
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from spoolrender.heartbeat import HeartbeatWriter
     from spoolrender.jobfile import JobSpec
     from spoolrender.layout import SpoolLayout
-    from spoolrender.render_cache_step import CacheStep, CacheTurn
+    from spoolrender.render_cache_step import CacheStep
     from spoolrender.renderers.base import Renderer, RenderRequest
 
 log = logging.getLogger(__name__)
@@ -82,6 +81,10 @@ class SplitJobRuns:
         def _publishing(
             self, claim: Claim, base: dict[str, Any], spec: JobSpec, output: Path, result: RenderResult
         ) -> RunEnd: ...
+        def _produce(
+            self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, request: RenderRequest,
+            produce: Callable[[Renderer], RenderResult],
+        ) -> RunEnd: ...  # fmt: skip
         def _progress(self, token: str) -> Callable[..., None]: ...
 
     # --- one chunk ---------------------------------------------------------------------
@@ -256,32 +259,16 @@ class SplitJobRuns:
             settings=settings,
             on_spawn=lambda pgid: self._heartbeat.set_pgid(claim.token, pgid),
         )
-        renderer = self._renderer(spec.renderer)
         # The whole job as the render cache sees it: an identical job published meanwhile
         # makes the join unnecessary, and a joined output is stored like a whole render.
         whole = self._request(claim, base, spec, attempt, request.output)
-        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
-        timer.daemon = True
-        turn: CacheTurn | None = None
-        try:
-            remove_tree(scratch)
-            scratch.mkdir(parents=True)
-            timer.start()
-            turn = self._cache.lookup(renderer, whole, claim)
-            if turn is not None and turn.hit is not None:
-                result = self._cache.hit_result(turn)
-            else:
-                result = renderer.join(request, self._progress(claim.token), claim.cancel)
-                if claim.cancel.is_set():
-                    raise RenderCancelled(claim.cancel.reason or "cancelled")
-                crash_point("join-before-verify")
-                renderer.verify_join(request, result)
-                self._cache.store(turn, whole, claim, result)
-        except (RenderCancelled, RenderError, OSError) as exc:
-            return self._interrupted(claim, base, spec, attempt, exc)
-        finally:
-            timer.cancel()
-            self._cache.release(turn)
-        if turn is not None:
-            base["details"].update(turn.record())
-        return self._publishing(claim, base, spec, request.output, result)
+
+        def join(renderer: Renderer) -> RenderResult:
+            result = renderer.join(request, self._progress(claim.token), claim.cancel)
+            if claim.cancel.is_set():
+                raise RenderCancelled(claim.cancel.reason or "cancelled")
+            crash_point("join-before-verify")
+            renderer.verify_join(request, result)
+            return result
+
+        return self._produce(claim, base, spec, attempt, whole, join)

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import chunk_states, read_plan
-from spoolrender.chunks.moves import discard_chunks, parent_priority, remove_tree, waiting_for_nothing, wake_parent
+from spoolrender.chunks.moves import discard_chunks, parent_priority, waiting_for_nothing, wake_parent
 from spoolrender.chunks.naming import STORE_DIR, ledger_dir, ledgers_root
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import FINAL_NAME, SpoolLayout, list_names
+from spoolrender.publish import remove_tree
 
 log = logging.getLogger(__name__)
 
