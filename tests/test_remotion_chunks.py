@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import FFPROBE, REMOTION, REMOTION_MARKS, REPO
 
 from spoolrender.config import load_config
 from spoolrender.errors import ChunkPartInvalid, RenderCancelled, RenderError
@@ -31,25 +32,14 @@ from spoolrender.renderers.base import CancelToken, ChunkPart, FrameSpan, JoinRe
 from spoolrender.renderers.remotion import RemotionRenderer
 from spoolrender.renderers.remotion_chunks import CHUNK_AUDIO, CHUNK_MANIFEST, CHUNK_VIDEO
 
-REPO = Path(__file__).resolve().parent.parent
-REMOTION = REPO / "remotion"
 OTHER_VERSION = "4.0.527"  # installed by scripts/setup.sh --test (see tests/test_projects.py)
 OTHER = REPO / ".cache" / f"remotion-{OTHER_VERSION}"
-COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
-FFPROBE = COMPOSITOR / "ffprobe"
-FFMPEG = COMPOSITOR / "ffmpeg"
+FFMPEG = FFPROBE.parent / "ffmpeg"
 FPS = 30
 FRAMES = 45  # four chunks: three of 12 frames, the last of 9
 PROPS = {"frames": FRAMES, "color": "#0ea5e9", "tone": True}
 
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 def ignore_progress(fraction: float | None, stage: str | None = None) -> None:

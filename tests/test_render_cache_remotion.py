@@ -11,23 +11,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import drop, entries, write_spool_config
+from conftest import REMOTION, REMOTION_MARKS, drop, entries, write_spool_config
 
 from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout
 from spoolrender.runner import Runner
 
-REMOTION = Path(__file__).resolve().parent.parent / "remotion"
-
-pytestmark = [
-    pytest.mark.remotion,
-    pytest.mark.skipif(
-        not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir(),
-        reason="remotion/node_modules missing: run scripts/setup.sh",
-    ),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing: run scripts/setup.sh"),
-]
+pytestmark = REMOTION_MARKS
 
 
 def _done(layout: SpoolLayout, job_id: str) -> Path:

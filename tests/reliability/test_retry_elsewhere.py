@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_hosts import _can_simulate, wait_until
+from test_hosts import Host, _can_simulate, wait_until
 
 from spoolrender.layout import SpoolLayout, init_spool
 
@@ -38,23 +38,6 @@ ON_HOST_A = (
 
 def hosty(until: int) -> dict[str, list[str]]:
     return {"hosty": ["sh", "-c", ON_HOST_A, "sh", "{output}", "{attempt}", str(until)]}
-
-
-class Host:
-    def __init__(self, name: str, spool: Path, log: Path) -> None:
-        argv = [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
-        self.name = name
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                ["unshare", "-u", "-p", "-f", "--mount-proc", "--kill-child=SIGKILL", "sh", "-c",
-                 f'hostname {name} && exec "$@"', "sh", *argv],
-                stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture
