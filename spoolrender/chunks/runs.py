@@ -141,11 +141,6 @@ class SplitJobRuns:
         key = final_name(claim.job_id, claim.uid)
         plan = read_plan(self._layout, key)
         if plan is None:
-            output = scratch_dir(self._config.output_root, claim.key) / (
-                "output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX)
-            )
-            if self._cache.holds(self._renderer(spec.renderer), self._request(claim, base, spec, attempt, output)):
-                return None  # rendered before: published from the render cache, never split
             planned = self._plan(claim, base, spec, attempt)
             if not isinstance(planned, ChunkPlan):
                 return planned
@@ -176,7 +171,13 @@ class SplitJobRuns:
             if idle < 2:
                 return None
         renderer = self._renderer(spec.renderer)
-        request = self._request(claim, base, spec, attempt, scratch_dir(self._config.output_root, claim.key))
+        scratch = scratch_dir(self._config.output_root, claim.key)
+        whole = self._request(
+            claim, base, spec, attempt, scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX))
+        )
+        if self._cache.holds(renderer, whole):
+            return None  # rendered before: published from the render cache, never split
+        request = self._request(claim, base, spec, attempt, scratch)
         refusal = renderer.split_refusal(request)
         if refusal is not None:
             if explicit:
