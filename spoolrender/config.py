@@ -4,14 +4,19 @@ Precedence, lowest first: built-in defaults (:mod:`spoolrender.defaults`), the s
 ``spoolrender.yaml``, ``SPOOLRENDER_<KEY>`` environment variables, then CLI flags
 (``--set key=value`` and the named flags). Values given as strings (environment, CLI)
 are read as YAML scalars, so ``5``, ``2.5``, ``auto`` and ``[a, b]`` mean what they say.
+The file and those strings are read with YAML 1.2 booleans (:mod:`spoolrender.config_yaml`):
+``on``, ``off``, ``yes`` and ``no`` are words, as the documented ``hooks: {chat: {on: ...}}``
+needs.
+
+The settings, their checks, defaults and meanings are one table,
+:data:`spoolrender.settings.SETTINGS`; the reference in docs/configuration.md is generated
+from it (:func:`settings_reference_markdown`).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,190 +25,32 @@ import yaml
 
 from spoolrender import defaults
 from spoolrender.chunks.command_config import CommandChunks, parse_command_chunks
+from spoolrender.config_yaml import load_config_text, typed_key, unknown_names
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
-from spoolrender.queues import ALL_QUEUES, name_problem
+from spoolrender.queues import ALL_QUEUES
+from spoolrender.settings import SETTINGS, SETTINGS_BY_NAME, settings_reference_markdown
+
+__all__ = [
+    "CONFIG_KEYS",
+    "ENV_PREFIX",
+    "SpoolConfig",
+    "config_file_settings",
+    "load_config",
+    "parse_scalar",
+    "settings_reference_markdown",
+]
 
 ENV_PREFIX = "SPOOLRENDER_"
-WATCH_MODES = ("auto", "inotify", "polling")
-# Kept here (not imported from the command renderer) so config stays import-light.
-COMMAND_PLACEHOLDERS = ("output", "job_file", "props_file", "work_dir", "threads", "job_id", "attempt")
-
-
-def _positive_number(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (isinstance(value, float) and not math.isfinite(value))
-    ):
-        raise ConfigError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ConfigError(f"{name}: expected a number > 0, got {value!r}")
-    try:
-        return float(value)
-    except OverflowError as exc:
-        raise ConfigError(f"{name}: {str(value)[:20]}... is too large") from exc
-
-
-def _non_negative_number(name: str, value: Any) -> float:
-    if value == 0 and not isinstance(value, bool):
-        return 0.0
-    return _positive_number(name, value)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}: expected a whole number >= 1, got {value!r}")
-    return value
-
-
-def _optional_count(name: str, value: Any) -> int | None:
-    """A whole number >= 1, or None for "auto" (derived from other settings)."""
-    if value is None or value == "auto":
-        return None
-    return _positive_int(name, value)
-
-
-def _optional_seconds(name: str, value: Any) -> float | None:
-    if value is None or value == "auto":
-        return None
-    return _positive_number(name, value)
-
-
-def _split_seconds(name: str, value: Any) -> float | None:
-    """``split_seconds``: a threshold in seconds, or off (None, ``off``, false)."""
-    if value is None or value is False or value == "off":
-        return None
-    return _positive_number(name, value)
-
-
-def _path(name: str, value: Any) -> Path:
-    if not isinstance(value, str | Path) or not str(value):
-        raise ConfigError(f"{name}: expected a path, got {value!r}")
-    return Path(os.path.expanduser(str(value)))
-
-
-def _string(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{name}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _optional_token(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) < 16 or any(c.isspace() for c in value):
-        raise ConfigError(f"{name}: expected a secret of at least 16 characters without spaces (or unset)")
-    return value
-
-
-def _optional_path(name: str, value: Any) -> Path | None:
-    return None if value is None else _path(name, value)
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
-    return value
-
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", re.IGNORECASE)
-
-
-def _byte_size(name: str, value: Any) -> int:
-    """A size in bytes: a whole number, or text such as ``500M``, ``10G``, ``2TiB`` (binary units)."""
-    if isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip())
-        if m is None:
-            raise ConfigError(f"{name}: expected a size such as 10G, 500M or a number of bytes, got {value!r}")
-        unit = m.group(2).upper()
-        scale = 1024 ** ("KMGT".find(unit) + 1) if unit else 1
-        value = int(float(m.group(1)) * scale)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}: expected a size in bytes >= 1 (or such as 10G), got {value!r}")
-    return value
-
-
-def _watch(name: str, value: Any) -> str:
-    if value not in WATCH_MODES:
-        raise ConfigError(f"{name}: expected one of {', '.join(WATCH_MODES)}, got {value!r}")
-    return str(value)
-
-
-def _commands(name: str, value: Any) -> dict[str, tuple[str, ...]]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name}: expected a mapping of name: [argv...], got {value!r}")
-    out: dict[str, tuple[str, ...]] = {}
-    for cmd, argv in value.items():
-        if not isinstance(cmd, str) or not cmd:
-            raise ConfigError(f"{name}: command names must be non-empty strings, got {cmd!r}")
-        # An argv list, never a shell string: a job's values cannot inject shell syntax.
-        if (
-            not isinstance(argv, list | tuple)
-            or not argv
-            or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in argv)
-        ):
-            raise ConfigError(
-                f"{name}.{cmd}: expected a non-empty list of argv strings (not a shell string), got {argv!r}"
-            )
-        argv_t = tuple(str(a) for a in argv)
-        for arg in argv_t:
-            for placeholder in re.findall(r"\{([^{}]*)\}", arg):
-                if placeholder not in COMMAND_PLACEHOLDERS:
-                    raise ConfigError(
-                        f"{name}.{cmd}: unknown placeholder {{{placeholder}}} "
-                        f"(known: {', '.join('{' + p + '}' for p in COMMAND_PLACEHOLDERS)})"
-                    )
-        out[cmd] = argv_t
-    return out
-
-
-def _names(kind: str, allow_all: bool) -> Callable[[str, Any], tuple[str, ...]]:
-    """A list of queue or tag names; a string is split at commas (``--queues a,b``)."""
-
-    def check(name: str, value: Any) -> tuple[str, ...]:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise ConfigError(f"{name}: expected a list of {kind} names, got {value!r}")
-        out: list[str] = []
-        for item in items:
-            item = item.strip() if isinstance(item, str) else item
-            if item == "" and isinstance(value, str):
-                continue
-            why = None if allow_all and item == ALL_QUEUES else name_problem(kind, item)
-            if why is not None:
-                raise ConfigError(f"{name}: {why}")
-            if item not in out:
-                out.append(item)
-        if allow_all and not out:
-            raise ConfigError(f"{name}: name at least one queue (or * for every queue)")
-        return tuple(out)
-
-    return check
-
-
-PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def _projects(name: str, value: Any) -> dict[str, Path]:
-    """``projects:``: project name -> Remotion project directory (a job's ``project:``)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name}: expected a mapping of project name: directory, got {value!r}")
-    out: dict[str, Path] = {}
-    for key, path in value.items():
-        if not isinstance(key, str) or not PROJECT_NAME.fullmatch(key):
-            raise ConfigError(f"{name}: project names are 1-64 letters, digits, '_', '.', '-', got {key!r}")
-        out[key] = _path(f"{name}.{key}", path)
-    return out
+CONFIG_KEYS = tuple(s.name for s in SETTINGS)
 
 
 @dataclass(frozen=True)
 class SpoolConfig:
-    """Validated configuration of one spool, as seen by one process."""
+    """Validated configuration of one spool, as seen by one process.
+
+    One field per row of :data:`spoolrender.settings.SETTINGS` (a test holds the two
+    together), each checked by that row's check when built."""
 
     spool: Path
     output_root: Path = Path(defaults.OUTPUT_ROOT)
@@ -262,7 +109,7 @@ class SpoolConfig:
         for f in fields(self):
             if f.name == "spool":
                 continue
-            check = _VALIDATORS[f.name]
+            check = SETTINGS_BY_NAME[f.name].check
             object.__setattr__(self, f.name, check(f.name, getattr(self, f.name)))
         # Parsed here, not by a validator: a relative secret_file is relative to the spool.
         object.__setattr__(self, "hooks", parse_hooks(self.spool, self.hooks))
@@ -328,57 +175,12 @@ class SpoolConfig:
         return self.memory_per_job_mb * 1024 * 1024 // defaults.BYTES_PER_FRAME_PIXEL
 
 
-_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
-    "output_root": _path,
-    "settle_seconds": _non_negative_number,
-    "heartbeat_seconds": _positive_number,
-    "lease_seconds": _positive_number,
-    "rescan_seconds": _positive_number,
-    "poll_seconds": _positive_number,
-    "backoff_base_seconds": _non_negative_number,
-    "backoff_cap_seconds": _non_negative_number,
-    "grace_seconds": _non_negative_number,
-    "max_attempts": _positive_int,
-    "timeout_seconds": _positive_number,
-    "max_job_bytes": _positive_int,
-    "slots": _optional_count,
-    "threads_per_job": _positive_int,
-    "slots_per_core": _positive_number,
-    "memory_per_job_mb": _positive_int,
-    "watch": _watch,
-    "commands": _commands,
-    "remotion_project": _path,
-    "projects": _projects,
-    "warm_projects": _positive_int,
-    "browser_executable": _string,
-    "cache_dir": _path,
-    "serve_token": _optional_token,
-    "serve_token_file": _optional_path,
-    "fsync": _bool,
-    "max_job_attempts": _optional_count,
-    "max_job_timeout_seconds": _optional_seconds,
-    "max_job_frames": _positive_int,
-    "max_job_frame_pixels": _optional_count,
-    "hooks": lambda name, value: value,  # see __post_init__
-    "queues": _names("queue", allow_all=True),
-    "tags": _names("tag", allow_all=False),
-    "retry_elsewhere_seconds": _non_negative_number,
-    "host_block_jobs": _positive_int,
-    "host_block_window_seconds": _positive_number,
-    "host_block_seconds": _positive_number,
-    "render_cache": _bool,
-    "render_cache_max_bytes": _byte_size,
-    "split_seconds": _split_seconds,
-    "command_chunks": lambda name, value: value,  # see __post_init__ (needs `commands`)
-}
-
-CONFIG_KEYS = tuple(_VALIDATORS)
-
-
 def parse_scalar(text: str) -> Any:
-    """Read an environment or CLI value as a YAML scalar (``5`` is an int, ``a`` a str)."""
+    """Read an environment or CLI value as YAML, as the file is read (``5`` is an int,
+    ``a``, ``on`` and ``no`` are strings, ``[a, b]`` a list); text that is no YAML value
+    stays text."""
     try:
-        return yaml.load(text, Loader=yaml.CSafeLoader)
+        return load_config_text(text)
     except (yaml.YAMLError, ValueError, TypeError, OverflowError):
         return text
 
@@ -391,7 +193,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
     try:
-        data = yaml.load(text, Loader=yaml.CSafeLoader)
+        data = load_config_text(text)
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if data is None:
@@ -406,6 +208,15 @@ def config_file_settings(spool: Path) -> dict[str, Any]:
     return _read_file(Path(spool) / defaults.CONFIG_FILENAME)
 
 
+def _known_settings(settings: Mapping[Any, Any], where: str) -> dict[str, Any]:
+    """``settings``, or a ConfigError naming every unknown one as it was typed."""
+    unknown = [typed_key(settings, key) for key in settings if key not in SETTINGS_BY_NAME]
+    if unknown:
+        noun = "setting" if len(unknown) == 1 else "settings"
+        raise ConfigError(f"{where}unknown {noun} {unknown_names(unknown, CONFIG_KEYS)}")
+    return dict(settings)
+
+
 def load_config(
     spool: Path,
     *,
@@ -414,20 +225,14 @@ def load_config(
 ) -> SpoolConfig:
     """Build the config of ``spool`` from its file, the environment and ``overrides``."""
     spool = Path(spool).expanduser().resolve()
-    merged: dict[str, Any] = {}
     file_path = spool / defaults.CONFIG_FILENAME
-    for key, value in _read_file(file_path).items():
-        if key not in _VALIDATORS:
-            raise ConfigError(f"{file_path}: unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})")
-        merged[key] = value
+    merged = _known_settings(_read_file(file_path), f"{file_path}: ")
     env = os.environ if environ is None else environ
     for key in CONFIG_KEYS:
         env_name = ENV_PREFIX + key.upper()
         if env_name in env:
             merged[key] = parse_scalar(env[env_name])
-    for key, value in (overrides or {}).items():
-        if key not in _VALIDATORS:
-            raise ConfigError(f"unknown setting {key!r} (known: {', '.join(CONFIG_KEYS)})")
+    for key, value in _known_settings(overrides or {}, "").items():
         merged[key] = parse_scalar(value) if isinstance(value, str) else value
     try:
         return SpoolConfig(spool=spool, **merged)

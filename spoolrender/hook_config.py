@@ -14,6 +14,9 @@ or a webhook ``url``::
         on: [done]
         command: [/usr/local/bin/archive-video]
         timeout_seconds: 60
+
+The keys, events and delivery are documented in docs/hooks.md; spoolrender.yaml is read
+with YAML 1.2 booleans (:mod:`spoolrender.config_yaml`), so ``on:`` is the word it looks like.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from spoolrender import defaults
+from spoolrender.config_yaml import typed_key, unknown_names
 from spoolrender.errors import ConfigError
 from spoolrender.secret_file import read_secret_line
 
@@ -79,9 +83,10 @@ def _hook(spool: Path, name: str, raw: Any) -> HookSpec:
     where = f"hooks.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with command or url, got {type(raw).__name__}")
-    unknown = [str(k) for k in raw if k not in HOOK_KEYS]
+    unknown = [typed_key(raw, k) for k in raw if k not in HOOK_KEYS]
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(HOOK_KEYS)})")
+        noun = "key" if len(unknown) == 1 else "keys"
+        raise ConfigError(f"{where}: unknown {noun} {unknown_names(unknown, HOOK_KEYS)}")
     events = raw.get("on", list(HOOK_EVENTS))
     if isinstance(events, str):
         events = [events]
@@ -131,7 +136,7 @@ def parse_hooks(spool: Path, value: Any) -> dict[str, HookSpec]:
     out = {}
     for name, raw in value.items():
         if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"hooks: names must be letters, digits, - and _, got {name!r}")
+            raise ConfigError(f"hooks: names must be letters, digits, - and _, got {typed_key(value, name)!r}")
         out[name] = _hook(spool, name, raw)
     return out
 

@@ -32,56 +32,6 @@ RUNNING_NAME = re.compile(rf"(?P<id>.+)\.(?P<uid>{_HEX})\.(?P<token>{_HEX})")
 RETRY_NAME = re.compile(rf"(?P<due>\d{{13}})-(?P<prio>\d{{4}})-(?P<id>.+)\.(?P<uid>{_HEX})")
 FINAL_NAME = re.compile(rf"(?P<id>.+)\.(?P<uid>{_HEX})")
 
-DEFAULT_CONFIG_TEXT = """\
-# spoolrender spool configuration: every host that shares this spool reads this file.
-# Every setting is optional; SPOOLRENDER_<SETTING> environment variables and
-# `spoolrender run --set setting=value` override it. See README.md, "Configuration".
-#
-# output_root: output          # relative to this spool directory unless absolute
-# settle_seconds: 5            # an upload unchanged this long counts as complete
-# lease_seconds: 60            # a heartbeat unchanged this long means its runner is dead
-# heartbeat_seconds: 5
-# backoff_base_seconds: 30     # retry delay doubles per attempt from here...
-# backoff_cap_seconds: 3600    # ...up to here (with jitter)
-# max_attempts: 3              # default for jobs that do not say
-# timeout_seconds: 3600        # default per-attempt timeout
-# slots: auto                  # concurrent jobs; auto = from cores and free memory
-# slots_per_core: 2            # auto slots per core (a render leaves its core idle part of the time)
-# threads_per_job: 1
-# memory_per_job_mb: 1024
-# watch: auto                  # auto | inotify | polling (auto polls on network filesystems)
-# remotion_project: ../remotion  # the Remotion project (relative to this spool)
-# projects:                    # more projects, for a job's `project: promo`
-#   promo: /srv/video/promo
-# warm_projects: 2             # warm workers (one per project) per job slot
-# browser_executable: /usr/bin/chromium
-# cache_dir: ~/.cache/spoolrender  # Remotion bundle cache, shared by the host's runners
-# serve_token_file: /etc/spoolrender/serve-token  # enables `spoolrender serve` write actions
-#                              # (submit, retry, cancel); the file: chmod 600 (never world-readable)
-# render_cache: false          # true: publish a job identical to an earlier render from the cache
-#                              # (only for pure compositions: no data fetched, no clock; README "Render cache")
-# render_cache_max_bytes: 10G  # least recently used cache entries go past this size
-# fsync: true                  # false: faster on throwaway spools; a power cut may lose acknowledged changes
-# commands:                    # argv templates for `renderer: command` jobs (never a shell)
-#   slate: [ffmpeg, -y, -f, lavfi, -i, "color=c=black:s=1280x720:d=2", "{output}"]
-# command_chunks:              # how a command renders a frame range and joins (README, "Chunked rendering")
-#   frames: {span: [...], chunk: [..., "{first}", "{last}", "{output}"], join: [..., "{parts_file}", "{output}"]}
-#
-# Chunked rendering (README, "Chunked rendering"): jobs may ask for `chunks: N`.
-# split_seconds: off           # also split jobs longer than this (seconds of video) over idle slots
-#
-# Caps on what one job file may ask for (a job over a cap fails with the reason):
-# max_job_attempts: auto       # a job's max_attempts; auto = 10, or max_attempts if higher
-# max_job_timeout_seconds: auto  # a job's timeout; auto = 21600, or timeout_seconds if higher
-# max_job_frames: 108000       # frames one Remotion render may have (1 h at 30 fps)
-# max_job_frame_pixels: auto   # width x height x scale^2 of a frame; auto = memory_per_job_mb MiB / 64 bytes
-#
-# Completion hooks (README, "Completion hooks"): commands or webhooks on done/retry/failed.
-# hooks:
-#   chat: {on: [failed], url: "https://chat.example/hooks/render", secret_file: /etc/spoolrender/hook-secret}
-#   archive: {on: [done], command: [/usr/local/bin/archive-video]}
-"""
-
 
 def new_token() -> str:
     return secrets.token_hex(TOKEN_HEX // 2)
@@ -211,7 +161,10 @@ def init_spool(root: Path, *, group: str | None = None) -> SpoolLayout:
             os.chmod(path, mode)
         config_path = layout.root / defaults.CONFIG_FILENAME
         if not config_path.exists():
-            config_path.write_text(DEFAULT_CONFIG_TEXT, encoding="utf-8")
+            # Imported here: settings -> queues -> layout.
+            from spoolrender.settings import config_template
+
+            config_path.write_text(config_template(), encoding="utf-8")
     except OSError as exc:
         raise SpoolLayoutError(f"cannot initialise spool at {layout.root}: {exc}") from exc
     return layout

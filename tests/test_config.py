@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from spoolrender import defaults
-from spoolrender.config import COMMAND_PLACEHOLDERS, CONFIG_KEYS, SpoolConfig, load_config, parse_scalar
+from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config, parse_scalar
 from spoolrender.errors import ConfigError
 from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.setting_checks import COMMAND_PLACEHOLDERS
 
 
 def write_config(root: Path, doc: dict[str, Any] | str) -> Path:
@@ -258,14 +259,20 @@ def test_home_in_output_root_expanded(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:
     path = write_config(tmp_path, {"slots": 2, "slot": 3})
+    assert config_error(tmp_path) == f"{path}: unknown setting 'slot' (did you mean 'slots'?)"
+
+
+def test_every_unknown_key_is_named_with_the_known_ones_when_one_has_no_near_miss(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "slot: 3\nzzz: 1\n")
     message = config_error(tmp_path)
-    assert message.startswith(f"{path}: unknown setting 'slot' (known: ")
-    assert "slots" in message
+    assert message.startswith(f"{path}: unknown settings 'slot' (did you mean 'slots'?), 'zzz' (known: output_root, ")
 
 
 def test_unknown_key_in_overrides(tmp_path: Path) -> None:
     message = config_error(tmp_path, overrides={"lease": "10"})
-    assert message.startswith("unknown setting 'lease' (known: output_root, settle_seconds")
+    assert message == "unknown setting 'lease' (did you mean 'lease_seconds'?)"
+    message = config_error(tmp_path, overrides={"zzz": "10"})
+    assert message.startswith("unknown setting 'zzz' (known: output_root, watch, settle_seconds")
 
 
 def test_spool_is_not_a_setting(tmp_path: Path) -> None:

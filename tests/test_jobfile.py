@@ -933,6 +933,29 @@ def test_duplicate_and_merge_keys_are_refused_with_lines(data: bytes, want: str)
     assert load_problem(data) == f"job file: not valid YAML: {want}"
 
 
+@pytest.mark.parametrize(
+    ("data", "want"),
+    [
+        (b"composition: Main\nprops:\n  on: 1\n", "line 3, column 3: key 'on' is read as the boolean true"),
+        (b"props:\n  scene: [{title: a, no: 2}]\n", "line 2, column 22: key 'no' is read as the boolean false"),
+        (b"composition: Main\nOff: 3\n", "line 2, column 1: key 'Off' is read as the boolean false"),
+    ],
+)
+def test_a_key_yaml_reads_as_a_boolean_is_refused_with_the_way_out(data: bytes, want: str) -> None:
+    # On main, a nested `on:` reached the composition as the JSON key "true".
+    message = load_problem(data)
+    assert message.startswith(f"job file: not valid YAML: {want} (YAML 1.1: ")
+    assert message.endswith("; quote it, '" + want.split("'")[1] + "':, to use it as a name")
+    assert load_yaml_mapping(b"props:\n  'on': 1\n") == {"props": {"on": 1}}
+
+
+def test_job_file_values_stay_yaml_1_1(config: SpoolConfig) -> None:
+    # A decision (jobfile.loading): `rerun: yes` and props `loop: on` mean what they always did.
+    spec = parse_job(b"composition: Main\nrerun: yes\nprops: {loop: on, label: no}\n", "a.yaml", config)
+    assert spec.rerun is True
+    assert spec.props == {"loop": True, "label": False}
+
+
 def test_distinct_keys_at_different_depths_are_fine() -> None:
     doc = load_yaml_mapping(b"id: a\nprops: {id: b, scene: {id: c}}\nsettings: {}\n")
     assert doc == {"id": "a", "props": {"id": "b", "scene": {"id": "c"}}, "settings": {}}

@@ -13,12 +13,13 @@ Kept import-light: :mod:`spoolrender.config` validates it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spoolrender.config_yaml import typed_key, unknown_names
 from spoolrender.errors import ConfigError
+from spoolrender.setting_checks import argv_template
 
 # What every template may use (as in `commands:`), and what each kind adds.
 COMMON_PLACEHOLDERS = ("job_file", "props_file", "work_dir", "threads", "job_id", "attempt")
@@ -51,28 +52,24 @@ def parse_command_chunks(value: Any, commands: Mapping[str, tuple[str, ...]]) ->
         if name not in commands:
             known = ", ".join(sorted(commands)) or "none"
             raise ConfigError(f"command_chunks.{name}: no such command in commands: (known: {known})")
-        if not isinstance(entry, Mapping) or set(entry) != set(KIND_PLACEHOLDERS):
+        if not isinstance(entry, Mapping):
             raise ConfigError(
                 f"command_chunks.{name}: expected a mapping with exactly span, chunk and join argv lists, got {entry!r}"
             )
-        out[name] = CommandChunks(**{kind: _argv(f"command_chunks.{name}.{kind}", kind, entry[kind]) for kind in entry})
+        unknown = [typed_key(entry, key) for key in entry if key not in KIND_PLACEHOLDERS]
+        if unknown:
+            noun = "key" if len(unknown) == 1 else "keys"
+            raise ConfigError(
+                f"command_chunks.{name}: unknown {noun} {unknown_names(unknown, tuple(KIND_PLACEHOLDERS))}"
+            )
+        missing = [kind for kind in KIND_PLACEHOLDERS if kind not in entry]
+        if missing:
+            raise ConfigError(
+                f"command_chunks.{name}: missing {', '.join(missing)} (span, chunk and join are all needed)"
+            )
+        out[name] = CommandChunks(**{kind: _argv(name, kind, entry[kind]) for kind in entry})
     return out
 
 
-def _argv(where: str, kind: str, argv: Any) -> tuple[str, ...]:
-    # An argv list, never a shell string: a job's values cannot inject shell syntax.
-    if (
-        not isinstance(argv, list | tuple)
-        or not argv
-        or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in argv)
-    ):
-        raise ConfigError(f"{where}: expected a non-empty list of argv strings (not a shell string), got {argv!r}")
-    known = COMMON_PLACEHOLDERS + KIND_PLACEHOLDERS[kind]
-    out = tuple(str(a) for a in argv)
-    for arg in out:
-        for placeholder in re.findall(r"\{([^{}]*)\}", arg):
-            if placeholder not in known:
-                raise ConfigError(
-                    f"{where}: unknown placeholder {{{placeholder}}} (known: {', '.join('{' + p + '}' for p in known)})"
-                )
-    return out
+def _argv(name: str, kind: str, argv: Any) -> tuple[str, ...]:
+    return argv_template(f"command_chunks.{name}.{kind}", argv, COMMON_PLACEHOLDERS + KIND_PLACEHOLDERS[kind])

@@ -2,8 +2,16 @@
 
 Refused: bytes that are not UTF-8 text, aliases (billion laughs), nesting past
 ``MAX_YAML_DEPTH`` (stack bombs), merge keys, duplicate keys at any depth (the later
-value would silently win: ``id:`` twice changes the id), and any document that is not a
-mapping.
+value would silently win: ``id:`` twice changes the id), keys that YAML reads as booleans,
+and any document that is not a mapping.
+
+Job files stay YAML 1.1 (PyYAML's reading), unlike spoolrender.yaml
+(:mod:`spoolrender.config_yaml`): in a value, ``yes``/``no``/``on``/``off`` are booleans,
+so ``rerun: yes``, ``cache: on`` and props such as ``loop: yes`` keep the meaning they
+have had in every job written so far, and a job means the same whoever's spool reads it.
+Keys are where 1.1 goes wrong silently: a props key ``on:`` or ``no:`` became the boolean
+True or False, and JSON then handed the composition ``"true"``/``"false"``. A boolean key
+(``on``, ``no``, ``true``...) is therefore refused with the way out: quote it (``'on':``).
 
 The reasons never quote the file's content. A job file may be a hard link to a file
 its submitter cannot read; whatever we write into failure.json, ``status`` and the
@@ -72,6 +80,8 @@ class _JobLoader(yaml.CSafeLoader):
                 if key_node.tag == _MERGE_TAG:
                     raise _OwnWording(None, None, "merge keys (<<) are not allowed", key_node.start_mark)
                 key = self.construct_object(key_node, deep=True)  # cached: built once
+                if isinstance(key, bool):
+                    raise _OwnWording(None, None, _bool_key_reason(key_node.value, key), key_node.start_mark)
                 try:
                     earlier = first.setdefault(key, key_node.start_mark)
                 except TypeError:
@@ -84,6 +94,14 @@ class _JobLoader(yaml.CSafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep)
+
+
+def _bool_key_reason(word: str, key: bool) -> str:
+    # `word` built a boolean, so it is one of YAML's few boolean words: quoting it reveals nothing.
+    return (
+        f"key {word!r} is read as the boolean {str(key).lower()} (YAML 1.1: yes, no, on, off, true, false); "
+        f"quote it, '{word}':, to use it as a name"
+    )
 
 
 def _key_text(key: Any) -> str:
