@@ -25,7 +25,7 @@ import yaml
 
 from spoolrender import defaults
 from spoolrender.chunks.command_config import CommandChunks, parse_command_chunks
-from spoolrender.config_yaml import load_config_text, typed_key, unknown_names
+from spoolrender.config_yaml import describe_unknown, load_config_text, typed_key
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
 from spoolrender.queues import ALL_QUEUES
@@ -212,8 +212,7 @@ def _known_settings(settings: Mapping[Any, Any], where: str) -> dict[str, Any]:
     """``settings``, or a ConfigError naming every unknown one as it was typed."""
     unknown = [typed_key(settings, key) for key in settings if key not in SETTINGS_BY_NAME]
     if unknown:
-        noun = "setting" if len(unknown) == 1 else "settings"
-        raise ConfigError(f"{where}unknown {noun} {unknown_names(unknown, CONFIG_KEYS)}")
+        raise ConfigError(where + describe_unknown(unknown, CONFIG_KEYS, noun="setting"))
     return dict(settings)
 
 

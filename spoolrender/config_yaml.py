@@ -10,7 +10,7 @@ for the old reading keeps its meaning.
 
 Every mapping the loader builds remembers the text each key was typed as
 (:class:`KeyedMapping`), so an unknown key is named as typed (``'1'``, ``'null'``,
-``'True'``), with a did-you-mean for near misses (:func:`unknown_names`). A key given
+``'True'``), with a did-you-mean for near misses (:func:`describe_unknown`). A key given
 twice is refused: YAML 1.2 requires unique keys, and the later value silently winning
 hides the line the operator meant.
 
@@ -100,9 +100,9 @@ def typed_key(mapping: Mapping[Any, Any], key: Any) -> str:
     return key if isinstance(key, str) else repr(key)
 
 
-def unknown_names(typed: Sequence[str], known: Sequence[str]) -> str:
-    """``'slot' (did you mean 'slots'?), 'x'`` for the names ``typed``, followed by the
-    ``known`` names unless every one of them has a suggestion (difflib's near misses)."""
+def describe_unknown(typed: Sequence[str], known: Sequence[str], noun: str = "key") -> str:
+    """``unknown key 'slot' (did you mean 'slots'?), 'x'`` for the names ``typed``, followed
+    by the ``known`` names unless every one has a suggestion (difflib's near misses)."""
     folded = {name.lower(): name for name in known}
     parts = []
     unmatched = False
@@ -114,7 +114,8 @@ def unknown_names(typed: Sequence[str], known: Sequence[str]) -> str:
         )
         unmatched = unmatched or not close
         parts.append(f"{name!r} (did you mean {folded[close[0]]!r}?)" if close else repr(name))
-    return ", ".join(parts) + (f" (known: {', '.join(known)})" if unmatched else "")
+    plural = "" if len(parts) == 1 else "s"
+    return f"unknown {noun}{plural} " + ", ".join(parts) + (f" (known: {', '.join(known)})" if unmatched else "")
 
 
 def yaml11_bool(value: Any) -> bool | None:

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from spoolrender import defaults
-from spoolrender.config_yaml import typed_key, unknown_names
+from spoolrender.config_yaml import describe_unknown, typed_key
 from spoolrender.errors import ConfigError
 from spoolrender.secret_file import read_secret_line
 
@@ -85,8 +85,7 @@ def _hook(spool: Path, name: str, raw: Any) -> HookSpec:
         raise ConfigError(f"{where}: expected a mapping with command or url, got {type(raw).__name__}")
     unknown = [typed_key(raw, k) for k in raw if k not in HOOK_KEYS]
     if unknown:
-        noun = "key" if len(unknown) == 1 else "keys"
-        raise ConfigError(f"{where}: unknown {noun} {unknown_names(unknown, HOOK_KEYS)}")
+        raise ConfigError(f"{where}: {describe_unknown(unknown, HOOK_KEYS)}")
     events = raw.get("on", list(HOOK_EVENTS))
     if isinstance(events, str):
         events = [events]

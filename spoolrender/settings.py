@@ -209,7 +209,8 @@ SETTINGS: tuple[Setting, ...] = (
         "The Chromium that Remotion drives (never downloaded).",
     ),
     Setting("cache_dir", RENDERERS, checks.file_path, "path", "~/.cache/spoolrender",
-        "The Remotion bundle cache, shared by every runner of the host.",
+        "The Remotion bundle cache, shared by every runner of the host. Unlike the other paths, "
+        "a relative one is relative to the runner's working directory, not to the spool.",
     ),
     Setting("commands", RENDERERS, checks.commands, "mapping: name to argv list", "{}",
         "Commands for `renderer: command` jobs, as argv lists (never a shell string), with "
@@ -328,8 +329,8 @@ _TEMPLATE_HEAD = """\
 # Every setting is optional and shown here commented out with its default: to change
 # one, delete the "#" in front of its name and edit the value. SPOOLRENDER_<SETTING>
 # environment variables (SPOOLRENDER_SLOTS=4) and `--set setting=value` override this
-# file. Relative paths are relative to this spool directory. Values are YAML 1.2:
-# on, off, yes and no are words; true and false are the booleans.
+# file. Relative paths are relative to this spool directory (cache_dir excepted).
+# Values are YAML 1.2: on, off, yes and no are words; true and false are booleans.
 # Reference: docs/configuration.md.
 """
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spoolrender.config_yaml import typed_key, unknown_names
+from spoolrender.config_yaml import describe_unknown, typed_key
 from spoolrender.errors import ConfigError
 from spoolrender.setting_checks import argv_template
 
@@ -58,10 +58,7 @@ def parse_command_chunks(value: Any, commands: Mapping[str, tuple[str, ...]]) ->
             )
         unknown = [typed_key(entry, key) for key in entry if key not in KIND_PLACEHOLDERS]
         if unknown:
-            noun = "key" if len(unknown) == 1 else "keys"
-            raise ConfigError(
-                f"command_chunks.{name}: unknown {noun} {unknown_names(unknown, tuple(KIND_PLACEHOLDERS))}"
-            )
+            raise ConfigError(f"command_chunks.{name}: {describe_unknown(unknown, tuple(KIND_PLACEHOLDERS))}")
         missing = [kind for kind in KIND_PLACEHOLDERS if kind not in entry]
         if missing:
             raise ConfigError(
