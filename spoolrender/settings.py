@@ -156,8 +156,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("host_block_jobs", RETRIES, checks.positive_int, "whole number >= 1", str(defaults.HOST_BLOCK_JOBS),
         "This many different jobs failing on one host within `host_block_window_seconds` "
-        "block the host: its runners claim nothing for `host_block_seconds` "
-        "(or until `spoolrender unblock HOST`).",
+        "block the host: its runners claim nothing for `host_block_seconds`.",
         see="hosts.md",
     ),
     Setting(
@@ -167,7 +166,7 @@ SETTINGS: tuple[Setting, ...] = (
         see="hosts.md",
     ),
     Setting("host_block_seconds", RETRIES, checks.positive_number, "seconds > 0", _g(defaults.HOST_BLOCK_S),
-        "How long a blocked host stays blocked once its failures stop.",
+        "How long a host stays blocked (`spoolrender unblock HOST` ends it sooner).",
         see="hosts.md",
     ),
     # --- capacity ------------------------------------------------------------------------
