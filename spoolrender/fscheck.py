@@ -52,8 +52,10 @@ def check_filesystem(directory: Path, role: str, *, probe_in: Path | None = None
         probe = make_probe_dir(parent)
     except OSError as exc:
         raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
-    remove_dead_probes(parent, probe)
     try:
+        remove_dead_probes(parent, probe)
+        if parent != directory:  # versions up to 8329ac5 probed in ``directory`` itself
+            remove_dead_probes(directory, probe)
         for check in _CHECKS:
             try:
                 problem = check(probe)
