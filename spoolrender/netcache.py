@@ -33,7 +33,7 @@ _AT_EMPTY_PATH = 0x1000
 _AT_STATX_FORCE_SYNC = 0x2000
 _STATX_BASIC_STATS = 0x7FF
 # O_NONBLOCK: opening a FIFO must not hang; O_NOFOLLOW: never look through a symlink.
-OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class _Timestamp(ctypes.Structure):
@@ -111,7 +111,7 @@ def fstat_fresh(fd: int) -> Attributes:
 def fresh_attributes(path: Path) -> Attributes:
     """``path``'s attributes as the server has them now: opened (close-to-open), then a
     forced statx. Raises OSError (ELOOP for a symlink, ENOENT once it is gone)."""
-    fd = os.open(path, OPEN_FLAGS)
+    fd = os.open(path, _OPEN_FLAGS)
     try:
         return fstat_fresh(fd)
     finally:
