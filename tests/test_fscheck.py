@@ -29,6 +29,7 @@ from spoolrender.clock import SystemClock
 from spoolrender.config import load_config
 from spoolrender.defaults import PROBE_LEFTOVER_AGE_S
 from spoolrender.errors import PublishError, UnsupportedFilesystem
+from spoolrender.failpoints import FSCHECK_POINTS
 from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.jobfile import read_job_bytes
@@ -335,10 +336,11 @@ def test_a_runner_killed_while_probing_leaves_nothing_after_the_next_start(tmp_p
         )  # fmt: skip
 
     # A real SIGKILL at the point where every probe file exists (spoolrender.failpoints).
-    assert run("fscheck-spool").returncode == -signal.SIGKILL
+    spool_point, output_point = FSCHECK_POINTS
+    assert run(spool_point).returncode == -signal.SIGKILL
     (left,) = _leftovers(layout.private)
     assert {"excl", "linked", "moved", "old", "reserved"} <= set(os.listdir(layout.private / left.split("/")[1]))
-    assert run("fscheck-output-root").returncode == -signal.SIGKILL
+    assert run(output_point).returncode == -signal.SIGKILL
     # The second start removed the first one's leftover; its own is in the scratch dir,
     # never among the outputs.
     assert _leftovers(layout.private) == [] and _leftovers(output) == []
