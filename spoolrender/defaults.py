@@ -63,6 +63,9 @@ SETTLE_S = 5.0
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
 # close; this long quiet means the close event was lost.
 UNCLOSED_WRITE_S = 600.0
+# Another host's start-up probe dir older than this (spool filesystem's clock) is a dead
+# prober's leftover (spoolrender.probe_dirs): a probe takes a second, a frozen host's too.
+PROBE_LEFTOVER_AGE_S = 3600.0
 # An entry in incoming/ whose claim fails (a mode-555 directory cannot be moved: EACCES)
 # is tried again after this delay, doubling per failure up to the maximum.
 BLOCKED_RETRY_MIN_S = 1.0

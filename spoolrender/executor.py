@@ -52,6 +52,7 @@ from spoolrender.records import (
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
+from spoolrender.watch import is_network_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,9 @@ class JobExecutor(SplitJobRuns):
         self._threads = threads
         self._renderers: dict[str, Renderer] = {}
         self._cache = CacheStep(layout, config, clock, heartbeat, cache_metrics)
+        # On a network filesystem the job file is read past the client's caches: another
+        # host may have written more than this client has seen (spoolrender.netcache).
+        self._uncached = is_network_filesystem(config.spool)
 
     def close(self) -> None:
         for renderer in self._renderers.values():
@@ -147,8 +151,8 @@ class JobExecutor(SplitJobRuns):
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
         job_file = job_dir / defaults.JOB_FILENAME
         try:
-            data = read_job_bytes(job_file, self._config.max_job_bytes)
-            claim.job_file = seal.observe(job_file, data)
+            data = read_job_bytes(job_file, self._config.max_job_bytes, uncached=self._uncached)
+            claim.job_file = seal.observe(job_file, data, uncached=self._uncached)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         sealed = seal.sealed_hash(runs)
@@ -364,7 +368,10 @@ class JobExecutor(SplitJobRuns):
         if outcome != REQUEUE and claim.job_file is not None:
             # The job file must still be what this run validated and rendered from.
             problem = seal.change_since(
-                claim.job_dir / defaults.JOB_FILENAME, claim.job_file, self._config.max_job_bytes
+                claim.job_dir / defaults.JOB_FILENAME,
+                claim.job_file,
+                self._config.max_job_bytes,
+                uncached=self._uncached,
             )
             if problem is not None and not claim.sealed:
                 return self._discard(claim, base, problem)

@@ -45,6 +45,8 @@ CHUNK_CRASH_POINTS = (
     "after-wake",  # the job woken into retry/ by its last chunk
     "join-before-verify",  # the chunks joined into scratch, not yet verified or decided
 )
+# The start-up probes (spoolrender.fscheck): every probe file made, none removed yet.
+FSCHECK_POINTS = ("fscheck-spool", "fscheck-output-root")
 # Points only reached in a race that a dedicated test sets up (paused or killed there).
 RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned

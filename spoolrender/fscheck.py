@@ -6,8 +6,14 @@ server without the posix-rename extension cannot replace a file by rename, sshfs
 with ``-o disable_hardlink`` (or a server without the hardlink extension) has no
 ``link()``, some servers refuse symlinks. Such a spool would fail later and obscurely (a
 run that can never be decided, ids that can never be reserved), so a runner probes once
-when it starts, in a private directory it removes again, and refuses to start with a
-reason that names the missing operation and what it is needed for.
+when it starts, in a private directory it removes again (and removes those of probers
+that died: :mod:`spoolrender.probe_dirs`), and refuses to start with a reason that names
+the missing operation and what it is needed for.
+
+One more probe concerns caches: uploads from other hosts are judged by their size and
+mtime and read once settled, so the runner must see the server's (spoolrender.netcache).
+It says whether the mount caches attributes, and refuses one whose caches even a forced
+revalidation cannot get past, naming the mount options that make it safe.
 """
 
 from __future__ import annotations
@@ -16,32 +22,40 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from spoolrender.errors import UnsupportedFilesystem
-from spoolrender.heartbeat import HOSTNAME
+from spoolrender.failpoints import crash_point
+from spoolrender.jobfile import read_job_bytes
+from spoolrender.netcache import fresh_attributes
+from spoolrender.probe_dirs import PROBE_PREFIX, make_probe_dir, remove_dead_probes
 from spoolrender.watch import filesystem_type
+
+__all__ = ["PROBE_PREFIX", "check_filesystem"]
 
 log = logging.getLogger(__name__)
 
-PROBE_PREFIX = ".fscheck-"  # hidden: never taken for a job, an output or a runner
 
-
-def check_filesystem(directory: Path, role: str) -> None:
+def check_filesystem(directory: Path, role: str, *, probe_in: Path | None = None) -> None:
     """Probe ``directory`` (the spool's private dir, or the output root).
 
     Raises UnsupportedFilesystem naming the first operation that does not behave as the
     protocol needs. ``role`` names the directory in the message ("spool", "output root").
+    ``probe_in``: where the probe's directory goes (a hidden directory on the same
+    filesystem, made if missing), ``directory`` itself by default.
     """
-    probe = directory / f"{PROBE_PREFIX}{HOSTNAME}-{os.getpid()}-{secrets.token_hex(4)}"
+    parent = directory if probe_in is None else probe_in
     try:
-        probe.mkdir()
+        parent.mkdir(exist_ok=True)
+        probe = make_probe_dir(parent)
     except OSError as exc:
         raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
     try:
+        remove_dead_probes(parent, probe)
+        if parent != directory:  # versions up to 8329ac5 probed in ``directory`` itself
+            remove_dead_probes(directory, probe)
         for check in _CHECKS:
             try:
                 problem = check(probe)
@@ -54,6 +68,7 @@ def check_filesystem(directory: Path, role: str) -> None:
                 )
         with contextlib.suppress(OSError):  # only informative
             _warn_about_hidden_files(probe, role, directory)
+        crash_point("fscheck-" + role.replace(" ", "-"))
     finally:
         # The probe is ours alone (a unique name); whatever a failed check left goes too.
         shutil.rmtree(probe, ignore_errors=True)
@@ -157,11 +172,63 @@ def _symlink_is_exclusive(probe: Path) -> str | None:
     return "symlink() replaced an existing name (it must fail with EEXIST)"
 
 
+# What makes a mount show this host the server's attributes and bytes (docs/reliability.md,
+# "Uploads on a network filesystem"), by filesystem type.
+_UNCACHED_MOUNT = {
+    "fuse.sshfs": "sshfs -o dir_cache=no,attr_timeout=0,entry_timeout=0,negative_timeout=0 (without kernel_cache "
+    "or auto_cache)",
+    "nfs": "mount -o noac (or actimeo=0), without nocto",
+    "nfs4": "mount -o noac (or actimeo=0), without nocto",
+    "cifs": "mount -o actimeo=0,cache=none",
+}
+
+
+def _sees_other_writers(probe: Path) -> str | None:
+    # Uploads from other hosts are judged by their size and mtime and read once settled:
+    # through a mount that caches them, the runner must see the server's. A second name
+    # of one file stands in for another host: on path-based FUSE (sshfs) a write through
+    # one name leaves the mount's view of the other as stale as another host's write.
+    # (On NFS both names are one inode, and this passes; NFS revalidates on a forced
+    # statx, see spoolrender.netcache.)
+    written, other = probe / "written", probe / "other-name"
+    _write(written, b"a" * 100)
+    os.link(written, other)
+    other.read_bytes()  # its pages and attributes cached, as the scanner's reads leave them
+    os.lstat(other)
+    with open(written, "ab") as fh:
+        fh.write(b"b" * 100)
+    stale = os.lstat(other).st_size != 200
+    fixed = _UNCACHED_MOUNT.get(filesystem_type(probe), "a mount option that turns attribute caching off")
+    if fresh_attributes(other).size != 200:
+        return (
+            "a file written through another path keeps its old size here even after a forced revalidation "
+            f"(open and statx with AT_STATX_FORCE_SYNC): uploads from other hosts would be claimed half-written. "
+            f"Mount it with {fixed}"
+        )
+    fd = os.open(written, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"c" * 200, 0)  # a rewrite that keeps the size
+    finally:
+        os.close(fd)
+    if read_job_bytes(other, 1000, uncached=True) != b"c" * 200:
+        return (
+            "a file rewritten through another path still reads as its old bytes here after its cached pages "
+            f"were dropped: a claimed upload could be rendered from stale bytes. Mount it with {fixed}"
+        )
+    if stale:
+        log.info(
+            "%s: this mount caches attributes (a write through another path was not seen by stat()): "
+            "uploads from other hosts are revalidated before each claim and read past the cache", probe.parent,
+        )  # fmt: skip
+    return None
+
+
 _CHECKS: tuple[Callable[[Path], str | None], ...] = (
     _exclusive_create,
     _rename_replaces,
     _link_is_exclusive,
     _symlink_is_exclusive,
+    _sees_other_writers,
 )
 
 

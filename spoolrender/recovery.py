@@ -44,6 +44,7 @@ from spoolrender.heartbeat import (
 )
 from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
+from spoolrender.probe_dirs import PROBE_PREFIX
 from spoolrender.publish import SCRATCH_DIR, remove_scratch
 from spoolrender.records import (
     FAILED,
@@ -112,6 +113,8 @@ class Recoverer:
             with contextlib.suppress(FileNotFoundError):
                 self._clear_parked(self._layout.private / ABANDONED_DIR / parked)
         for key in set(scratch) - set(names) - own_keys:
+            if key.startswith(PROBE_PREFIX):
+                continue  # a start-up probe's, live or not: spoolrender.probe_dirs judges it
             # Left by a runner killed after its job left running/ (done, failed, retry):
             # nothing in it is needed any more.
             remove_scratch(self._config.output_root, key)

@@ -48,6 +48,7 @@ from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.hosts import blocked as host_blocked
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
+from spoolrender.publish import SCRATCH_DIR
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.transitions import log_transition
@@ -112,7 +113,8 @@ class Runner:
         # Refuse at once a filesystem that lacks an operation the protocol needs (some
         # network and FUSE filesystems), instead of failing jobs obscurely later.
         check_filesystem(self.layout.private, "spool")
-        check_filesystem(config.output_root, "output root")
+        # The output root's probe in the scratch dir: consumers watch the output tree.
+        check_filesystem(config.output_root, "output root", probe_in=config.output_root / SCRATCH_DIR)
         self.drain = drain
         self.max_jobs = max_jobs
         self.max_runtime = max_runtime

@@ -23,6 +23,7 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.candidates import Candidate, ScanResult, parse_for_scan
@@ -31,6 +32,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name
 from spoolrender.layout import SpoolLayout
+from spoolrender.netcache import fresh_attributes
 from spoolrender.queues import Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
 from spoolrender.retry_scan import RetryScan
 from spoolrender.writers import Writer, WriterCheck, lease_probe
@@ -121,9 +123,12 @@ class SpoolScanner:
 
     def writer_holds(self, candidate: Candidate) -> bool:
         """The authoritative check just before the claim: does a local process hold the
-        candidate's job file open for writing? Then it stays where it is, waiting."""
+        candidate's job file open for writing, or (a network filesystem) has the server
+        seen a write that this client's caches hid? Then it stays where it is, waiting."""
         if candidate.source == "incoming":
             path = self._layout.incoming / candidate.name
+            if not self._local and self._changed_on_server(candidate.name, path):
+                return True
         else:
             path = self._layout.retry / candidate.name / defaults.JOB_FILENAME
         # The lease alone: ~0.1 ms per claim. Where it cannot decide (another user's file
@@ -141,6 +146,36 @@ class SpoolScanner:
             if candidate.source == "retry":
                 self._retry.hold(candidate.name)
             self._arrived = True  # list again: the next listing re-checks it
+        return True
+
+    def _changed_on_server(self, name: str, path: Path) -> bool:
+        """Settled by attributes this client may have cached (NFS ``actimeo``, FUSE
+        ``attr_timeout``, sshfs's ``dir_cache``): does the server still have them?
+
+        One forced revalidation per claim (spoolrender.netcache), not one per file and
+        listing. Unchanged since the signature was first seen: it was fetched no later
+        than that, so the file has been quiet at least as long as the settle check
+        counted. Changed: another host is still writing; it settles again from now.
+        """
+        with self._lock:
+            seen = self._seen.get(name)
+        if seen is None:  # not a regular file: claimed and failed with a reason
+            return False
+        try:
+            fresh = fresh_attributes(path)
+        except OSError:  # gone (another host claimed it) or not a regular file: the claim says
+            return False
+        if fresh.signature == seen.signature:
+            return False
+        log.info(
+            "not claiming incoming/%s yet: the server has %d bytes, this host's cache said %d; "
+            "another host is still writing it", name, fresh.size, seen.signature[1],
+        )  # fmt: skip
+        with self._lock:
+            self._seen[name] = _Seen(fresh.signature, self._clock.monotonic(), at_startup=seen.at_startup)
+            if self._cached is not None:
+                self._cached.pop(name, None)
+            self._arrived = True  # list again: it settles from now
         return True
 
     def claim_failed(self, name: str, reason: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from spoolrender.errors import JobInvalid
 from spoolrender.jobfile import read_job_bytes
+from spoolrender.netcache import Attributes, fresh_attributes
 from spoolrender.records import REQUEUE, RunRecord
 from spoolrender.writers import Writer, lease_probe
 
@@ -46,10 +47,11 @@ class JobFileState:
         return f"{self.size} bytes, sha256 {self.sha256[:12]}"
 
 
-def observe(path: Path, data: bytes) -> JobFileState:
-    """The state of ``path`` whose content ``data`` was just read."""
-    st = os.stat(path, follow_symlinks=False)
-    return JobFileState(hashlib.sha256(data).hexdigest(), len(data), st.st_ino, st.st_mtime_ns)
+def observe(path: Path, data: bytes, *, uncached: bool = False) -> JobFileState:
+    """The state of ``path`` whose content ``data`` was just read (``uncached``: as the
+    server of a network filesystem has it, see spoolrender.netcache)."""
+    st = fresh_attributes(path) if uncached else Attributes.of(os.stat(path, follow_symlinks=False))
+    return JobFileState(hashlib.sha256(data).hexdigest(), len(data), st.inode, st.mtime_ns)
 
 
 def still_writing(path: Path) -> bool:
@@ -58,13 +60,17 @@ def still_writing(path: Path) -> bool:
     return lease_probe(path) is Writer.HELD
 
 
-def change_since(path: Path, seen: JobFileState, max_bytes: int) -> str | None:
-    """Why the job file is no longer what ``seen`` says, or None if it is unchanged."""
+def change_since(path: Path, seen: JobFileState, max_bytes: int, *, uncached: bool = False) -> str | None:
+    """Why the job file is no longer what ``seen`` says, or None if it is unchanged.
+
+    ``uncached`` (a network filesystem): compared with the server's bytes, never with a
+    prefix this client cached, so a run rendered from a prefix is never decided.
+    """
     if still_writing(path):
         return "is still open for writing by a local process"
     try:
-        data = read_job_bytes(path, max_bytes)
-        now = observe(path, data)
+        data = read_job_bytes(path, max_bytes, uncached=uncached)
+        now = observe(path, data, uncached=uncached)
     except (JobInvalid, OSError) as exc:
         return f"changed during the run and cannot be read back ({exc})"
     if now.sha256 != seen.sha256:

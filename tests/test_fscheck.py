@@ -9,21 +9,35 @@ One test uses a fake, because no filesystem at hand breaks O_EXCL; it says so.
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
 
+from spoolrender import fscheck
+from spoolrender.clock import SystemClock
+from spoolrender.config import load_config
+from spoolrender.defaults import PROBE_LEFTOVER_AGE_S
 from spoolrender.errors import PublishError, UnsupportedFilesystem
+from spoolrender.failpoints import FSCHECK_POINTS
 from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
+from spoolrender.heartbeat import HOSTNAME
+from spoolrender.jobfile import read_job_bytes
 from spoolrender.layout import init_spool
+from spoolrender.netcache import Attributes, fresh_attributes
+from spoolrender.probe_dirs import make_probe_dir, remove_dead_probes, start_ticks
 from spoolrender.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch
+from spoolrender.recovery import Recoverer
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -242,3 +256,138 @@ def test_scratch_removed_by_two_runners_at_once(mounts: Mounts) -> None:
             t.join(60)
     assert errors == []
     assert os.listdir(root / SCRATCH_DIR) == []
+
+
+# --- caches of a network filesystem (issue 21, item 1) ---------------------------------
+
+# The two option sets of the report: sshfs's own cache and the kernel's, and the kernel's alone.
+CACHING = ["cache=yes,kernel_cache,attr_timeout=30,entry_timeout=30", "dir_cache=no,attr_timeout=30,entry_timeout=30"]
+
+
+@needs_sshfs
+@pytest.mark.parametrize("options", CACHING)
+def test_a_write_on_the_server_is_seen_past_the_mounts_caches(mounts: Mounts, options: str) -> None:
+    # The server's disk stands in for another host's write (sftp-server writes there).
+    mnt = mounts.sshfs(options=options)
+    served = mounts.tmp_path / "served0" / "job.yaml"
+    served.write_bytes(b"renderer: command\n")
+    path = mnt / "job.yaml"
+    assert path.read_bytes() == b"renderer: command\n"  # pages and attributes cached, as a scan leaves them
+    os.lstat(path)
+    with open(served, "ab") as fh:
+        fh.write(b"command: x\n")
+    whole = served.read_bytes()
+    # The trap (30 s of caching): what the runner saw before.
+    assert os.lstat(path).st_size == len(b"renderer: command\n")
+    assert path.read_bytes() == b"renderer: command\n"  # a plain read: the cached prefix
+    assert fresh_attributes(path).size == len(whole)
+    assert read_job_bytes(path, 1000, uncached=True) == whole
+    with open(served, "r+b") as fh:  # a rewrite that keeps the size (and maybe the mtime second)
+        fh.write(b"RENDERER")
+    assert read_job_bytes(path, 1000, uncached=True) == served.read_bytes()
+
+
+@needs_sshfs
+def test_a_caching_mount_is_reported_and_a_fresh_one_is_not(mounts: Mounts, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="spoolrender.fscheck")
+    check_filesystem(mounts.sshfs(options=CACHING[1]), "spool")
+    assert "this mount caches attributes" in caplog.text
+    caplog.clear()
+    check_filesystem(mounts.sshfs(options="dir_cache=no,attr_timeout=0,entry_timeout=0,negative_timeout=0"), "spool")
+    assert "caches attributes" not in caplog.text
+
+
+@needs_sshfs
+def test_a_mount_whose_cache_outlives_revalidation_is_refused_with_the_options(
+    mounts: Mounts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fake in a real caching mount: no filesystem here ignores a forced statx (a client
+    # without statx, or a FUSE server answering from its own cache, would), so the
+    # revalidation is made a plain lstat.
+    monkeypatch.setattr(fscheck, "fresh_attributes", lambda path: Attributes.of(os.lstat(path)))
+    mnt = mounts.sshfs(options=CACHING[1])
+    with pytest.raises(UnsupportedFilesystem) as caught:
+        check_filesystem(mnt, "spool")
+    message = str(caught.value)
+    assert "keeps its old size here even after a forced revalidation" in message, message
+    assert "sshfs -o dir_cache=no,attr_timeout=0,entry_timeout=0,negative_timeout=0" in message, message
+    assert os.listdir(mnt) == []
+
+
+# --- the probes' own files (issue 21, item 5) -------------------------------------------
+
+
+def _leftovers(*dirs: Path) -> list[str]:
+    return [f"{d.name}/{n}" for d in dirs if d.is_dir() for n in os.listdir(d) if n.startswith(PROBE_PREFIX)]
+
+
+def test_a_runner_killed_while_probing_leaves_nothing_after_the_next_start(tmp_path: Path) -> None:
+    layout = init_spool(tmp_path / "spool")
+    output = layout.root / "output"
+    scratch = output / SCRATCH_DIR
+
+    def run(crash_at: str | None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "SPOOLRENDER_CRASH_AT"}
+        if crash_at:
+            env["SPOOLRENDER_CRASH_AT"] = crash_at
+        return subprocess.run(
+            [sys.executable, "-m", "spoolrender.cli", "run", "--drain", "-v", "--spool", str(layout.root)],
+            capture_output=True, text=True, timeout=120, check=False, env=env,
+        )  # fmt: skip
+
+    # A real SIGKILL at the point where every probe file exists (spoolrender.failpoints).
+    spool_point, output_point = FSCHECK_POINTS
+    assert run(spool_point).returncode == -signal.SIGKILL
+    (left,) = _leftovers(layout.private)
+    assert {"excl", "linked", "moved", "old", "reserved"} <= set(os.listdir(layout.private / left.split("/")[1]))
+    assert run(output_point).returncode == -signal.SIGKILL
+    # The second start removed the first one's leftover; its own is in the scratch dir,
+    # never among the outputs.
+    assert _leftovers(layout.private) == [] and _leftovers(output) == []
+    assert len(_leftovers(scratch)) == 1
+    clean = run(None)
+    assert clean.returncode == 0, clean.stderr
+    assert _leftovers(layout.private, output, scratch) == []
+    assert "start-up probe dir(s) of dead runners" in clean.stderr
+
+
+def test_only_dead_probers_leftovers_are_removed(tmp_path: Path) -> None:
+    parent = tmp_path / "private"
+    parent.mkdir()
+    me = os.getpid()
+    my_start = start_ticks(me)
+    assert my_start is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: its pid is gone
+    hour_ago = time.time() - PROBE_LEFTOVER_AGE_S - 60
+    names = {
+        f"{PROBE_PREFIX}{HOSTNAME}-{me}.{my_start}-00000001": "kept",  # this host, alive (us)
+        f"{PROBE_PREFIX}{HOSTNAME}-{me}.{my_start + 1}-00000002": "removed",  # our pid, another start: reused
+        f"{PROBE_PREFIX}{HOSTNAME}-{dead.pid}.123-00000003": "removed",  # this host, pid gone
+        f"{PROBE_PREFIX}{HOSTNAME}-{dead.pid}-00000004": "removed",  # 8329ac5's name, pid gone
+        f"{PROBE_PREFIX}{HOSTNAME}-{me}-00000005": "kept",  # 8329ac5's name, pid runs, recent
+        f"{PROBE_PREFIX}other-host.example-{me}.{my_start}-00000006": "kept",  # another host's, recent
+        f"{PROBE_PREFIX}other-host.example-1.1-00000007": "removed",  # another host's, an hour old
+        f"{PROBE_PREFIX}garbled": "kept",  # unreadable name, recent
+    }
+    for name in names:
+        (parent / name).mkdir()
+        (parent / name / "excl").write_bytes(b"first")
+    os.utime(parent / f"{PROBE_PREFIX}other-host.example-1.1-00000007", (hour_ago, hour_ago))
+    own = make_probe_dir(parent)
+    removed = remove_dead_probes(parent, own)
+    assert sorted(removed) == sorted(n for n, fate in names.items() if fate == "removed")
+    assert sorted(os.listdir(parent)) == sorted([own.name, *(n for n, fate in names.items() if fate == "kept")])
+
+
+def test_the_scratch_sweep_leaves_probe_dirs_alone(tmp_path: Path) -> None:
+    # A runner's probe of the output root lives in the scratch dir while another runner
+    # sweeps orphaned scratch dirs: the sweep must not pull it from under the probe.
+    layout = init_spool(tmp_path / "spool")
+    config = load_config(layout.root)
+    scratch = config.output_root / SCRATCH_DIR
+    scratch.mkdir(parents=True)
+    probe = make_probe_dir(scratch)
+    (scratch / "orphan.1.2").mkdir()
+    Recoverer(layout, config, SystemClock(), random.Random(0)).sweep(set())
+    assert os.listdir(scratch) == [probe.name]

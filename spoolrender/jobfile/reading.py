@@ -7,10 +7,15 @@ import stat
 from pathlib import Path
 
 from spoolrender.errors import JobInvalid
+from spoolrender.netcache import Attributes, drop_cached_pages, fstat_fresh
 
 
-def read_job_bytes(path: Path, max_bytes: int) -> bytes:
-    """Read a claimed job file without following links or blocking on FIFOs."""
+def read_job_bytes(path: Path, max_bytes: int, *, uncached: bool = False) -> bytes:
+    """Read a claimed job file without following links or blocking on FIFOs.
+
+    ``uncached`` (a spool on a network filesystem): the bytes the server has now, not a
+    prefix the client cached while another host was still writing (spoolrender.netcache).
+    """
     try:
         # O_NOFOLLOW: a symlink dropped into incoming/ must not make us read (and echo
         # into records) some other file. O_NONBLOCK: opening a FIFO must not hang.
@@ -24,11 +29,13 @@ def read_job_bytes(path: Path, max_bytes: int) -> bytes:
             raise JobInvalid([f"job file: expected a regular file, got a {kind}"]) from exc
         raise JobInvalid([f"job file: cannot open: {exc.strerror}"]) from exc
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise JobInvalid([f"job file: expected a regular file, got a {_file_kind(st.st_mode)}"])
-        if st.st_size > max_bytes:
-            raise JobInvalid([f"job file: {st.st_size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
+        st = fstat_fresh(fd) if uncached else Attributes.of(os.fstat(fd))
+        if not stat.S_ISREG(st.mode):
+            raise JobInvalid([f"job file: expected a regular file, got a {_file_kind(st.mode)}"])
+        if st.size > max_bytes:
+            raise JobInvalid([f"job file: {st.size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
+        if uncached:
+            drop_cached_pages(fd)
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)
         if len(data) > max_bytes:  # grew after fstat

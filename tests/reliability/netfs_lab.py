@@ -16,14 +16,18 @@ veths, mounts, processes, the throwaway keys), also after a failure. Root, ``ip`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from spoolrender.layout import SpoolLayout
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
@@ -265,6 +269,22 @@ class NetfsLab:
         for ns in reversed(self.netns):  # deleting a namespace removes its veth ends too
             subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False)
         shutil.rmtree(self.keys, ignore_errors=True)
+
+
+def runner_argv(spool: Path, *, drain: bool = False) -> list[str]:
+    argv = [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
+    if not drain:
+        return argv
+    # cron: a drain every second, each one a fresh process that renders what it can claim.
+    return ["sh", "-c", 'while :; do "$@" --drain; sleep 1; done', "sh", *argv]
+
+
+def beacon_hosts(layout: SpoolLayout) -> set[str]:
+    hosts = set()
+    for name in os.listdir(layout.runners):
+        with contextlib.suppress(OSError, ValueError, KeyError):  # one being replaced right now
+            hosts.add(json.loads((layout.runners / name).read_text())["host"])
+    return hosts
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str = "condition") -> float:

@@ -16,7 +16,6 @@ victims' jobs recovered after the lease by other hosts, the frozen host never pu
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -27,7 +26,7 @@ import pytest
 import yaml
 from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit, render_orphans
-from netfs_lab import Host, NetfsLab, missing, wait_until
+from netfs_lab import Host, NetfsLab, beacon_hosts, missing, runner_argv, wait_until
 
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
@@ -41,28 +40,12 @@ JOBS = 100
 LONG = 6.0  # seconds a long job renders: long enough to be caught mid-render
 
 
-def runner_argv(spool: Path, *, drain: bool = False) -> list[str]:
-    argv = [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
-    if not drain:
-        return argv
-    # cron: a drain every second, each one a fresh process that renders what it can claim.
-    return ["sh", "-c", 'while :; do "$@" --drain; sleep 1; done', "sh", *argv]
-
-
 def drop(layout: SpoolLayout, name: str, job: dict[str, object]) -> None:
     # Written on the server's disk under a hidden name, renamed into place (as scp or
     # rsync leave a finished upload).
     tmp = layout.incoming / f".{name}.part"
     tmp.write_text(yaml.safe_dump(job))
     os.rename(tmp, layout.incoming / name)
-
-
-def beacon_hosts(layout: SpoolLayout) -> set[str]:
-    hosts = set()
-    for name in os.listdir(layout.runners):
-        with contextlib.suppress(OSError, ValueError, KeyError):  # one being replaced right now
-            hosts.add(json.loads((layout.runners / name).read_text())["host"])
-    return hosts
 
 
 def rendering(layout: SpoolLayout, job_id: str) -> tuple[str, Heartbeat] | None:
