@@ -32,15 +32,17 @@ language). How each kind is checked:
   docs write ``run --drain``, put it in the background, or mark the block not-run. A case
   run alone (``-k``) runs the page's earlier blocks first; one failing fails the later ones.
 - ``shell-remotion``: the same, in a terminal of its own (a page's shell-remotion blocks
-  only), marked ``remotion`` and ``slow`` and skipped as the other Remotion tests are. When
-  one of them installs spoolrender (``pip install``, ``pipx install``), it gets no
-  spoolrender on PATH but what it installs (~/.local/bin, then the system PATH), and its
+  only), with a longer timeout (REMOTION_TIMEOUT_S), marked ``remotion`` and ``slow`` and
+  skipped as the other Remotion tests are.
+- What the blocks of a terminal install themselves, they get as a user does. When one
+  installs spoolrender (``pip install``, ``pipx install``), the terminal has no spoolrender
+  on PATH but what the blocks install (~/.local/bin, then the system PATH), and its
   working directory holds the wheel ``python -m build --wheel`` makes of this checkout
   (``spoolrender-<version>-py3-none-any.whl``, as a user handed the wheel has it; built
-  once per session). When one of them runs ``npm ci`` or ``npm install``, ~/my-video gets
-  no linked node_modules: the install is real (npm's download cache is the user's, warm).
-  ``apt-get`` runs as written (as root: installing what is installed changes nothing),
-  waiting for the dpkg lock (APT_CONFIG) rather than failing while another apt-get runs.
+  once per session). When one runs ``npm ci`` or ``npm install``, ~/my-video gets no linked
+  node_modules: the install is real (into the user's warm npm download cache). ``apt-get``
+  runs as written (as root, installing what is installed changes nothing), waiting for
+  the dpkg lock (APT_CONFIG) rather than failing while another apt-get runs.
 
 Today's two broken examples (issue 25) fail here; the tests at the end run the harness on
 their text in README.md at 8329ac5. Unmarked, the ```sh block is an "unmarked example" and
@@ -145,16 +147,14 @@ def terminal_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 def _make_terminal(request: pytest.FixtureRequest, root: Path, remotion: bool, chain: list[Example]) -> Terminal:
-    venv_spoolrender = Path(sys.executable).parent / "spoolrender"
-    if not remotion:
-        return Terminal(root, project=REMOTION, node_modules=REMOTION / "node_modules",
-                        spoolrender=venv_spoolrender, timeout=SHELL_TIMEOUT_S)  # fmt: skip
+    """The terminal of ``chain``: what is on PATH, in the working directory and in
+    ~/my-video/node_modules depends on what its blocks install themselves."""
     installs = any(_INSTALLS_SPOOLRENDER.search(e.text) for e in chain)
     npm = any(_INSTALLS_NPM_PACKAGES.search(e.text) for e in chain)
     wheel: list[Path] = [request.getfixturevalue("spoolrender_wheel")] if installs else []
     return Terminal(root, project=REMOTION, node_modules=None if npm else REMOTION / "node_modules",
-                    spoolrender=None if installs else venv_spoolrender, files=wheel,
-                    timeout=REMOTION_TIMEOUT_S)  # fmt: skip
+                    spoolrender=None if installs else Path(sys.executable).parent / "spoolrender", files=wheel,
+                    timeout=REMOTION_TIMEOUT_S if remotion else SHELL_TIMEOUT_S)  # fmt: skip
 
 
 def example_problem(example: Example, terminal_for: TerminalFor) -> str | None:
