@@ -1,4 +1,5 @@
-"""Every example of the docs, run as written: each fenced block of README.md and docs/**/*.md.
+"""Every example of the docs, run as written: each fenced block of README.md and docs/**/*.md
+(and of the files they include with ``--8<-- "file"``, such as bench/README.md).
 
 A block's kind is the ``<!-- example: KIND -->`` comment on the line directly above its
 opening fence (the docs contract of issue 25), else a default by language: ```yaml whose

@@ -45,6 +45,7 @@ _MARKER = re.compile(r"\s*<!--\s*example:\s*(?P<kind>.*?)\s*-->\s*")
 # has no backtick. Any indentation (a fence inside a list item or an admonition).
 _OPENING = re.compile(r"(?P<indent>[ \t]*)(?P<fence>`{3,}(?=[^`]*$)|~{3,})(?P<info>.*)")
 _CONFIG_HEADER = re.compile(r"#\s*spoolrender\.yaml\b.*")
+_SNIPPET = re.compile(r'^[ \t]*-{2,}8<-{2,}[ \t]+"(?P<path>[^"]+)"', re.MULTILINE)  # pymdownx.snippets
 _YAML = frozenset({"yaml", "yml"})
 _OUTPUT = frozenset({"", "text", "txt"})
 JOB_FILE_NAME = "example.yaml"  # the name a job example is submitted under
@@ -171,8 +172,17 @@ def _orphan(page: str, line: int, text: str) -> Example:
 
 
 def documentation_pages(repo: Path) -> list[Path]:
-    """README.md and every docs/**/*.md, in a stable order."""
-    return [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]
+    """README.md, every docs/**/*.md, and the files they include (``--8<-- "bench/README.md"``):
+    an included file's blocks are on the site too. In a stable order, each file once."""
+    pages = [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]
+    for page in list(pages):
+        for m in _SNIPPET.finditer(page.read_text(encoding="utf-8")):
+            # pymdownx.snippets' base_path is the repository (mkdocs.yml); "file:section"
+            # includes a section of the file, whose blocks are collected with the file.
+            included = repo / m.group("path").split(":", 1)[0]
+            if included not in pages:
+                pages.append(included)
+    return pages
 
 
 def collect_pages(repo: Path) -> list[Example]:

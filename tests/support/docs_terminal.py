@@ -146,7 +146,7 @@ def _group_alive(group: int) -> bool:
         try:
             if os.getpgid(proc.pid) == group and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 return True
-        except (ProcessLookupError, psutil.Error):
+        except (OSError, psutil.Error):  # gone meanwhile
             continue
     return False
 
