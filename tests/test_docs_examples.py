@@ -129,20 +129,22 @@ def spoolrender_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
-TerminalFor = Callable[[tuple[str, bool], list[Example]], Terminal]
+RunExample = Callable[[Example], str | None]
 
 
 @pytest.fixture(scope="module")
-def terminal_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TerminalFor]:
-    """The terminal of a chain of examples, made when its first example runs; all closed at the end."""
+def run_example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunExample]:
+    """Run a shell or python example in its page's terminal (made when first needed, all
+    closed when the module is done); its problem, or None."""
     terminals: dict[tuple[str, bool], Terminal] = {}
 
-    def get(key: tuple[str, bool], chain: list[Example]) -> Terminal:
+    def run(example: Example) -> str | None:
+        key = _chain_key(example)
         if key not in terminals:
-            terminals[key] = _make_terminal(request, tmp_path_factory.mktemp("terminal"), key[1], chain)
-        return terminals[key]
+            terminals[key] = _make_terminal(request, tmp_path_factory.mktemp("terminal"), key[1], CHAINS[key])
+        return terminals[key].run_through(CHAINS[key], example)
 
-    yield get
+    yield run
     for terminal in terminals.values():
         terminal.close()
 
@@ -158,7 +160,7 @@ def _make_terminal(request: pytest.FixtureRequest, root: Path, remotion: bool, c
                     timeout=REMOTION_TIMEOUT_S if remotion else SHELL_TIMEOUT_S)  # fmt: skip
 
 
-def example_problem(example: Example, terminal_for: TerminalFor) -> str | None:
+def example_problem(example: Example, run_example: RunExample) -> str | None:
     """Why ``example`` does not work as written (None: it does)."""
     if example.problem is not None:
         return f"{example.location}: {example.problem}"
@@ -170,15 +172,14 @@ def example_problem(example: Example, terminal_for: TerminalFor) -> str | None:
         case Kind.JSON:
             return json_problem(example)
         case Kind.SHELL | Kind.SHELL_REMOTION | Kind.PYTHON:
-            chain = CHAINS[_chain_key(example)]
-            return terminal_for(_chain_key(example), chain).run_through(chain, example)
+            return run_example(example)
         case _:
             return None  # output: shown text; not-run: collected only with its reason
 
 
 @pytest.mark.parametrize("example", [_param(e) for e in EXAMPLES])
-def test_example(example: Example, terminal_for: TerminalFor) -> None:
-    problem = example_problem(example, terminal_for)
+def test_example(example: Example, run_example: RunExample) -> None:
+    problem = example_problem(example, run_example)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
 
