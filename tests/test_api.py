@@ -137,15 +137,15 @@ def test_the_package_exports_the_api() -> None:
         _ = spoolrender.nothing_here
 
 
-def readme_blocks(section: str) -> dict[str, str]:
-    """The ```sh and ```python code blocks of one README section."""
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+def docs_blocks(page: str) -> dict[str, str]:
+    """The ```sh and ```python code blocks of one docs page, above its generated reference."""
+    text = (Path(__file__).parent.parent / "docs" / page).read_text()
+    body = text.split("\n## Reference\n", 1)[0]
     return dict(re.findall(r"```(sh|python)\n(.*?)```", body, re.DOTALL))
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    blocks = readme_blocks("Python API")
+def test_the_python_api_page_example_runs(tmp_path: Path) -> None:
+    blocks = docs_blocks("python-api.md")
     demo = str(tmp_path / "demo")
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
