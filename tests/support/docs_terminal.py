@@ -27,10 +27,21 @@ from support.docs_examples import Example, Kind
 
 SPOOL_PLACEHOLDER = "/srv/spool"
 PROJECT_NAME = "my-video"  # ~/my-video
+SAMPLE_PROJECT = "remotion"  # the checkout's Remotion project, copied to ~/my-video
 OUTPUT_TAIL_LINES = 25  # of a failed block's output, in its failure message
 STOP_WAIT_S = 20.0  # for a background process group to go after SIGTERM, before SIGKILL
 # Not passed to the examples: they belong to this test run, not to a reader's shell.
 _DROPPED_VARIABLES = ("SPOOLRENDER_", "PYTEST_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "XDG_")
+
+
+def checkout_files(repo: Path) -> list[str]:
+    """The files of a checkout of ``repo`` (tracked, or new and not ignored), relative to it:
+    what a reader who cloned it has before setting anything up."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return [name for name in listed.split("\0") if name and (repo / name).is_file()]
 
 
 class Terminal:
@@ -40,15 +51,16 @@ class Terminal:
         self,
         root: Path,
         *,
-        project: Path,
-        node_modules: Path | None,
+        checkout: Path,
+        link_node_modules: bool,
         spoolrender: Path | None,
-        files: Sequence[Path] = (),
+        wheel: Path | None = None,
         timeout: float,
     ) -> None:
-        """``project`` is copied to ~/my-video (without its node_modules; ``node_modules``,
-        if given, is linked there instead); ``spoolrender`` (a console script), if given,
-        is first on PATH; ``files`` are copied into the working directory."""
+        """The working directory is a copy of the checkout ``checkout`` (with ``wheel``, if
+        given, in its dist/) and ~/my-video a copy of its remotion/, whose node_modules is
+        linked there with ``link_node_modules``; ``spoolrender`` (a console script), if
+        given, is first on PATH."""
         self.root = root
         self.home = root / "home"
         self.cwd = root / "work"
@@ -59,15 +71,20 @@ class Terminal:
         bin_dir = root / "bin"
         for directory in (self.home, self.cwd, self.spool.parent, bin_dir):
             directory.mkdir(parents=True)
-        shutil.copytree(project, self.home / PROJECT_NAME, symlinks=True, ignore=shutil.ignore_patterns("node_modules"))
-        if node_modules is not None:
-            (self.home / PROJECT_NAME / "node_modules").symlink_to(node_modules, target_is_directory=True)
+        project = self.home / PROJECT_NAME
+        for name in checkout_files(checkout):
+            (self.cwd / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(checkout / name, self.cwd / name, follow_symlinks=False)
+        shutil.copytree(self.cwd / SAMPLE_PROJECT, project, symlinks=True)
+        if link_node_modules:
+            (project / "node_modules").symlink_to(checkout / SAMPLE_PROJECT / "node_modules", target_is_directory=True)
         if spoolrender is not None:
             # Only the command: the venv's bin/ on PATH would hand a block its python and
             # pip, and a `pip install` in an example would change this checkout's venv.
             (bin_dir / "spoolrender").symlink_to(spoolrender)
-        for file in files:
-            shutil.copy2(file, self.cwd / file.name)
+        if wheel is not None:
+            (self.cwd / "dist").mkdir()
+            shutil.copy2(wheel, self.cwd / "dist" / wheel.name)
         self.env = self._environment(bin_dir)
 
     def _environment(self, bin_dir: Path) -> dict[str, str]:
