@@ -146,19 +146,19 @@ def docs_blocks(page: str) -> dict[str, str]:
 
 def test_the_python_api_page_example_runs(tmp_path: Path) -> None:
     blocks = docs_blocks("python-api.md")
-    demo = str(tmp_path / "demo")
+    demo = str(tmp_path / "demo" / "spool")  # the docs' placeholder /srv/spool
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     runners: list[subprocess.Popen[bytes]] = []
     try:
-        for line in blocks["sh"].replace("/tmp/demo", demo).splitlines():
+        for line in blocks["sh"].replace("/srv/spool", demo).splitlines():
             command = line.split("#", 1)[0].strip() if "&" in line else line
             if command.endswith("&"):  # the runner: started here, so the test can stop it
                 runners.append(subprocess.Popen(shlex.split(command[:-1]), env=env, stderr=subprocess.DEVNULL))
             else:
                 subprocess.run(["bash", "-c", command], env=env, check=True, capture_output=True)
         example = subprocess.run(
-            [sys.executable, "-c", blocks["python"].replace("/tmp/demo", demo)], env=env, capture_output=True,
+            [sys.executable, "-c", blocks["python"].replace("/srv/spool", demo)], env=env, capture_output=True,
             text=True, timeout=300, check=False,
         )  # fmt: skip
     finally:
