@@ -21,12 +21,11 @@ language). How each kind is checked:
 - ``json``: json.loads. ``output``: nothing to run. ``not-run: REASON``: the reason is
   required, nothing else is done.
 - ``shell``, ``python``: the page's shell and python blocks run in one terminal
-  (tests/support/docs_terminal.py), in page order, as a reader types them: one temp HOME;
-  as the working directory a checkout of this repository that is not set up (a copy of
-  the files ``git ls-files`` lists, new ones included; the quick starts run "in a
-  checkout"); ``/srv/spool`` replaced by a temp directory (the only text rewritten);
-  ``~/my-video`` a copy of the checkout's remotion/, its node_modules linked to this
-  checkout's. Shell blocks run with ``bash -euo pipefail``, python blocks
+  (tests/support/docs_terminal.py), in page order, as a reader types them: one temp HOME,
+  one temp working directory (not a checkout: a block that needs one, such as
+  ``bash scripts/quickstart.sh``, is not-run), ``/srv/spool`` replaced by a temp directory
+  (the only text rewritten), ``~/my-video`` a copy of the repository's remotion/ (without
+  node_modules, its node_modules linked). Shell blocks run with ``bash -euo pipefail``, python blocks
   with this venv's python, each with a timeout (SHELL_TIMEOUT_S) in its own process group.
   On PATH first: this venv's ``spoolrender`` command (only it, not the venv's python and
   pip). A block that starts a runner with ``&`` leaves it running for the page's later
@@ -40,8 +39,8 @@ language). How each kind is checked:
 - What the blocks of a terminal install themselves, they get as a user does. When one
   installs spoolrender (``pip install``, ``pipx install``), the terminal has no spoolrender
   on PATH but what the blocks install (~/.local/bin, then the system PATH), and its
-  checkout holds in dist/ the wheel ``python -m build --wheel`` makes of this one
-  (``dist/spoolrender-<version>-py3-none-any.whl``, as after ``python -m build``; built
+  working directory holds the wheel ``python -m build --wheel`` makes of this checkout
+  (``spoolrender-<version>-py3-none-any.whl``, as a user handed the wheel has it; built
   once per session). When one runs ``npm ci`` or ``npm install``, ~/my-video gets no linked
   node_modules: the install is real (into the user's warm npm download cache). ``apt-get``
   runs as written (as root, installing what is installed changes nothing), waiting for
@@ -70,7 +69,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REMOTION_MARKS, REPO
+from conftest import REMOTION, REMOTION_MARKS, REPO
 from support.docs_examples import (
     RUN_KINDS,
     Example,
@@ -156,7 +155,7 @@ def _make_terminal(request: pytest.FixtureRequest, root: Path, remotion: bool, c
     depends on what its blocks install themselves."""
     installs = any(_INSTALLS_SPOOLRENDER.search(e.text) for e in chain)
     npm = any(_INSTALLS_NPM_PACKAGES.search(e.text) for e in chain)
-    return Terminal(root, checkout=REPO, link_node_modules=not npm,
+    return Terminal(root, project=REMOTION, link_node_modules=not npm,
                     spoolrender=None if installs else Path(sys.executable).parent / "spoolrender",
                     wheel=request.getfixturevalue("spoolrender_wheel") if installs else None,
                     timeout=REMOTION_TIMEOUT_S if remotion else SHELL_TIMEOUT_S)  # fmt: skip
@@ -311,8 +310,7 @@ assert Path("/srv/spool/incoming").is_dir(), "the spool of the shell block above
 <!-- example: shell -->
 ```sh
 test -d ~/my-video/node_modules/remotion   # the sample project, its packages linked
-test -f scripts/quickstart.sh              # in a checkout
-test ! -e .venv                            # not set up
+test ! -e scripts/quickstart.sh              # a directory of its own, not a checkout
 false
 ```
 
@@ -325,7 +323,7 @@ echo never run
 
 def test_a_pages_examples_share_one_terminal_and_its_background_processes_are_stopped(tmp_path: Path) -> None:
     chain = collect("page.md", TERMINAL_PAGE)
-    terminal = Terminal(tmp_path / "t", checkout=REPO, link_node_modules=True,
+    terminal = Terminal(tmp_path / "t", project=REMOTION, link_node_modules=True,
                         spoolrender=Path(sys.executable).parent / "spoolrender", timeout=60)  # fmt: skip
     try:
         assert terminal.run_through(chain, chain[1]) is None  # the shell block ran first
@@ -335,7 +333,7 @@ def test_a_pages_examples_share_one_terminal_and_its_background_processes_are_st
         failed = terminal.run_through(chain, chain[3])
         assert failed is not None
         assert failed.startswith(
-            "page.md:23: not run, an earlier example of this page failed: page.md:15: exit status 1"
+            "page.md:22: not run, an earlier example of this page failed: page.md:15: exit status 1"
         )
         assert chain[3].id not in terminal.results
     finally:
@@ -345,7 +343,7 @@ def test_a_pages_examples_share_one_terminal_and_its_background_processes_are_st
 
 def test_a_block_that_never_ends_fails_on_the_timeout(tmp_path: Path) -> None:
     chain = collect("page.md", "<!-- example: shell -->\n```sh\nsleep 300\n```\n")
-    terminal = Terminal(tmp_path / "t", checkout=REPO, link_node_modules=False, spoolrender=None, timeout=1)
+    terminal = Terminal(tmp_path / "t", project=REMOTION, link_node_modules=False, spoolrender=None, timeout=1)
     problem = terminal.run_through(chain, chain[0])
     terminal.close()
     assert problem is not None and problem.startswith("page.md:2: still running after 1 s")
