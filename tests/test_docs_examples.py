@@ -25,8 +25,9 @@ language). How each kind is checked:
   one temp working directory (not a checkout: a block that needs one, such as
   ``bash scripts/quickstart.sh``, is not-run), ``/srv/spool`` replaced by a temp directory
   (the only text rewritten), ``~/my-video`` a copy of the repository's remotion/ (without
-  node_modules, its node_modules linked). Shell blocks run with ``bash -euo pipefail``, python blocks
-  with this venv's python, each with a timeout (SHELL_TIMEOUT_S) in its own process group.
+  node_modules, its node_modules linked). Shell blocks run with ``bash -euo pipefail``,
+  python blocks with this venv's python, each with a timeout (SHELL_TIMEOUT_S) in its own
+  process group.
   On PATH first: this venv's ``spoolrender`` command (only it, not the venv's python and
   pip). A block that starts a runner with ``&`` leaves it running for the page's later
   blocks; it is stopped (SIGTERM, SIGTERM, SIGKILL) when the module's cases are done. A
