@@ -5,7 +5,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh" --test
 cd "$ROOT"
 export PATH="$ROOT/.venv/bin:$PATH"
-echo "==> ruff"; ruff check spoolrender tests bench
-echo "==> ruff format --check"; ruff format --check spoolrender tests bench
+echo "==> ruff"; ruff check spoolrender tests bench docs/hooks
+echo "==> ruff format --check"; ruff format --check spoolrender tests bench docs/hooks
 echo "==> mypy"; mypy
+# The documentation site, strictly: a broken link or anchor, a missing page, snippet or API
+# reference fails it. Built into a temporary directory: only the check matters here.
+echo "==> mkdocs build --strict"
+site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$site"   # the env var: no theme banner
+rm -rf "$site"
 echo "==> pytest"; python -m pytest "$@"

@@ -1,6 +1,6 @@
 """spoolrender: a filesystem spool-directory batch runner for Remotion video renders.
 
-The Python API (see :mod:`spoolrender.api` and the README's "Python API" section)::
+The Python API (see :mod:`spoolrender.api` and docs/python-api.md)::
 
     from spoolrender import Spool
     job = Spool("/srv/render/spool").submit({"composition": "Intro", "output": "intro.mp4"})

@@ -46,32 +46,54 @@ _WAIT_POLL_MAX_S = 1.0
 
 @dataclass(frozen=True)
 class JobStatus:
-    """Where a job is now, and the little a caller needs to act on it."""
+    """Where a job is now, and the little a caller needs to act on it.
+
+    Attributes:
+        id: The job's id.
+        state: ``incoming``, ``running``, ``retry``, ``split`` (waiting for its chunks),
+            ``done`` or ``failed``.
+        entry: ``"<state>/<name>"`` in the spool.
+        attempts: Attempts used so far (None while waiting in incoming/).
+        progress: 0..1 while running (its heartbeat) or split (its chunks); 1.0 once done.
+        due: In retry/: epoch seconds of the next attempt.
+        kind: Failed: the failure kind; otherwise the last run's error kind.
+        reason: Failed: the failure reason; otherwise the last run's error.
+    """
 
     id: str
-    state: str  # incoming, running, retry, split (waiting for its chunks), done or failed
-    entry: str  # "<state>/<name>" in the spool
-    attempts: int | None  # attempts used so far (None while waiting in incoming/)
-    progress: float | None = None  # 0..1 while running (its heartbeat) or split (its chunks); 1.0 once done
-    due: float | None = None  # retry/: epoch seconds of the next attempt
-    kind: str | None = None  # failed: the failure kind; otherwise the last run's error kind
-    reason: str | None = None  # failed: the failure reason; otherwise the last run's error
+    state: str
+    entry: str
+    attempts: int | None
+    progress: float | None = None
+    due: float | None = None
+    kind: str | None = None
+    reason: str | None = None
 
     @property
     def finished(self) -> bool:
+        """True once the job is done or failed."""
         return self.state in FINISHED_STATES
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """A done job's ``result.json``, with its most used fields typed."""
+    """A done job's ``result.json``, with its most used fields typed.
+
+    Attributes:
+        id: The job's id.
+        output: The published output file.
+        bytes: Its size.
+        attempts: Attempts the job used.
+        duration_seconds: Claim to done of the successful run.
+        record: ``result.json`` as written by the runner.
+    """
 
     id: str
     output: Path
     bytes: int
     attempts: int
     duration_seconds: float | None
-    record: dict[str, Any] = field(repr=False)  # result.json as written by the runner
+    record: dict[str, Any] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -93,6 +115,7 @@ class SpoolStatus:
 
     @property
     def running(self) -> list[dict[str, Any]]:
+        """The running jobs: the ``running`` objects of ``status --json``."""
         return list(self.document["running"])
 
 

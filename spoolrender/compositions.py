@@ -32,7 +32,18 @@ LIST_TIMEOUT_S = 300
 
 @dataclass(frozen=True)
 class Composition:
-    """One composition as Remotion resolves it for its default props."""
+    """One composition as Remotion resolves it for its default props.
+
+    Attributes:
+        id: The composition id a job's ``composition:`` names.
+        width: Width in pixels.
+        height: Height in pixels.
+        fps: Frames per second.
+        duration_in_frames: Its length, as ``calculateMetadata`` resolves it for the default props.
+        default_props: The props a job's ``props:`` are merged over.
+        schema: The props JSON Schema (zod 4 schemas only), else None.
+        schema_note: Why there is no schema, when the composition has one.
+    """
 
     id: str
     width: int
@@ -40,8 +51,8 @@ class Composition:
     fps: float
     duration_in_frames: int
     default_props: dict[str, Any] = field(default_factory=dict)
-    schema: dict[str, Any] | None = None  # the props JSON Schema (zod 4 schemas only)
-    schema_note: str | None = None  # why there is no schema, when the composition has one
+    schema: dict[str, Any] | None = None
+    schema_note: str | None = None
 
     def __post_init__(self) -> None:
         if not self.id or self.width <= 0 or self.height <= 0 or self.fps <= 0 or self.duration_in_frames <= 0:

@@ -52,12 +52,12 @@ BYTES_PER_FRAME_PIXEL = 64
 # --- timing -------------------------------------------------------------------------
 # A file unchanged this long (no close/rename event) is complete. On a local spool the
 # writer check decides (spoolrender.intake); this protects against other hosts' writers.
-# Measured (bench/upload_intake.py --gaps, README "Uploads"): scp/sftp send files under
+# Measured (bench/upload_intake.py --gaps, docs/uploads.md): scp/sftp send files under
 # ~200 KiB in one burst at any -l; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp
 # -l 400), 20.4 s (scp/sftp -l 100); rsync --inplace --bwlimit=50 leaves a 2 KB file no
 # gap, 60 KB 1.1 s, 250 KB 4.8 s, 900 KiB 5.1 s. Job files are small (samples < 1 KiB) and a
 # longer default delays every job on a polled network filesystem: 5 s, documented per
-# client in the README ("Uploads").
+# client in docs/uploads.md.
 SETTLE_S = 5.0
 # A name that inotify says is being written (modified, never closed) while the local
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
@@ -124,7 +124,7 @@ HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
 
 
-# --- render cache (render_cache.py; README "Render cache") ---------------------------
+# --- render cache (render_cache.py; docs/render-cache.md) ---------------------------
 # Off unless the spool sets render_cache: true or a job cache: true (a composition that
 # fetches data or reads the clock is not a pure function of its inputs).
 RENDER_CACHE = False

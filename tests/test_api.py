@@ -137,28 +137,28 @@ def test_the_package_exports_the_api() -> None:
         _ = spoolrender.nothing_here
 
 
-def readme_blocks(section: str) -> dict[str, str]:
-    """The ```sh and ```python code blocks of one README section."""
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+def docs_blocks(page: str) -> dict[str, str]:
+    """The ```sh and ```python code blocks of one docs page, above its generated reference."""
+    text = (Path(__file__).parent.parent / "docs" / page).read_text()
+    body = text.split("\n## Reference\n", 1)[0]
     return dict(re.findall(r"```(sh|python)\n(.*?)```", body, re.DOTALL))
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    blocks = readme_blocks("Python API")
-    demo = str(tmp_path / "demo")
+def test_the_python_api_page_example_runs(tmp_path: Path) -> None:
+    blocks = docs_blocks("python-api.md")
+    demo = str(tmp_path / "demo" / "spool")  # the docs' placeholder /srv/spool
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     runners: list[subprocess.Popen[bytes]] = []
     try:
-        for line in blocks["sh"].replace("/tmp/demo", demo).splitlines():
+        for line in blocks["sh"].replace("/srv/spool", demo).splitlines():
             command = line.split("#", 1)[0].strip() if "&" in line else line
             if command.endswith("&"):  # the runner: started here, so the test can stop it
                 runners.append(subprocess.Popen(shlex.split(command[:-1]), env=env, stderr=subprocess.DEVNULL))
             else:
                 subprocess.run(["bash", "-c", command], env=env, check=True, capture_output=True)
         example = subprocess.run(
-            [sys.executable, "-c", blocks["python"].replace("/tmp/demo", demo)], env=env, capture_output=True,
+            [sys.executable, "-c", blocks["python"].replace("/srv/spool", demo)], env=env, capture_output=True,
             text=True, timeout=300, check=False,
         )  # fmt: skip
     finally:

@@ -191,12 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
             examples:
               spoolrender status
               spoolrender status --watch 2              refresh every 2 s (Ctrl-C to leave)
-              spoolrender status --json | jq .counts    schema: README, "status --json"
+              spoolrender status --json | jq .counts    schema: docs/operations.md, "status --json"
               spoolrender status --prometheus > /var/lib/prometheus/node-exporter/spool.prom.tmp
         """),
     )  # fmt: skip
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="machine-readable output (stable schema, see README)")
+    fmt.add_argument("--json", action="store_true", help="machine-readable output (stable schema: docs/operations.md)")
     fmt.add_argument("--prometheus", action="store_true", help="the spool gauges in Prometheus text format")
     p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="refresh in place")
     _add_common(p)
@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With --cache: empty the render cache instead (<output_root>/.spoolrender-cache/, shared by every "
         "host of the spool), or with --older-than only its entries unused for that long. Safe while runners "
         "work: a job that was about to reuse an entry renders instead. Published outputs stay (they keep "
-        "their bytes). Do it after changing something the cache key cannot see (README, \"Render cache\").",
+        "their bytes). Do it after changing something the cache key cannot see (docs/render-cache.md).",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender purge --older-than 30d

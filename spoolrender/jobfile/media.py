@@ -2,7 +2,7 @@
 and whether those fit together and fit the output's file name.
 
 One table (``SETTINGS``) names each setting in the job file's style (snake_case), the
-Remotion option it becomes, and the check of its value; the README's settings table
+Remotion option it becomes, and the check of its value; the settings table of docs/job-files.md
 mirrors it. The rules that involve several fields run once every field is read
 (:func:`media_problems`), so that a bad combination is refused with a reason before any
 render instead of failing inside Remotion minutes later.
@@ -108,7 +108,7 @@ def _frame_range(value: Any) -> str | None:
 class Setting:
     remotion: str  # the renderMedia()/renderStill() option (chromiumOptions.<key> for the browser's)
     check: Callable[[Any], str | None]
-    meaning: str  # for the README table and reasons
+    meaning: str  # for the docs' table (docs/job-files.md) and reasons
 
 
 SETTINGS: Final[dict[str, Setting]] = {

@@ -9,7 +9,7 @@ Placeholders: ``{output}`` (the file to write), ``{job_file}``, ``{props_file}``
 job's props as JSON), ``{work_dir}`` (scratch, also TMPDIR), ``{threads}``, ``{job_id}``,
 ``{attempt}``.
 
-Chunked rendering (README, "Chunked rendering"): a command with a ``command_chunks:``
+Chunked rendering (docs/chunked-rendering.md): a command with a ``command_chunks:``
 entry in the spool config can be split (``chunks: N`` in the job, or ``split_seconds``):
 
 - ``span`` prints ``FRAMES <first> <last> <fps>`` (the whole job's frames, inclusive);
@@ -87,7 +87,7 @@ class CommandRenderer(WholeRendersOnly):
         when the template uses it: ``{job_file}`` the job file's bytes, ``{job_id}``,
         ``{attempt}``, ``{threads}`` their values (such a job matches only itself).
         Not keyed: the environment and files the program opens on its own; a command
-        whose output depends on those must not be cached (README, "Render cache").
+        whose output depends on those must not be cached (docs/render-cache.md).
         Cost: a stat per named file, and reading the job file when the template names it.
         """
         name = request.spec.command

@@ -1,0 +1,1 @@
+"""Helpers shared by test modules that are too large to live beside the tests that use them."""
