@@ -384,18 +384,16 @@ def test_the_old_readme_fails_unmarked() -> None:
     remotion, hooks = collect("README.md", f"{OLD_REMOTION_BLOCK}\n{OLD_HOOKS_BLOCK}")
     assert str(remotion.problem).startswith("unmarked example (```sh")
     assert hooks.kind is Kind.JOB  # unmarked ```yaml without `# spoolrender.yaml`
-    assert "field 'hooks': unknown field" in str(job_problem(hooks))
+    # As a job file it is refused (job files keep YAML 1.1: its `on:` key is a boolean).
+    assert "key 'on' is read as the boolean true" in str(job_problem(hooks))
 
 
-def test_the_old_hooks_block_fails_as_a_config_fragment() -> None:
-    # Until the loader reads `on:` as the key the user typed (issue 25 item 4, branch
-    # `config`), this is the failure the issue reports; once it does, the block loads and
-    # this test is to say so: `assert config_problem(hooks) is None`.
+def test_the_old_hooks_block_loads_as_a_config_fragment() -> None:
+    # 8329ac5's loader read `on:` as the boolean key True and refused this block with
+    # "hooks.chat: unknown key(s) True"; spoolrender.yaml is now read with YAML 1.2's
+    # booleans (spoolrender.config_yaml), so the block loads exactly as the README had it.
     (hooks,) = collect("README.md", f"<!-- example: config-fragment -->\n{OLD_HOOKS_BLOCK}")
-    assert config_problem(hooks) == (
-        "README.md:2: hooks.chat: unknown key(s) True "
-        "(known: on, command, url, secret_file, timeout_seconds, attempts, backoff_seconds)"
-    )
+    assert config_problem(hooks) is None
 
 
 @_remotion_example
