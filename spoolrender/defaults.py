@@ -67,6 +67,15 @@ UNCLOSED_WRITE_S = 600.0
 # is tried again after this delay, doubling per failure up to the maximum.
 BLOCKED_RETRY_MIN_S = 1.0
 BLOCKED_RETRY_MAX_S = 300.0
+# A write to the spool that fails for the filesystem's own reason (full, over quota,
+# read-only, I/O error, stale handle: spoolrender.spool_io) is tried again after this delay,
+# doubling per failure up to the maximum; claiming pauses meanwhile, and the log says so
+# once, then reminds at most once per delay. A freed disk is noticed within the maximum.
+SPOOL_IO_RETRY_MIN_S = 1.0
+SPOOL_IO_RETRY_MAX_S = 30.0
+# A render that fails while its spool or output filesystem has less room than this (for
+# an unprivileged writer) failed for the disk's sake: requeued without using an attempt.
+FULL_DISK_BYTES = 1024 * 1024
 HEARTBEAT_INTERVAL_S = 5.0
 LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
 # A runner beacon from another host unchanged this long is removed from `status`

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import Timeout
 
@@ -42,6 +42,7 @@ from spoolrender.records import (
     REQUEUE,
     RETRY,
     SPLIT,
+    SPOOL_IO,
     RunRecord,
     attempts_used,
     decide,
@@ -51,12 +52,17 @@ from spoolrender.records import (
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
+from spoolrender.spool_io import SpoolIOCondition, filesystem_trouble, is_spool_io, strerror
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
 
 log = logging.getLogger(__name__)
 
 RendererFactory = Callable[[str], Renderer]
 _STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry", SPLIT: "split"}
+T = TypeVar("T")
+# A run waiting for a failing spool gives up only when it must: a shutdown past its grace
+# time, or the job taken over elsewhere.
+_GIVE_UP_REASONS = ("shutdown", "lost")
 _METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
 
 
@@ -86,6 +92,7 @@ class JobExecutor(SplitJobRuns):
         make_renderer: RendererFactory,
         threads: int,
         cache_metrics: CacheMetrics | None = None,
+        spool_io: SpoolIOCondition | None = None,
     ) -> None:
         self._layout = layout
         self._config = config
@@ -96,6 +103,7 @@ class JobExecutor(SplitJobRuns):
         self._threads = threads
         self._renderers: dict[str, Renderer] = {}
         self._cache = CacheStep(layout, config, clock, heartbeat, cache_metrics)
+        self._spool_io = spool_io or SpoolIOCondition(clock, HOSTNAME)
 
     def close(self) -> None:
         for renderer in self._renderers.values():
@@ -113,7 +121,14 @@ class JobExecutor(SplitJobRuns):
     def execute(self, claim: Claim) -> RunEnd:
         """Run ``claim`` to its next state."""
         try:
-            return self._execute(claim)
+            try:
+                return self._execute(claim)
+            except OSError as exc:
+                if not is_spool_io(exc) or claim.decided:
+                    raise
+                # Reading, reserving the id, preparing: the spool failed before the run could
+                # be decided. Not the job's fault: back to retry/, no attempt used.
+                return self._spool_io_requeue(claim, _base(claim, None), exc)
         except FileNotFoundError:
             if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
                 raise
@@ -130,14 +145,7 @@ class JobExecutor(SplitJobRuns):
         job_dir = claim.job_dir
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
-        base: dict[str, Any] = {
-            "run": claim.run,
-            "host": HOSTNAME,
-            "pid": os.getpid(),
-            "token": claim.token,
-            "started": claim.started,
-            "attempt": attempt,
-        }
+        base = _base(claim, attempt)
         if not os.path.lexists(job_dir / defaults.JOB_FILENAME):
             # A claim without its job file was moved away (and maybe recreated by an old
             # runner): lost, never "invalid", which would fail a job that lives elsewhere.
@@ -303,9 +311,41 @@ class JobExecutor(SplitJobRuns):
             message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
         if isinstance(exc, RenderError):
+            full = filesystem_trouble(self._config.output_root, claim.job_dir)
+            if full is not None:  # its output or log had no room: the disk's condition
+                return self._spool_io_requeue(claim, base, full, f"{full.filename} after the render failed: {exc}")
             return self._failure(claim, base, spec, attempt, _error(exc.kind, exc.message, exc.transient))
         assert isinstance(exc, OSError)
+        if is_spool_io(exc):  # the spool's or the output root's filesystem, not the job
+            return self._spool_io_requeue(claim, base, exc)
         return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
+
+    def _spool_io_requeue(self, claim: Claim, base: dict[str, Any], exc: OSError, where: str | None = None) -> RunEnd:
+        """The run stopped because a filesystem failed (full, read-only...): back to retry/
+        without using an attempt, recorded with its own kind and the kernel's text."""
+        self._spool_io.failed(exc, f"running job {claim.job_id}")
+        if where is None:
+            where = f"writing {Path(exc.filename).name}" if exc.filename else "writing to the spool"
+        error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
+        return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=self._clock.wall())
+
+    def _spool_write(self, claim: Claim, what: str, op: Callable[[], T]) -> T:
+        """``op()`` (a decision, a move), tried again with the spool I/O backoff while the
+        filesystem fails: the claim (lock, heartbeat) is kept meanwhile, so nobody takes
+        the job for dead. Only a shutdown that cannot wait any more gives up (the heartbeat
+        then says why, and the recoverer requeues the job without using an attempt)."""
+
+        def attempt() -> T:
+            try:
+                return op()
+            except OSError as exc:
+                if is_spool_io(exc):
+                    self._heartbeat.set_spool_io(claim.token, strerror(exc))
+                raise
+
+        result = self._spool_io.retry(attempt, what, give_up=lambda: claim.cancel.reason in _GIVE_UP_REASONS)
+        self._heartbeat.set_spool_io(claim.token, None)
+        return result
 
     def _publishing(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, output: Path, result: RenderResult
@@ -376,11 +416,13 @@ class JobExecutor(SplitJobRuns):
                 fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         try:
-            won = decide(claim.job_dir, record)
+            won = self._spool_write(claim, f"recording run {claim.run} of job {claim.job_id}",
+                                    lambda: decide(claim.job_dir, record))  # fmt: skip
         except FileNotFoundError:
             won = False
         if not won:
             return self._lost(claim)
+        claim.decided = True
         crash_point("after-decide")
         # Decided: stop beating before the directory moves (a recoverer that finds the
         # job silent from now on can only carry out this same decision).
@@ -392,9 +434,13 @@ class JobExecutor(SplitJobRuns):
             duration=None if record.started is None else record.ended - record.started,
         )
         try:
-            target = carry_out(
-                self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
-                self._config.hooks,
+            target = self._spool_write(
+                claim,
+                f"moving job {claim.job_id} to {_STATE_OF[outcome]}/",
+                lambda: carry_out(
+                    self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
+                    self._config.hooks,
+                ),
             )  # fmt: skip
         except FileNotFoundError:
             # Decided by us, moved by a recoverer who judged us dead meanwhile and carried
@@ -432,6 +478,18 @@ class JobExecutor(SplitJobRuns):
             self._heartbeat.set_progress(token, fraction, stage)
 
         return report
+
+
+def _base(claim: Claim, attempt: int | None) -> dict[str, Any]:
+    """The fields every record of this run shares."""
+    return {
+        "run": claim.run,
+        "host": HOSTNAME,
+        "pid": os.getpid(),
+        "token": claim.token,
+        "started": claim.started,
+        "attempt": attempt,
+    }
 
 
 def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from spoolrender.errors import UnsupportedFilesystem
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
 from spoolrender.watch import filesystem_type
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,14 @@ def check_filesystem(directory: Path, role: str) -> None:
     try:
         probe.mkdir()
     except OSError as exc:
+        _raise_if_spool_io(exc, role, directory)
         raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
     try:
         for check in _CHECKS:
             try:
                 problem = check(probe)
             except OSError as exc:  # a step around the operation under test failed
+                _raise_if_spool_io(exc, role, directory)
                 problem = f"a probe ({check.__name__.lstrip('_')}) failed with {_describe(exc)}"
             if problem is not None:
                 raise UnsupportedFilesystem(
@@ -59,7 +62,18 @@ def check_filesystem(directory: Path, role: str) -> None:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+def _raise_if_spool_io(exc: OSError, role: str, directory: Path) -> None:
+    """A full, read-only or failing filesystem is a condition, not a missing operation:
+    say so (the runner waits for it to pass), never blame the filesystem type."""
+    if is_spool_io(exc):
+        raise spool_io_error(
+            exc, f"the {role}'s filesystem {condition(exc)}: {directory}: {strerror(exc)} (while probing it)"
+        ) from exc
+
+
 def _describe(exc: OSError) -> str:
+    if is_spool_io(exc):
+        raise exc  # not the operation's fault: check_filesystem says what it is
     name = errno.errorcode.get(exc.errno or 0, "error")
     return f"{name} ({exc.strerror})"
 

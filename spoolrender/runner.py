@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,7 +42,7 @@ from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
 from spoolrender.durable import set_fsync
-from spoolrender.errors import ClaimBlocked, SpoolLayoutError, SpoolrenderError
+from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
@@ -50,6 +51,7 @@ from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
+from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
@@ -78,7 +80,8 @@ class RunSummary:
     chunks: int = 0  # runs of chunks (spoolrender.chunks), whatever their outcome
     paused: bool = False
     blocked: bool = False  # this host was blocked for failing many jobs (hosts.py)
-    # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
+    # Why the run ended: "drained", "signal", "max-jobs", "max-runtime" or "spool-io" (a
+    # drain that found the spool's filesystem failing: full, read-only...).
     stopped_by: str = "signal"
 
 
@@ -109,14 +112,13 @@ class Runner:
             config.output_root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
-        # Refuse at once a filesystem that lacks an operation the protocol needs (some
-        # network and FUSE filesystems), instead of failing jobs obscurely later.
-        check_filesystem(self.layout.private, "spool")
-        check_filesystem(config.output_root, "output root")
         self.drain = drain
         self.max_jobs = max_jobs
         self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
+        # Full disk, read-only, I/O errors (spool_io.py): shared by every thread of this runner.
+        self._spool_io = SpoolIOCondition(self.clock, HOSTNAME)
+        self._check_filesystems()
         self._started_mono = self.clock.monotonic()
         self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
@@ -136,11 +138,11 @@ class Runner:
             local=not is_network_filesystem(config.spool),
             closers_alive=self._closers.alive,
         )
-        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
+        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id, self._spool_io)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
-        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
+        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker, self._spool_io)
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
@@ -154,6 +156,7 @@ class Runner:
                 factory,
                 self.capacity.threads_per_job,
                 self.metrics.render_cache,
+                self._spool_io,
             )
             for _ in range(self.capacity.slots)
         ]
@@ -171,6 +174,24 @@ class Runner:
             from spoolrender.hooks import HookDispatcher  # http/ssl only for spools that use hooks
 
             self._hooks = HookDispatcher(self.layout, config, self.rng, lambda: spool_now(self._hooks_probe))
+
+    def _check_filesystems(self) -> None:
+        """Refuse at once a filesystem that lacks an operation the protocol needs (some
+        network and FUSE filesystems), instead of failing jobs obscurely later. A probe
+        that fails for the filesystem's condition (full, read-only...) says so and, but
+        for a drain, is tried again with the spool I/O backoff until it passes."""
+        while True:
+            try:
+                check_filesystem(self.layout.private, "spool")
+                check_filesystem(self.config.output_root, "output root")
+            except SpoolIOError as exc:
+                if self.drain:
+                    raise
+                delay = self._spool_io.failed(OSError(exc.errno, exc.strerror), f"probing the filesystem ({exc})")
+                time.sleep(delay)  # before run(): SIGTERM still ends the process at once
+                continue
+            self._spool_io.succeeded()
+            return
 
     # --- control ---------------------------------------------------------------------
 
@@ -259,8 +280,11 @@ class Runner:
             except OSError as exc:
                 # The spool's filesystem failed under us (read-only, full, briefly gone).
                 # Waiting loses nothing: every state is on disk; try again shortly.
-                log.error("spool trouble (%s); trying again in %g s", exc, self.config.rescan_seconds)
-                timeout = self.config.rescan_seconds
+                if is_spool_io(exc):
+                    timeout = self._spool_io.failed(exc, "scanning the spool")
+                else:
+                    log.error("spool trouble (%s); trying again in %g s", exc, self.config.rescan_seconds)
+                    timeout = self.config.rescan_seconds
             if timeout is None:
                 return
             self._wake.wait(max(0.0, min(timeout, self.config.rescan_seconds)))
@@ -283,7 +307,19 @@ class Runner:
                 log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
                 self.summary.stopped_by = "max-jobs"
                 return None
-        if now >= self._next_beacon:
+        io_wait = self._spool_io.wait_seconds()
+        if io_wait > 0:
+            # The spool's filesystem is failing: no claims, no sweeps, no beacon until the
+            # next try is due (running jobs wait for it on their own, keeping their claims).
+            with self._lock:
+                idle = not self._active
+            if self.drain and idle:
+                log.error("drain stopped: the spool's filesystem fails (%s); the next run tries again",
+                          self._spool_io.text())  # fmt: skip
+                self.summary.stopped_by = "spool-io"
+                return None
+            return io_wait
+        if now >= self._next_beacon or self._spool_io.active:
             self._write_beacon()
             self._write_metrics()
             self._next_beacon = now + self.config.heartbeat_seconds
@@ -323,6 +359,14 @@ class Runner:
             except ClaimBlocked as exc:
                 self._scanner.claim_failed(candidate.name, str(exc))
                 continue
+            except OSError as exc:
+                if not is_spool_io(exc):
+                    raise
+                # Every claim would fail alike: pause claiming for the backoff, and keep the
+                # candidate (nothing of the claim was left behind).
+                self._spool_io.failed(exc, f"claiming {candidate.source}/{candidate.name}")
+                break
+            self._spool_io.succeeded()
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
@@ -347,7 +391,9 @@ class Runner:
             timeout = min(timeout, scan.next_wake - self.clock.monotonic())
         if self.max_runtime is not None:
             timeout = min(timeout, self._started_mono + self.max_runtime - self.clock.monotonic())
-        if scan.candidates and self._free and not paused and not limited:
+        if self._spool_io.active:
+            timeout = min(timeout, self._spool_io.wait_seconds())
+        elif scan.candidates and self._free and not paused and not limited:
             # Every candidate was lost to other runners (or unclaimable): look again
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
@@ -439,8 +485,9 @@ class Runner:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
 
     def _write_beacon(self) -> None:
-        # Runners announce themselves for `status`; losing one in a crash is harmless.
-        with contextlib.suppress(OSError):
+        # Runners announce themselves for `status`; losing one in a crash is harmless. It
+        # is also this runner's probe of a failing spool: written, the trouble is over.
+        try:
             write_beacon(
                 self.layout,
                 self.runner_id,
@@ -457,5 +504,13 @@ class Runner:
                     "host_blocked": self._blocked,
                     "version": __version__,
                     "updated": self.clock.wall(),
+                    "spool_io": self._spool_io.report(),
                 },
             )
+        except OSError as exc:
+            if is_spool_io(exc):
+                self._spool_io.failed(exc, "writing this runner's beacon")
+            return
+        if self._spool_io.active:
+            self._spool_io.succeeded()
+            self._next_beacon = 0.0  # the beacon just written still tells of the trouble
