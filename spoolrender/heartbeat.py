@@ -419,7 +419,7 @@ class HeartbeatWriter:
             # A full disk has no room for the replacement file: the owner is alive all the
             # same, so say so where the old heartbeat already has its room (other hosts
             # judge by change, and the job must not be taken for dead meanwhile).
-            self._spool_io.failed(exc, f"writing the heartbeat of {job_dir.name}")
+            self._spool_io.failed(exc, f"writing the heartbeat of {job_dir.name}", retried=False)
             with self._lock:
                 job.spool_io = job.spool_io or os.strerror(exc.errno)
             overwrite_in_place(path, dataclasses.replace(hb, spool_io=job.spool_io).to_json())

@@ -121,6 +121,7 @@ class Runner:
         self._check_filesystems()
         self._started_mono = self.clock.monotonic()
         self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
+        self._beacon_told: float | None = None  # the spool I/O trouble the last beacon told of
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
@@ -187,7 +188,7 @@ class Runner:
             except SpoolIOError as exc:
                 if self.drain:
                     raise
-                delay = self._spool_io.failed(OSError(exc.errno, exc.strerror), f"probing the filesystem ({exc})")
+                delay = self._spool_io.failed(OSError(exc.errno, exc.strerror), "probing the spool's filesystem")
                 time.sleep(delay)  # before run(): SIGTERM still ends the process at once
                 continue
             self._spool_io.succeeded()
@@ -318,7 +319,12 @@ class Runner:
                           self._spool_io.text())  # fmt: skip
                 self.summary.stopped_by = "spool-io"
                 return None
-            return io_wait
+            if self._beacon_told != self._spool_io.since() or now >= self._next_beacon:
+                # Status must learn of the trouble now, and see this runner online while it
+                # lasts (written in place if need be): a periodic write, not a retry.
+                self._write_beacon(retried=False)
+                self._next_beacon = now + self.config.heartbeat_seconds
+            return max(0.0, min(self._spool_io.wait_seconds() or io_wait, self._next_beacon - now))
         if now >= self._next_beacon or self._spool_io.active:
             self._write_beacon()
             self._write_metrics()
@@ -484,9 +490,10 @@ class Runner:
         except SpoolrenderError as exc:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
 
-    def _write_beacon(self) -> None:
+    def _write_beacon(self, *, retried: bool = True) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless. It
         # is also this runner's probe of a failing spool: written, the trouble is over.
+        self._beacon_told = self._spool_io.since()
         try:
             write_beacon(
                 self.layout,
@@ -509,7 +516,7 @@ class Runner:
             )
         except OSError as exc:
             if is_spool_io(exc):
-                self._spool_io.failed(exc, "writing this runner's beacon")
+                self._spool_io.failed(exc, "writing this runner's beacon", retried=retried)
             return
         if self._spool_io.active:
             self._spool_io.succeeded()

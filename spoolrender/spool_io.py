@@ -111,16 +111,21 @@ class SpoolIOCondition:
         self._next_reminder = 0.0  # monotonic
         self.total = 0  # failed operations ever (the metrics' counter)
 
-    def failed(self, exc: OSError, where: str) -> float:
-        """``exc`` happened while ``where`` (``claiming incoming/x.yaml``): the delay to wait."""
+    def failed(self, exc: OSError, where: str, *, retried: bool = True) -> float:
+        """``exc`` happened while ``where`` (``claiming incoming/x.yaml``): the delay to wait.
+
+        ``retried=False``: a periodic write that does not back off (a heartbeat, rewritten
+        in place meanwhile) reports the trouble, but neither doubles nor delays the next try.
+        """
         now = self._clock.monotonic()
         with self._lock:
             started = self._failures == 0
-            self._failures += 1
+            if started or retried:
+                self._failures += 1
+                self._next_try = now + next_delay(self._failures)
             self._errors += 1
             self.total += 1
             delay = next_delay(self._failures)
-            self._next_try = now + delay
             text = strerror(exc)
             changed = text != self._text
             self._text, self._errno, self._where = text, exc.errno, where
@@ -164,6 +169,11 @@ class SpoolIOCondition:
             if self._failures == 0:
                 return 0.0
             return max(0.0, self._next_try - self._clock.monotonic())
+
+    def since(self) -> float | None:
+        """When the current trouble started (wall clock), or None."""
+        with self._lock:
+            return self._since_wall if self._failures else None
 
     def text(self) -> str | None:
         """The kernel's text of the current trouble (``No space left on device``), or None."""
