@@ -323,6 +323,7 @@ class Runner:
                 # Status must learn of the trouble now, and see this runner online while it
                 # lasts (written in place if need be): a periodic write, not a retry.
                 self._write_beacon(retried=False)
+                self._write_metrics()
                 self._next_beacon = now + self.config.heartbeat_seconds
             return max(0.0, min(self._spool_io.wait_seconds() or io_wait, self._next_beacon - now))
         if now >= self._next_beacon or self._spool_io.active:
@@ -485,6 +486,7 @@ class Runner:
     def _write_metrics(self) -> None:
         if self._metrics_textfile is None:
             return
+        self.metrics.set_spool_io(self._spool_io.active, self._spool_io.total)
         try:
             self.metrics.write_textfile(self._metrics_textfile, self.layout, self.config.lease_seconds)
         except SpoolrenderError as exc:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -136,9 +137,10 @@ def test_full_disk_before_and_during_renders(small_disk: Path, tmp_path: Path) -
     assert "the spool's filesystem is full" in drained.stderr and "No space left on device" in drained.stderr
     assert "cannot hold" not in drained.stderr and "Traceback" not in drained.stderr
 
-    log = tmp_path / "runner.log"
+    log, metrics = tmp_path / "runner.log", tmp_path / "runner.prom"
     with open(log, "ab") as out:
-        runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root), "-v"),
+        runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root), "-v",
+                                                  "--metrics-textfile", str(metrics)),
                                   stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         proc = psutil.Process(runner.pid)
@@ -158,11 +160,14 @@ def test_full_disk_before_and_during_renders(small_disk: Path, tmp_path: Path) -
         shown = subprocess.run(spoolrender_cmd("status", "--spool", str(layout.root)), capture_output=True, text=True)
         assert "spool I/O: No space left on device since" in shown.stdout, shown.stdout
         assert "claiming paused" in shown.stdout
+        failing = f'spoolrender_spool_io_failing{{runner="{socket.gethostname()}"}} 1.0'
+        wait_for(lambda: failing in metrics.read_text(), timeout=30)
         assert len(os.listdir(layout.running)) == 2  # claims kept, nobody took them for dead
 
         free(small_disk)
         wait_for(lambda: len(os.listdir(layout.done)) == len(ids), timeout=45)
         wait_for(lambda: not spool_io_of(layout.root), timeout=30)
+        wait_for(lambda: failing.replace("1.0", "0.0") in metrics.read_text(), timeout=30)
     finally:
         runner.terminate()
         runner.wait(timeout=30)
@@ -179,15 +184,18 @@ def test_full_disk_before_and_during_renders(small_disk: Path, tmp_path: Path) -
 
 def test_render_on_a_full_output_disk_is_requeued_without_an_attempt(small_disk: Path, tmp_path: Path) -> None:
     layout = make_spool(small_disk, tmp_path, small_disk / "output")
-    drop(layout, "out.yaml", command_job(until_file=str(tmp_path / "release")))
+    pidfile = tmp_path / "render.pid"
+    drop(layout, "out.yaml", command_job(until_file=str(tmp_path / "release"), pidfile=str(pidfile)))
     log = tmp_path / "runner.log"
     with open(log, "ab") as out:
         runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root), "-v"),
                                   stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        wait_for(lambda: len(os.listdir(layout.running)) == 1, timeout=30)
+        wait_for(pidfile.exists, timeout=30)
         fill(small_disk)
         (tmp_path / "release").touch()  # the render now fails writing its output (ENOSPC)
+        render = int(pidfile.read_text())
+        wait_for(lambda: not psutil.pid_exists(render), timeout=30)
         wait_for(lambda: b"spool I/O: No space left on device" in log.read_bytes(), timeout=30)
         free(small_disk)
         wait_for(lambda: len(os.listdir(layout.done)) == 1, timeout=45)
