@@ -22,10 +22,12 @@ from pathlib import Path
 import psutil
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from spoolrender.layout import init_spool
-from tests.conftest import FAST, command_job, drop
-from tests.reliability.test_full_disk import _mount_small_ext4, fill
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "reliability")]
+from conftest import FAST, command_job, drop  # noqa: E402
+from small_disk import fill, mount_small_ext4  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +36,7 @@ def main() -> None:
     parser.add_argument("--pythonpath")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        mnt = _mount_small_ext4(Path(tmp))
+        mnt = mount_small_ext4(Path(tmp))
         if isinstance(mnt, str):
             sys.exit(mnt)
         try:

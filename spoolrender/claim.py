@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoolrender import defaults
@@ -54,6 +54,9 @@ class Claim:
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
     sealed: bool = False  # an earlier run was decided: the job file may not change any more
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
+    # Free bytes of the output and spool filesystems (by st_dev) when this run started: did
+    # a full disk stop it, or did it fill the disk itself (spool_io.filled_by_run)?
+    room_at_start: dict[int, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

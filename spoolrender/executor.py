@@ -49,10 +49,19 @@ from spoolrender.records import (
     log_path,
     read_run,
     read_runs,
+    spool_io_requeues,
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
-from spoolrender.spool_io import SpoolIOCondition, filesystem_trouble, is_spool_io, strerror
+from spoolrender.spool_io import (
+    SpoolIOCondition,
+    attempt_counted,
+    filesystem_trouble,
+    filled_by_run,
+    is_spool_io,
+    room_by_device,
+    strerror,
+)
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
 
 log = logging.getLogger(__name__)
@@ -120,6 +129,7 @@ class JobExecutor(SplitJobRuns):
 
     def execute(self, claim: Claim) -> RunEnd:
         """Run ``claim`` to its next state."""
+        claim.room_at_start = room_by_device(self._config.output_root, claim.job_dir)
         try:
             try:
                 return self._execute(claim)
@@ -312,22 +322,50 @@ class JobExecutor(SplitJobRuns):
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
         if isinstance(exc, RenderError):
             full = filesystem_trouble(self._config.output_root, claim.job_dir)
-            if full is not None:  # its output or log had no room: the disk's condition
-                return self._spool_io_requeue(claim, base, full, f"{full.filename} after the render failed: {exc}")
-            return self._failure(claim, base, spec, attempt, _error(exc.kind, exc.message, exc.transient))
+            if full is not None and not self._filled_by_run(claim, full):
+                # Its output or log had no room, and not for its own sake: the disk's condition.
+                where = f"{full.filename} after the render failed: {exc}"
+                return self._spool_io_requeue(claim, base, full, where, spec)
+            message = exc.message if full is None else f"{exc.message} ({_FILLED_IT} {full.filename})"
+            return self._failure(claim, base, spec, attempt, _error(exc.kind, message, exc.transient))
         assert isinstance(exc, OSError)
-        if is_spool_io(exc):  # the spool's or the output root's filesystem, not the job
-            return self._spool_io_requeue(claim, base, exc)
-        return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
+        if is_spool_io(exc) and not self._filled_by_run(claim, exc):
+            return self._spool_io_requeue(claim, base, exc, spec=spec)  # the filesystem's, not the job's
+        message = f"{exc.strerror or exc}" + (f" ({_FILLED_IT} {exc.filename})" if is_spool_io(exc) else "")
+        return self._failure(claim, base, spec, attempt, _error("io", message, True))
 
-    def _spool_io_requeue(self, claim: Claim, base: dict[str, Any], exc: OSError, where: str | None = None) -> RunEnd:
+    def _filled_by_run(self, claim: Claim, trouble: OSError) -> bool:
+        """Did this run's own files (scratch output, log) fill the disk ``trouble`` is about?"""
+        own = (scratch_dir(self._config.output_root, claim.key), log_path(claim.job_dir, claim.run))
+        return filled_by_run(trouble, claim.room_at_start, own)
+
+    def _spool_io_requeue(
+        self, claim: Claim, base: dict[str, Any], exc: OSError, where: str | None = None, spec: JobSpec | None = None
+    ) -> RunEnd:
         """The run stopped because a filesystem failed (full, read-only...): back to retry/
-        without using an attempt, recorded with its own kind and the kernel's text."""
+        without using an attempt, recorded with its own kind and the kernel's text; unless
+        the job has had SPOOL_IO_FREE_REQUEUES of those in a row: then it uses an attempt
+        (``spec``: the job's limits, None when it stopped before they were read)."""
         self._spool_io.failed(exc, f"running job {claim.job_id}")
         if where is None:
             where = f"writing {Path(exc.filename).name}" if exc.filename else "writing to the spool"
-        error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
-        return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=self._clock.wall())
+        try:
+            runs = read_runs(claim.job_dir)
+        except OSError:
+            runs = []  # unreadable now: the bound is checked at its next stop
+        requeues = spool_io_requeues(runs)
+        if requeues < defaults.SPOOL_IO_FREE_REQUEUES:
+            error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
+            return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=self._clock.wall())
+        # Free requeues are bounded, so that no job can loop for ever without using an attempt.
+        attempt = attempts_used(runs) + 1
+        base = {**base, "attempt": attempt}
+        error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); {attempt_counted(requeues)}", True)
+        if spec is not None:
+            return self._failure(claim, base, spec, attempt, error, against_host=False)
+        # The job's limits are unknown here: its next run fails it if this was its last attempt.
+        delay = backoff_delay(attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng)
+        return self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
 
     def _spool_write(self, claim: Claim, what: str, op: Callable[[], T]) -> T:
         """``op()`` (a decision, a move), tried again with the spool I/O backoff while the
@@ -370,9 +408,19 @@ class JobExecutor(SplitJobRuns):
         return self._finish(claim, base, PUBLISHING, publish=publish)
 
     def _failure(
-        self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
+        self,
+        claim: Claim,
+        base: dict[str, Any],
+        spec: JobSpec,
+        attempt: int,
+        error: dict[str, Any],
+        *,
+        against_host: bool = True,
     ) -> RunEnd:
-        if error["transient"]:
+        """A failed attempt: retried while it is transient and attempts are left.
+        ``against_host``: a transient failure counts against this host (hosts.py), but for
+        a full or failing spool, which is every host's."""
+        if error["transient"] and against_host:
             try:
                 # A split job's chunks count as that one job against the host.
                 record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
@@ -490,6 +538,10 @@ def _base(claim: Claim, attempt: int | None) -> dict[str, Any]:
         "started": claim.started,
         "attempt": attempt,
     }
+
+
+# Said of a render that failed because its own files filled their disk (spool_io.filled_by_run).
+_FILLED_IT = "this run's own files filled the filesystem of"
 
 
 def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:

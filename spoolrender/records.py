@@ -128,6 +128,17 @@ def attempts_used(runs: list[RunRecord]) -> int:
     return used
 
 
+def spool_io_requeues(runs: list[RunRecord]) -> int:
+    """How many of the last runs in a row were requeued for spool I/O trouble (``SPOOL_IO``)
+    without using an attempt: the free requeues a job has had since it last ran for real."""
+    count = 0
+    for record in reversed(runs):
+        if record.outcome != REQUEUE or (record.error or {}).get("kind") != SPOOL_IO:
+            break
+        count += 1
+    return count
+
+
 def next_run_number(job_dir: Path) -> int:
     numbers = run_numbers(job_dir)
     return (numbers[-1] + 1) if numbers else 1

@@ -57,8 +57,9 @@ from spoolrender.records import (
     next_run_number,
     read_run,
     read_runs,
+    spool_io_requeues,
 )
-from spoolrender.spool_io import SpoolIOCondition, is_spool_io
+from spoolrender.spool_io import SpoolIOCondition, attempt_counted, is_spool_io
 from spoolrender.transitions import backoff_delay, carry_out
 
 log = logging.getLogger(__name__)
@@ -229,24 +230,29 @@ class Recoverer:
         ``details.ran_on`` is the host the attempt ran and died on (its heartbeat's; None
         when it died before its first beat), for ``attempt_hosts``. An owner whose last
         heartbeat says it could not write to the spool (a full disk) stopped for the
-        filesystem's sake, not the job's: requeued without using an attempt.
+        filesystem's sake, not the job's: requeued without using an attempt, but for the
+        bound on free requeues in a row (``SPOOL_IO_FREE_REQUEUES``).
         """
         owner_host = None if owner is None else owner.host
-        if owner is not None and owner.spool_io is not None:
-            _, priority = self._job_limits(job_dir)
-            return RunRecord(
-                run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=self._clock.wall(),
-                due=self._clock.wall(),
-                error={"kind": SPOOL_IO, "transient": True,
-                       "message": f"{owner.spool_io} ({why} while it could not write to the spool); "
-                                  "requeued without using an attempt"},
-                details={"priority": priority, "ran_on": owner_host},
-            )  # fmt: skip
         runs = read_runs(job_dir)
+        kind = RUNNER_DIED
+        if owner is not None and owner.spool_io is not None:
+            stopped = f"{owner.spool_io} ({why} while it could not write to the spool)"
+            requeues = spool_io_requeues(runs)
+            if requeues < defaults.SPOOL_IO_FREE_REQUEUES:
+                _, priority = self._job_limits(job_dir)
+                return RunRecord(
+                    run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=self._clock.wall(),
+                    due=self._clock.wall(),
+                    error={"kind": SPOOL_IO, "transient": True,
+                           "message": f"{stopped}; requeued without using an attempt"},
+                    details={"priority": priority, "ran_on": owner_host},
+                )  # fmt: skip
+            kind, why = SPOOL_IO, f"{stopped}; {attempt_counted(requeues)}"
         attempt = attempts_used(runs) + 1
         max_attempts, priority = self._job_limits(job_dir)
         now = self._clock.wall()
-        error = {"kind": RUNNER_DIED, "message": why, "transient": True}
+        error = {"kind": kind, "message": why, "transient": True}
         due = None
         outcome = RETRY if attempt < max_attempts else FAILED
         if outcome == RETRY:

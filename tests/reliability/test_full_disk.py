@@ -9,10 +9,8 @@ a drain say what is wrong in one sentence (never "this filesystem type cannot ho
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -23,67 +21,29 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from browser.cdp import CHROMIUM, Chromium
+from browser.server import running_server
+from conftest import FAST, command_job, drop, spoolrender_cmd, wait_for
+from small_disk import fill, free, mount_small_ext4
 
+from spoolrender import defaults
+from spoolrender.clock import ManualClock
 from spoolrender.layout import SpoolLayout, init_spool
-from tests.conftest import FAST, command_job, drop, spoolrender_cmd, wait_for
+from spoolrender.spool_io import SpoolIOCondition, next_delay
 
-IMAGE_MB = 64
 CPU_SHARE_MAX = 0.20  # of one core, over a window while the disk is full (was 0.45-0.75)
 LOG_LINES_MAX = 6  # per window (was 450-760 a second)
 
 
-def _mount_small_ext4(tmp_path: Path) -> Path | str:
-    """The mount point of a fresh ext4 image, or why one cannot be made here."""
-    if os.geteuid() != 0:
-        return "mounting a loop device needs root"
-    if shutil.which("mkfs.ext4") is None:
-        return "mkfs.ext4 (e2fsprogs) is not installed"
-    image, mnt = tmp_path / "disk.img", tmp_path / "mnt"
-    mnt.mkdir()
-    with open(image, "wb") as fh:
-        fh.truncate(IMAGE_MB * 1024 * 1024)
-    # -m 0: no blocks reserved for root (the runner here is root, and would use them).
-    made = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"mkfs.ext4 failed: {made.stderr.strip()}"
-    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        return f"cannot loop-mount an ext4 image here: {mounted.stderr.strip()}"
-    # ext4 keeps ~2% of its blocks for root beyond -m ("reserved clusters"): without this,
-    # a root runner's small writes still fit when the disk reads full for everyone else.
-    device = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mnt)], capture_output=True, text=True)
-    (Path("/sys/fs/ext4") / Path(device.stdout.strip()).name / "reserved_clusters").write_text("0")
-    return mnt
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mnt = _mount_small_ext4(tmp_path)
+    mnt = mount_small_ext4(tmp_path)
     if isinstance(mnt, str):
         pytest.skip(mnt)
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def fill(disk: Path) -> None:
-    """Write a file until the filesystem has no block left (ENOSPC at every size)."""
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        for size in (1024 * 1024, 65536, 4096, 1024, 1):  # big steps, then the last blocks
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    st = os.statvfs(disk)
-    assert st.f_bavail * st.f_frsize < 64 * 1024, "the disk did not fill"
-
-
-def free(disk: Path) -> None:
-    (disk / "filler").unlink()
 
 
 def cpu_and_lines(proc: psutil.Process, log: Path, window: float) -> tuple[float, int]:
@@ -208,3 +168,57 @@ def test_render_on_a_full_output_disk_is_requeued_without_an_attempt(small_disk:
     assert first["outcome"] == "requeue" and first["attempt"] is None
     assert first["error"]["kind"] == "spool-io"
     assert first["error"]["message"].startswith("No space left on device"), first["error"]
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs it)")
+def test_dashboard_shows_a_full_spool_and_its_end(small_disk: Path, tmp_path: Path) -> None:
+    """The page (real Chromium, real server, real runner) shows the banner while the
+    runner's writes fail, with status's sentence, and hides it once space is back."""
+    layout = make_spool(small_disk, tmp_path, tmp_path / "output")
+    release = tmp_path / "release"
+    drop(layout, "shown.yaml", command_job(until_file=str(release)))
+    log = tmp_path / "runner.log"
+    with open(log, "ab") as out:
+        runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root)),
+                                  stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    banner = "document.querySelector('#spool-io')"
+    try:
+        wait_for(lambda: bool(os.listdir(layout.running)), timeout=30)
+        with running_server(layout.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
+            page = browser.new_page(server.url)
+            page.wait_for(f"document.body.dataset.ready === '1' && {banner}.hidden")
+            fill(small_disk)
+            release.touch()  # the render ends; its record finds no room
+            page.wait_for(f"!{banner}.hidden", timeout=30)
+            text = page.evaluate(f"{banner}.textContent")
+            assert text.startswith("spool I/O: No space left on device since ") and "claiming paused" in text, text
+            assert f"on host {socket.gethostname()}" in text
+            free(small_disk)
+            page.wait_for(f"{banner}.hidden", timeout=60)  # it resumed by itself
+            assert page.errors() == []
+        wait_for(lambda: len(os.listdir(layout.done)) == 1, timeout=30)
+    finally:
+        runner.terminate()
+        runner.wait(timeout=30)
+
+
+def test_backoff_goes_on_doubling_while_the_disk_flickers() -> None:
+    """A write that works between failures does not restart the wait at the minimum: only a
+    spool clear for the maximum wait does (else a disk that flickers full is tried every
+    second). An injected clock: the rule is about time, not about a disk."""
+    clock = ManualClock()
+    spool_io = SpoolIOCondition(clock, "vm")
+    full = OSError(28, "No space left on device")
+    delays = []
+    for _ in range(7):
+        delays.append(spool_io.failed(full, "claiming"))
+        clock.advance(delays[-1])
+        spool_io.succeeded()  # room for a moment
+        assert not spool_io.active and spool_io.report() is None
+        clock.advance(1.0)
+    assert delays == [next_delay(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    clock.advance(defaults.SPOOL_IO_RETRY_MAX_S - 2.0)  # clear for 1 + 28 s: short of the maximum wait
+    assert spool_io.failed(full, "claiming") == defaults.SPOOL_IO_RETRY_MAX_S
+    spool_io.succeeded()
+    clock.advance(defaults.SPOOL_IO_RETRY_MAX_S)  # clear for the whole maximum wait
+    assert spool_io.failed(full, "claiming") == defaults.SPOOL_IO_RETRY_MIN_S
