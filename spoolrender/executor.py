@@ -326,12 +326,12 @@ class JobExecutor(SplitJobRuns):
                 # Its output or log had no room, and not for its own sake: the disk's condition.
                 where = f"{full.filename} after the render failed: {exc}"
                 return self._spool_io_requeue(claim, base, full, where, spec)
-            message = exc.message if full is None else f"{exc.message} ({_FILLED_IT} {full.filename})"
+            message = exc.message if full is None else f"{exc.message} ({_filled_it(full)})"
             return self._failure(claim, base, spec, attempt, _error(exc.kind, message, exc.transient))
         assert isinstance(exc, OSError)
         if is_spool_io(exc) and not self._filled_by_run(claim, exc):
             return self._spool_io_requeue(claim, base, exc, spec=spec)  # the filesystem's, not the job's
-        message = f"{exc.strerror or exc}" + (f" ({_FILLED_IT} {exc.filename})" if is_spool_io(exc) else "")
+        message = f"{exc.strerror or exc}" + (f" ({_filled_it(exc)})" if is_spool_io(exc) else "")
         return self._failure(claim, base, spec, attempt, _error("io", message, True))
 
     def _filled_by_run(self, claim: Claim, trouble: OSError) -> bool:
@@ -540,8 +540,10 @@ def _base(claim: Claim, attempt: int | None) -> dict[str, Any]:
     }
 
 
-# Said of a render that failed because its own files filled their disk (spool_io.filled_by_run).
-_FILLED_IT = "this run's own files filled the filesystem of"
+def _filled_it(trouble: OSError) -> str:
+    """Why a run that filled its disk itself (spool_io.filled_by_run) used an attempt."""
+    where = f"the filesystem of {trouble.filename}" if trouble.filename else "their filesystem"
+    return f"this run's own files filled {where}"
 
 
 def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:
