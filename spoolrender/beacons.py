@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.durable import write_json_atomic
+from spoolrender.durable import json_bytes, overwrite_in_place, write_json_atomic
 from spoolrender.heartbeat import HOSTNAME, boot_id, process_start
 from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.spool_io import is_spool_io
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,16 @@ def write_beacon(layout: SpoolLayout, runner_id: str, fields: dict[str, Any]) ->
     """Announce this runner: ``fields`` plus who it is, so that others can prove it dead."""
     beacon = {"runner": runner_id, "host": HOSTNAME, "pid": os.getpid(), "boot": _BOOT,
               "started": process_start(os.getpid()), **fields}  # fmt: skip
-    # No fsync: losing a beacon in a power cut is harmless (rewritten every heartbeat).
-    write_json_atomic(beacon_path(layout, runner_id), beacon, durable=False)
+    path = beacon_path(layout, runner_id)
+    try:
+        # No fsync: losing a beacon in a power cut is harmless (rewritten every heartbeat).
+        write_json_atomic(path, beacon, durable=False)
+    except OSError as exc:
+        if is_spool_io(exc):
+            # No room for the replacement (a full disk): `status` must still learn why this
+            # runner does not claim, so the old beacon's own room takes the news.
+            overwrite_in_place(path, json_bytes(beacon))
+        raise
 
 
 def remove_beacon(layout: SpoolLayout, runner_id: str) -> None:

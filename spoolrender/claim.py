@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoolrender import defaults
@@ -30,6 +30,7 @@ from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
 from spoolrender.scan import SpoolScanner
 from spoolrender.seal import JobFileState
+from spoolrender.spool_io import is_spool_io
 
 __all__ = ["Candidate", "Claim", "ScanResult", "SpoolScanner", "claim"]
 
@@ -52,6 +53,10 @@ class Claim:
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
     sealed: bool = False  # an earlier run was decided: the job file may not change any more
+    decided: bool = False  # this run's record is written: a later spool error must not requeue it
+    # Free bytes of the output and spool filesystems (by st_dev) when this run started: did
+    # a full disk stop it, or did it fill the disk itself (spool_io.filled_by_run)?
+    room_at_start: dict[int, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -65,7 +70,11 @@ class Claim:
 
 
 def claim(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
-    """Try to take ``candidate``; None if another runner was faster (a normal outcome)."""
+    """Try to take ``candidate``; None if another runner was faster (a normal outcome).
+
+    A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a full disk...) propagates,
+    with nothing of the claim left behind: the caller backs off.
+    """
     if candidate.source == "incoming":
         return _claim_incoming(layout, candidate, heartbeat, clock)
     return _claim_retry(layout, candidate, heartbeat, clock)
@@ -83,6 +92,8 @@ def _claim_incoming(
     try:
         os.mkdir(job_dir)
     except OSError as exc:
+        if is_spool_io(exc):
+            raise  # the filesystem's trouble, not this job's: the runner backs off
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
     lock = None
@@ -116,6 +127,8 @@ def _claim_incoming(
             # renamed: its ".." entry would change): let the scanner back off.
             hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(candidate, layout)) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
+        if is_spool_io(exc):
+            raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
     source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
@@ -143,6 +156,8 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         log.debug("lost the race for retry %s to another runner", candidate.name)
         return None
     except OSError as exc:
+        if is_spool_io(exc):
+            raise
         log.warning("could not claim retry %s: %s", candidate.name, exc)
         return None
     crash_point("retry-claim-after-rename")
@@ -156,6 +171,14 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
     except (ClaimLost, FileNotFoundError):
         log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
         return None
+    except OSError as exc:
+        if is_spool_io(exc):
+            # No lock file could be made: give the job back to retry/ as it was (its name
+            # there is free again), rather than leave it in running/ unlocked and silent,
+            # where a lease later would count an attempt for it.
+            with contextlib.suppress(OSError):
+                os.rename(job_dir, layout.retry / candidate.name)
+        raise
     heartbeat.add(_active_job(job_dir, token, run, started, cancel))
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.

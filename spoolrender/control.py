@@ -32,6 +32,7 @@ from spoolrender.layout import (
 )
 from spoolrender.lookup import LIVE_STATES, find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
+from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
 
 
 def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, props_check: bool = True) -> Path:
@@ -67,7 +68,15 @@ def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, p
     # (IN_MOVED_TO) tells it at once that the job is complete; the directory is fsynced
     # before we return, so the job is acknowledged only once its name is durable. Mode
     # 0644 whatever the submitter's umask: the runner is often another user.
-    write_atomic(target, data, mode=0o644)
+    try:
+        write_atomic(target, data, mode=0o644)
+    except OSError as exc:
+        if is_spool_io(exc):
+            raise spool_io_error(
+                exc, f"cannot queue {name}: the spool's filesystem {condition(exc)} ({strerror(exc)}) at "
+                f"{layout.incoming}; nothing was queued, submit it again once that is fixed",
+            ) from exc  # fmt: skip
+        raise SpoolrenderError(f"cannot queue {name}: {target}: {exc.strerror or exc}") from exc
     return target
 
 

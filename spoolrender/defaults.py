@@ -70,6 +70,24 @@ PROBE_LEFTOVER_AGE_S = 3600.0
 # is tried again after this delay, doubling per failure up to the maximum.
 BLOCKED_RETRY_MIN_S = 1.0
 BLOCKED_RETRY_MAX_S = 300.0
+# A write to the spool that fails for the filesystem's own reason (full, over quota,
+# read-only, I/O error, stale handle: spoolrender.spool_io) is tried again after this delay,
+# doubling per failure up to the maximum; claiming pauses meanwhile, and the log says so
+# once, then reminds at most once per delay. A freed disk is noticed within the maximum.
+SPOOL_IO_RETRY_MIN_S = 1.0
+SPOOL_IO_RETRY_MAX_S = 30.0
+# A render that fails while its spool or output filesystem has less room than this (for
+# an unprivileged writer) failed for the disk's sake: requeued without using an attempt.
+FULL_DISK_BYTES = 1024 * 1024
+# ...unless the run filled that disk itself: its own files (scratch output, log) take at
+# least this share of the room the filesystem had when the run started (and at least this
+# share of FULL_DISK_BYTES: less is any write on a disk already full). Its output may
+# never fit, so that failure counts as an attempt, as any transient render failure does.
+RUN_FILLED_DISK_SHARE = 0.5
+# Free requeues are bounded: after this many spool I/O requeues of a job in a row, the
+# next spool I/O stop counts as an attempt (and says so), so that no job can loop for ever
+# without using one, whatever its disk does.
+SPOOL_IO_FREE_REQUEUES = 5
 HEARTBEAT_INTERVAL_S = 5.0
 LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) is dead
 # A runner beacon from another host unchanged this long is removed from `status`

@@ -89,8 +89,29 @@ def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int =
         fsync_dir(target.parent)
 
 
+def overwrite_in_place(path: Path, data: bytes) -> bool:
+    """Rewrite the existing file ``path`` in the room it already has (no temporary file):
+    for a heartbeat or beacon that must still tell something on a full disk. True if done.
+
+    Not atomic: a reader may catch it half-written (heartbeat and beacon readers treat
+    unreadable files as such). Padded with spaces to the old length, which JSON ignores,
+    so no old byte is left at the end; a longer ``data`` may not fit and then fails.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def write_json_atomic(target: Path, obj: Any, *, durable: bool = True) -> None:
-    write_atomic(target, _json_bytes(obj), durable=durable)
+    write_atomic(target, json_bytes(obj), durable=durable)
 
 
 def create_exclusive(target: Path, data: bytes) -> bool:
@@ -133,5 +154,5 @@ def rename_durable(src: Path, dst: Path) -> None:
         fsync_dir(src.parent)
 
 
-def _json_bytes(obj: Any) -> bytes:
+def json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")

@@ -22,6 +22,18 @@ class SpoolLayoutError(SpoolrenderError):
     """The spool directory is missing, incomplete or not writable."""
 
 
+class SpoolIOError(SpoolrenderError):
+    """The spool's filesystem refused a write for a reason of its own, not the job's nor
+    the filesystem type's: full (ENOSPC), over quota (EDQUOT), read-only (EROFS), failing
+    (EIO) or a stale network handle (ESTALE). It passes: runners wait and try again
+    (spoolrender.spool_io). ``errno``/``strerror``: the error as the kernel reported it."""
+
+    def __init__(self, message: str, *, errno: int | None, strerror: str) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = strerror
+
+
 class UnsupportedFilesystem(SpoolLayoutError):
     """The spool or output filesystem lacks an operation the protocol relies on
     (exclusive create, rename that replaces, link or symlink that refuse an existing name)."""

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import Timeout
 
@@ -42,15 +42,26 @@ from spoolrender.records import (
     REQUEUE,
     RETRY,
     SPLIT,
+    SPOOL_IO,
     RunRecord,
     attempts_used,
     decide,
     log_path,
     read_run,
     read_runs,
+    spool_io_requeues,
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
+from spoolrender.spool_io import (
+    SpoolIOCondition,
+    attempt_counted,
+    filesystem_trouble,
+    filled_by_run,
+    is_spool_io,
+    room_by_device,
+    strerror,
+)
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
 from spoolrender.watch import is_network_filesystem
 
@@ -58,6 +69,10 @@ log = logging.getLogger(__name__)
 
 RendererFactory = Callable[[str], Renderer]
 _STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry", SPLIT: "split"}
+T = TypeVar("T")
+# A run waiting for a failing spool gives up only when it must: a shutdown past its grace
+# time, or the job taken over elsewhere.
+_GIVE_UP_REASONS = ("shutdown", "lost")
 _METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
 
 
@@ -87,6 +102,7 @@ class JobExecutor(SplitJobRuns):
         make_renderer: RendererFactory,
         threads: int,
         cache_metrics: CacheMetrics | None = None,
+        spool_io: SpoolIOCondition | None = None,
     ) -> None:
         self._layout = layout
         self._config = config
@@ -100,6 +116,7 @@ class JobExecutor(SplitJobRuns):
         # On a network filesystem the job file is read past the client's caches: another
         # host may have written more than this client has seen (spoolrender.netcache).
         self._uncached = is_network_filesystem(config.spool)
+        self._spool_io = spool_io or SpoolIOCondition(clock, HOSTNAME)
 
     def close(self) -> None:
         for renderer in self._renderers.values():
@@ -116,8 +133,16 @@ class JobExecutor(SplitJobRuns):
 
     def execute(self, claim: Claim) -> RunEnd:
         """Run ``claim`` to its next state."""
+        claim.room_at_start = room_by_device(self._config.output_root, claim.job_dir)
         try:
-            return self._execute(claim)
+            try:
+                return self._execute(claim)
+            except OSError as exc:
+                if not is_spool_io(exc) or claim.decided:
+                    raise
+                # Reading, reserving the id, preparing: the spool failed before the run could
+                # be decided. Not the job's fault: back to retry/, no attempt used.
+                return self._spool_io_requeue(claim, _base(claim, None), exc)
         except FileNotFoundError:
             if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
                 raise
@@ -134,14 +159,7 @@ class JobExecutor(SplitJobRuns):
         job_dir = claim.job_dir
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
-        base: dict[str, Any] = {
-            "run": claim.run,
-            "host": HOSTNAME,
-            "pid": os.getpid(),
-            "token": claim.token,
-            "started": claim.started,
-            "attempt": attempt,
-        }
+        base = _base(claim, attempt)
         if not os.path.lexists(job_dir / defaults.JOB_FILENAME):
             # A claim without its job file was moved away (and maybe recreated by an old
             # runner): lost, never "invalid", which would fail a job that lives elsewhere.
@@ -307,9 +325,69 @@ class JobExecutor(SplitJobRuns):
             message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
         if isinstance(exc, RenderError):
-            return self._failure(claim, base, spec, attempt, _error(exc.kind, exc.message, exc.transient))
+            full = filesystem_trouble(self._config.output_root, claim.job_dir)
+            if full is not None and not self._filled_by_run(claim, full):
+                # Its output or log had no room, and not for its own sake: the disk's condition.
+                where = f"{full.filename} after the render failed: {exc}"
+                return self._spool_io_requeue(claim, base, full, where, spec)
+            message = exc.message if full is None else f"{exc.message} ({_filled_it(full)})"
+            return self._failure(claim, base, spec, attempt, _error(exc.kind, message, exc.transient))
         assert isinstance(exc, OSError)
-        return self._failure(claim, base, spec, attempt, _error("io", f"{exc.strerror or exc}", True))
+        if is_spool_io(exc) and not self._filled_by_run(claim, exc):
+            return self._spool_io_requeue(claim, base, exc, spec=spec)  # the filesystem's, not the job's
+        message = f"{exc.strerror or exc}" + (f" ({_filled_it(exc)})" if is_spool_io(exc) else "")
+        return self._failure(claim, base, spec, attempt, _error("io", message, True))
+
+    def _filled_by_run(self, claim: Claim, trouble: OSError) -> bool:
+        """Did this run's own files (scratch output, log) fill the disk ``trouble`` is about?"""
+        own = (scratch_dir(self._config.output_root, claim.key), log_path(claim.job_dir, claim.run))
+        return filled_by_run(trouble, claim.room_at_start, own)
+
+    def _spool_io_requeue(
+        self, claim: Claim, base: dict[str, Any], exc: OSError, where: str | None = None, spec: JobSpec | None = None
+    ) -> RunEnd:
+        """The run stopped because a filesystem failed (full, read-only...): back to retry/
+        without using an attempt, recorded with its own kind and the kernel's text; unless
+        the job has had SPOOL_IO_FREE_REQUEUES of those in a row: then it uses an attempt
+        (``spec``: the job's limits, None when it stopped before they were read)."""
+        self._spool_io.failed(exc, f"running job {claim.job_id}")
+        if where is None:
+            where = f"writing {Path(exc.filename).name}" if exc.filename else "writing to the spool"
+        try:
+            runs = read_runs(claim.job_dir)
+        except OSError:
+            runs = []  # unreadable now: the bound is checked at its next stop
+        requeues = spool_io_requeues(runs)
+        if requeues < defaults.SPOOL_IO_FREE_REQUEUES:
+            error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
+            return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=self._clock.wall())
+        # Free requeues are bounded, so that no job can loop for ever without using an attempt.
+        attempt = attempts_used(runs) + 1
+        base = {**base, "attempt": attempt}
+        error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); {attempt_counted(requeues)}", True)
+        if spec is not None:
+            return self._failure(claim, base, spec, attempt, error, against_host=False)
+        # The job's limits are unknown here: its next run fails it if this was its last attempt.
+        delay = backoff_delay(attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng)
+        return self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
+
+    def _spool_write(self, claim: Claim, what: str, op: Callable[[], T]) -> T:
+        """``op()`` (a decision, a move), tried again with the spool I/O backoff while the
+        filesystem fails: the claim (lock, heartbeat) is kept meanwhile, so nobody takes
+        the job for dead. Only a shutdown that cannot wait any more gives up (the heartbeat
+        then says why, and the recoverer requeues the job without using an attempt)."""
+
+        def attempt() -> T:
+            try:
+                return op()
+            except OSError as exc:
+                if is_spool_io(exc):
+                    self._heartbeat.set_spool_io(claim.token, strerror(exc))
+                raise
+
+        result = self._spool_io.retry(attempt, what, give_up=lambda: claim.cancel.reason in _GIVE_UP_REASONS)
+        self._heartbeat.set_spool_io(claim.token, None)
+        return result
 
     def _publishing(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, output: Path, result: RenderResult
@@ -334,9 +412,19 @@ class JobExecutor(SplitJobRuns):
         return self._finish(claim, base, PUBLISHING, publish=publish)
 
     def _failure(
-        self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
+        self,
+        claim: Claim,
+        base: dict[str, Any],
+        spec: JobSpec,
+        attempt: int,
+        error: dict[str, Any],
+        *,
+        against_host: bool = True,
     ) -> RunEnd:
-        if error["transient"]:
+        """A failed attempt: retried while it is transient and attempts are left.
+        ``against_host``: a transient failure counts against this host (hosts.py), but for
+        a full or failing spool, which is every host's."""
+        if error["transient"] and against_host:
             try:
                 # A split job's chunks count as that one job against the host.
                 record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
@@ -383,11 +471,13 @@ class JobExecutor(SplitJobRuns):
                 fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         try:
-            won = decide(claim.job_dir, record)
+            won = self._spool_write(claim, f"recording run {claim.run} of job {claim.job_id}",
+                                    lambda: decide(claim.job_dir, record))  # fmt: skip
         except FileNotFoundError:
             won = False
         if not won:
             return self._lost(claim)
+        claim.decided = True
         crash_point("after-decide")
         # Decided: stop beating before the directory moves (a recoverer that finds the
         # job silent from now on can only carry out this same decision).
@@ -399,9 +489,13 @@ class JobExecutor(SplitJobRuns):
             duration=None if record.started is None else record.ended - record.started,
         )
         try:
-            target = carry_out(
-                self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
-                self._config.hooks,
+            target = self._spool_write(
+                claim,
+                f"moving job {claim.job_id} to {_STATE_OF[outcome]}/",
+                lambda: carry_out(
+                    self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
+                    self._config.hooks,
+                ),
             )  # fmt: skip
         except FileNotFoundError:
             # Decided by us, moved by a recoverer who judged us dead meanwhile and carried
@@ -439,6 +533,24 @@ class JobExecutor(SplitJobRuns):
             self._heartbeat.set_progress(token, fraction, stage)
 
         return report
+
+
+def _base(claim: Claim, attempt: int | None) -> dict[str, Any]:
+    """The fields every record of this run shares."""
+    return {
+        "run": claim.run,
+        "host": HOSTNAME,
+        "pid": os.getpid(),
+        "token": claim.token,
+        "started": claim.started,
+        "attempt": attempt,
+    }
+
+
+def _filled_it(trouble: OSError) -> str:
+    """Why a run that filled its disk itself (spool_io.filled_by_run) used an attempt."""
+    where = f"the filesystem of {trouble.filename}" if trouble.filename else "their filesystem"
+    return f"this run's own files filled {where}"
 
 
 def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:

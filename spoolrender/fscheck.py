@@ -31,6 +31,7 @@ from spoolrender.failpoints import crash_point
 from spoolrender.jobfile import read_job_bytes
 from spoolrender.netcache import fresh_attributes
 from spoolrender.probe_dirs import PROBE_PREFIX, make_probe_dir, remove_dead_probes
+from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
 from spoolrender.watch import filesystem_type
 
 __all__ = ["PROBE_PREFIX", "check_filesystem"]
@@ -51,6 +52,7 @@ def check_filesystem(directory: Path, role: str, *, probe_in: Path | None = None
         parent.mkdir(exist_ok=True)
         probe = make_probe_dir(parent)
     except OSError as exc:
+        _raise_if_spool_io(exc, role, directory)
         raise UnsupportedFilesystem(f"{role} {directory}: cannot create a directory: {exc.strerror}") from exc
     try:
         remove_dead_probes(parent, probe)
@@ -60,6 +62,7 @@ def check_filesystem(directory: Path, role: str, *, probe_in: Path | None = None
             try:
                 problem = check(probe)
             except OSError as exc:  # a step around the operation under test failed
+                _raise_if_spool_io(exc, role, directory)
                 problem = f"a probe ({check.__name__.lstrip('_')}) failed with {_describe(exc)}"
             if problem is not None:
                 raise UnsupportedFilesystem(
@@ -74,7 +77,18 @@ def check_filesystem(directory: Path, role: str, *, probe_in: Path | None = None
         shutil.rmtree(probe, ignore_errors=True)
 
 
+def _raise_if_spool_io(exc: OSError, role: str, directory: Path) -> None:
+    """A full, read-only or failing filesystem is a condition, not a missing operation:
+    say so (the runner waits for it to pass), never blame the filesystem type."""
+    if is_spool_io(exc):
+        raise spool_io_error(
+            exc, f"the {role}'s filesystem {condition(exc)}: {directory}: {strerror(exc)} (while probing it)"
+        ) from exc
+
+
 def _describe(exc: OSError) -> str:
+    if is_spool_io(exc):
+        raise exc  # not the operation's fault: check_filesystem says what it is
     name = errno.errorcode.get(exc.errno or 0, "error")
     return f"{name} ({exc.strerror})"
 

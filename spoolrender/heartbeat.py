@@ -13,6 +13,7 @@ Two ways to prove an owner dead:
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -26,8 +27,9 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.clock import Clock
-from spoolrender.durable import write_atomic
+from spoolrender.durable import overwrite_in_place, write_atomic
 from spoolrender.errors import ClaimLost
+from spoolrender.spool_io import SPOOL_IO_ERRNOS, SpoolIOCondition
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ class Heartbeat:
     # reused the number after a reboot or a pid wrap-around.
     boot: str | None = None
     pgid_start: int | None = None
+    # The owner could not write to the spool for this job (a full disk: the kernel's text).
+    # A recoverer that finds it dead requeues the job without counting an attempt.
+    spool_io: str | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(self.__dict__, sort_keys=True).encode("utf-8")
@@ -73,6 +78,7 @@ class Heartbeat:
             pgid=None if raw.get("pgid") is None else int(raw["pgid"]),
             boot=None if raw.get("boot") is None else str(raw["boot"]),
             pgid_start=None if raw.get("pgid_start") is None else int(raw["pgid_start"]),
+            spool_io=None if raw.get("spool_io") is None else str(raw["spool_io"]),
         )
 
 
@@ -143,6 +149,8 @@ def acquire_job_lock(job_dir: Path, token: str) -> JobLock | None:
     except ClaimLost:
         raise
     except OSError as exc:
+        if exc.errno in SPOOL_IO_ERRNOS:
+            raise  # no room for the lock file (a full disk): not a filesystem without locks
         log.warning("cannot lock %s (%s); relying on the heartbeat lease", job_dir.name, exc)
         return None
     return lock
@@ -278,6 +286,7 @@ class ActiveJob:
     counter: int = 0
     pgid: int | None = None
     pgid_start: int | None = None
+    spool_io: str | None = None  # why this job's last write to the spool failed (spool_io.py)
 
 
 _BOOT = boot_id()
@@ -286,8 +295,9 @@ _BOOT = boot_id()
 class HeartbeatWriter:
     """One thread that refreshes the heartbeat of every job this runner owns."""
 
-    def __init__(self, clock: Clock, interval: float, runner_id: str) -> None:
+    def __init__(self, clock: Clock, interval: float, runner_id: str, spool_io: SpoolIOCondition | None = None) -> None:
         self._clock = clock
+        self._spool_io = spool_io
         self._interval = interval
         self._runner_id = runner_id
         self._jobs: dict[str, ActiveJob] = {}
@@ -338,6 +348,16 @@ class HeartbeatWriter:
         if job is not None:
             self.beat(job)  # at once: a recoverer must know the group if we die now
 
+    def set_spool_io(self, token: str, error: str | None) -> None:
+        """Say in the job's heartbeat that its writes to the spool fail (None: no more)."""
+        with self._lock:
+            job = self._jobs.get(token)
+            changed = job is not None and job.spool_io != error
+            if job is not None:
+                job.spool_io = error
+        if job is not None and changed:
+            self.beat(job)  # at once: the runner may give up on the job right after
+
     def beat(self, job: ActiveJob) -> bool:
         """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
         with self._writing:
@@ -382,16 +402,31 @@ class HeartbeatWriter:
                 pgid=job.pgid,
                 boot=_BOOT,
                 pgid_start=job.pgid_start,
+                spool_io=job.spool_io,
             )
             job_dir = job.job_dir
+        path = job_dir / defaults.HEARTBEAT_FILENAME
         try:
             # Atomic replace so readers never see half a heartbeat; no fsync: a heartbeat
             # lost in a power cut only makes the job look dead sooner, which is the truth.
-            write_atomic(job_dir / defaults.HEARTBEAT_FILENAME, hb.to_json(), durable=False)
+            write_atomic(path, hb.to_json(), durable=False)
         except FileNotFoundError:
             return True
         except OSError as exc:
-            log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
+            if exc.errno not in SPOOL_IO_ERRNOS or self._spool_io is None:
+                log.warning("heartbeat for %s failed: %s", job_dir.name, exc)
+                return False
+            # A full disk has no room for the replacement file: the owner is alive all the
+            # same, so say so where the old heartbeat already has its room (other hosts
+            # judge by change, and the job must not be taken for dead meanwhile).
+            self._spool_io.failed(exc, f"writing the heartbeat of {job_dir.name}", retried=False)
+            with self._lock:
+                job.spool_io = job.spool_io or os.strerror(exc.errno)
+            overwrite_in_place(path, dataclasses.replace(hb, spool_io=job.spool_io).to_json())
+            return False
+        if hb.spool_io is not None:
+            with self._lock:
+                job.spool_io = None  # room again: the next beat says so (a stuck decision re-marks it)
         return False
 
     def _loop(self) -> None:

@@ -135,11 +135,24 @@ class RunnerMetrics:
             "spoolrender_job_attempts", "Attempts a job used when it reached done/ or failed/", ["runner"],
             buckets=ATTEMPT_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.spool_io_failing = Gauge(
+            "spoolrender_spool_io_failing",
+            "1 while this runner's writes to the spool fail (full, over quota, read-only, I/O error, stale): "
+            "claiming paused",
+            ["runner"], registry=self.registry,
+        )  # fmt: skip
+        self.spool_io_errors = Counter(
+            "spoolrender_spool_io_errors", "Spool writes by this runner that failed for the filesystem's reasons",
+            ["runner"], registry=self.registry,
+        )  # fmt: skip
+        self._spool_io_counted = 0
         # Pre-create every series so dashboards and rate() see zeros, not absences.
         self.claimed.labels(**labels)
         for outcome in OUTCOMES:
             self.finished.labels(**labels, outcome=outcome)
         self.busy.labels(**labels).set(0)
+        self.spool_io_failing.labels(**labels).set(0)
+        self.spool_io_errors.labels(**labels)
         self.render_cache = RenderCacheMetrics(self.registry, labels)
 
     def job_claimed(self) -> None:
@@ -151,6 +164,13 @@ class RunnerMetrics:
             self.duration.labels(**self._labels).observe(duration)
         if outcome in ("done", "failed") and attempts is not None:
             self.attempts.labels(**self._labels).observe(attempts)
+
+    def set_spool_io(self, failing: bool, errors_total: int) -> None:
+        """The runner's spool I/O condition (spool_io.py): whether it fails now, and how
+        many operations have failed so far."""
+        self.spool_io_failing.labels(**self._labels).set(1 if failing else 0)
+        self.spool_io_errors.labels(**self._labels).inc(max(0, errors_total - self._spool_io_counted))
+        self._spool_io_counted = max(self._spool_io_counted, errors_total)
 
     def set_busy(self, busy: int) -> None:
         self.busy.labels(**self._labels).set(busy)

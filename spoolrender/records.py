@@ -37,6 +37,9 @@ OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET, SPLIT)
 NOT_AN_ATTEMPT = (REQUEUE, RESET, SPLIT)
 # The error kind of a run decided by a recoverer because its owner died (recovery.py).
 RUNNER_DIED = "runner-died"
+# The error kind of a run that ended (or could not be recorded) because the spool's
+# filesystem failed (full, read-only, ...: spoolrender.spool_io): requeued, no attempt used.
+SPOOL_IO = "spool-io"
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,17 @@ def attempts_used(runs: list[RunRecord]) -> int:
         elif record.outcome not in NOT_AN_ATTEMPT:
             used += 1
     return used
+
+
+def spool_io_requeues(runs: list[RunRecord]) -> int:
+    """How many of the last runs in a row were requeued for spool I/O trouble (``SPOOL_IO``)
+    without using an attempt: the free requeues a job has had since it last ran for real."""
+    count = 0
+    for record in reversed(runs):
+        if record.outcome != REQUEUE or (record.error or {}).get("kind") != SPOOL_IO:
+            break
+        count += 1
+    return count
 
 
 def next_run_number(job_dir: Path) -> int:

@@ -51,13 +51,16 @@ from spoolrender.records import (
     REQUEUE,
     RETRY,
     RUNNER_DIED,
+    SPOOL_IO,
     RunRecord,
     attempts_used,
     decide,
     next_run_number,
     read_run,
     read_runs,
+    spool_io_requeues,
 )
+from spoolrender.spool_io import SpoolIOCondition, attempt_counted, is_spool_io
 from spoolrender.transitions import backoff_delay, carry_out
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,9 @@ class Recoverer:
         clock: Clock,
         rng: random.Random,
         tracker: LivenessTracker | None = None,
+        spool_io: SpoolIOCondition | None = None,
     ) -> None:
+        self._spool_io = spool_io
         self._layout = layout
         self._config = config
         self._clock = clock
@@ -106,7 +111,10 @@ class Recoverer:
             except FileNotFoundError:
                 log.debug("%s moved while recovering it; someone else got there first", name)
             except OSError as exc:
-                log.warning("could not recover %s: %s", name, exc)
+                if self._spool_io is not None and is_spool_io(exc):
+                    self._spool_io.failed(exc, f"recovering {name}")  # logged there, rate-limited
+                else:
+                    log.warning("could not recover %s: %s", name, exc)
         self._tracker.save()
         for parked in list_names(self._layout.private / ABANDONED_DIR):
             # Left by a recoverer that died between parking a claim and clearing it.
@@ -124,6 +132,8 @@ class Recoverer:
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
         hb = read_heartbeat(job_dir)
         if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir, token):
+            if process_start(hb.pid) is not None:  # (or its pid is another process's by now)
+                return f"runner pid {hb.pid} on {hb.host} released its lock while still running"
             return f"runner pid {hb.pid} on {hb.host} died (its lock was released)"
         # An unreadable heartbeat still proves life if it keeps being rewritten (the
         # owner replaces the file every beat): then the file's identity is the signature.
@@ -155,8 +165,8 @@ class Recoverer:
         run = hb.run if hb is not None and hb.token == token else next_run_number(job_dir)
         record = read_run(job_dir, run)
         if record is None:
-            owner_host = hb.host if hb is not None and hb.token == token else None
-            record = self._dead_run_record(job_dir, run, token, why, owner_host)
+            owner = hb if hb is not None and hb.token == token else None
+            record = self._dead_run_record(job_dir, run, token, why, owner)
             if not decide(job_dir, record):
                 record = read_run(job_dir, run)
                 if record is None:
@@ -217,17 +227,35 @@ class Recoverer:
             return self._config.max_attempts, defaults.DEFAULT_PRIORITY
         return spec.max_attempts, spec.priority
 
-    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str, owner_host: str | None) -> RunRecord:
+    def _dead_run_record(self, job_dir: Path, run: int, token: str, why: str, owner: Heartbeat | None) -> RunRecord:
         """The outcome of the dead owner's run, written by this (recovering) host.
 
         ``details.ran_on`` is the host the attempt ran and died on (its heartbeat's; None
-        when it died before its first beat), for ``attempt_hosts``.
+        when it died before its first beat), for ``attempt_hosts``. An owner whose last
+        heartbeat says it could not write to the spool (a full disk) stopped for the
+        filesystem's sake, not the job's: requeued without using an attempt, but for the
+        bound on free requeues in a row (``SPOOL_IO_FREE_REQUEUES``).
         """
+        owner_host = None if owner is None else owner.host
         runs = read_runs(job_dir)
+        kind = RUNNER_DIED
+        if owner is not None and owner.spool_io is not None:
+            stopped = f"{owner.spool_io} ({why} while it could not write to the spool)"
+            requeues = spool_io_requeues(runs)
+            if requeues < defaults.SPOOL_IO_FREE_REQUEUES:
+                _, priority = self._job_limits(job_dir)
+                return RunRecord(
+                    run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=self._clock.wall(),
+                    due=self._clock.wall(),
+                    error={"kind": SPOOL_IO, "transient": True,
+                           "message": f"{stopped}; requeued without using an attempt"},
+                    details={"priority": priority, "ran_on": owner_host},
+                )  # fmt: skip
+            kind, why = SPOOL_IO, f"{stopped}; {attempt_counted(requeues)}"
         attempt = attempts_used(runs) + 1
         max_attempts, priority = self._job_limits(job_dir)
         now = self._clock.wall()
-        error = {"kind": RUNNER_DIED, "message": why, "transient": True}
+        error = {"kind": kind, "message": why, "transient": True}
         due = None
         outcome = RETRY if attempt < max_attempts else FAILED
         if outcome == RETRY:

@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,7 +42,7 @@ from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
 from spoolrender.durable import set_fsync
-from spoolrender.errors import ClaimBlocked, SpoolLayoutError, SpoolrenderError
+from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, SpoolrenderError
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
@@ -51,6 +52,7 @@ from spoolrender.metrics import RunnerMetrics
 from spoolrender.publish import SCRATCH_DIR
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
+from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
@@ -79,7 +81,8 @@ class RunSummary:
     chunks: int = 0  # runs of chunks (spoolrender.chunks), whatever their outcome
     paused: bool = False
     blocked: bool = False  # this host was blocked for failing many jobs (hosts.py)
-    # Why the run ended: "drained", "signal", "max-jobs" or "max-runtime".
+    # Why the run ended: "drained", "signal", "max-jobs", "max-runtime" or "spool-io" (a
+    # drain that found the spool's filesystem failing: full, read-only...).
     stopped_by: str = "signal"
 
 
@@ -110,17 +113,16 @@ class Runner:
             config.output_root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
-        # Refuse at once a filesystem that lacks an operation the protocol needs (some
-        # network and FUSE filesystems), instead of failing jobs obscurely later.
-        check_filesystem(self.layout.private, "spool")
-        # The output root's probe in the scratch dir: consumers watch the output tree.
-        check_filesystem(config.output_root, "output root", probe_in=config.output_root / SCRATCH_DIR)
         self.drain = drain
         self.max_jobs = max_jobs
         self.max_runtime = max_runtime
         self.clock = clock or SystemClock()
+        # Full disk, read-only, I/O errors (spool_io.py): shared by every thread of this runner.
+        self._spool_io = SpoolIOCondition(self.clock, HOSTNAME)
+        self._check_filesystems()
         self._started_mono = self.clock.monotonic()
         self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
+        self._beacon_told: float | None = None  # the spool I/O trouble the last beacon told of
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
@@ -138,11 +140,11 @@ class Runner:
             local=not is_network_filesystem(config.spool),
             closers_alive=self._closers.alive,
         )
-        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id)
+        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id, self._spool_io)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
-        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
+        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker, self._spool_io)
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
@@ -156,6 +158,7 @@ class Runner:
                 factory,
                 self.capacity.threads_per_job,
                 self.metrics.render_cache,
+                self._spool_io,
             )
             for _ in range(self.capacity.slots)
         ]
@@ -173,6 +176,25 @@ class Runner:
             from spoolrender.hooks import HookDispatcher  # http/ssl only for spools that use hooks
 
             self._hooks = HookDispatcher(self.layout, config, self.rng, lambda: spool_now(self._hooks_probe))
+
+    def _check_filesystems(self) -> None:
+        """Refuse at once a filesystem that lacks an operation the protocol needs (some
+        network and FUSE filesystems), instead of failing jobs obscurely later. A probe
+        that fails for the filesystem's condition (full, read-only...) says so and, but
+        for a drain, is tried again with the spool I/O backoff until it passes."""
+        while True:
+            try:
+                check_filesystem(self.layout.private, "spool")
+                # The output root's probe in the scratch dir: consumers watch the output tree.
+                check_filesystem(self.config.output_root, "output root", probe_in=self.config.output_root / SCRATCH_DIR)
+            except SpoolIOError as exc:
+                if self.drain:
+                    raise
+                delay = self._spool_io.failed(OSError(exc.errno, exc.strerror), "probing the spool's filesystem")
+                time.sleep(delay)  # before run(): SIGTERM still ends the process at once
+                continue
+            self._spool_io.succeeded()
+            return
 
     # --- control ---------------------------------------------------------------------
 
@@ -261,8 +283,11 @@ class Runner:
             except OSError as exc:
                 # The spool's filesystem failed under us (read-only, full, briefly gone).
                 # Waiting loses nothing: every state is on disk; try again shortly.
-                log.error("spool trouble (%s); trying again in %g s", exc, self.config.rescan_seconds)
-                timeout = self.config.rescan_seconds
+                if is_spool_io(exc):
+                    timeout = self._spool_io.failed(exc, "scanning the spool")
+                else:
+                    log.error("spool trouble (%s); trying again in %g s", exc, self.config.rescan_seconds)
+                    timeout = self.config.rescan_seconds
             if timeout is None:
                 return
             self._wake.wait(max(0.0, min(timeout, self.config.rescan_seconds)))
@@ -285,7 +310,25 @@ class Runner:
                 log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
                 self.summary.stopped_by = "max-jobs"
                 return None
-        if now >= self._next_beacon:
+        io_wait = self._spool_io.wait_seconds()
+        if io_wait > 0:
+            # The spool's filesystem is failing: no claims, no sweeps, no beacon until the
+            # next try is due (running jobs wait for it on their own, keeping their claims).
+            with self._lock:
+                idle = not self._active
+            if self.drain and idle:
+                log.error("drain stopped: the spool's filesystem fails (%s); the next run tries again",
+                          self._spool_io.text())  # fmt: skip
+                self.summary.stopped_by = "spool-io"
+                return None
+            if self._beacon_told != self._spool_io.since() or now >= self._next_beacon:
+                # Status must learn of the trouble now, and see this runner online while it
+                # lasts (written in place if need be): a periodic write, not a retry.
+                self._write_beacon(retried=False)
+                self._write_metrics()
+                self._next_beacon = now + self.config.heartbeat_seconds
+            return max(0.0, min(self._spool_io.wait_seconds() or io_wait, self._next_beacon - now))
+        if now >= self._next_beacon or self._spool_io.active:
             self._write_beacon()
             self._write_metrics()
             self._next_beacon = now + self.config.heartbeat_seconds
@@ -325,6 +368,14 @@ class Runner:
             except ClaimBlocked as exc:
                 self._scanner.claim_failed(candidate.name, str(exc))
                 continue
+            except OSError as exc:
+                if not is_spool_io(exc):
+                    raise
+                # Every claim would fail alike: pause claiming for the backoff, and keep the
+                # candidate (nothing of the claim was left behind).
+                self._spool_io.failed(exc, f"claiming {candidate.source}/{candidate.name}")
+                break
+            self._spool_io.succeeded()
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
@@ -349,7 +400,9 @@ class Runner:
             timeout = min(timeout, scan.next_wake - self.clock.monotonic())
         if self.max_runtime is not None:
             timeout = min(timeout, self._started_mono + self.max_runtime - self.clock.monotonic())
-        if scan.candidates and self._free and not paused and not limited:
+        if self._spool_io.active:
+            timeout = min(timeout, self._spool_io.wait_seconds())
+        elif scan.candidates and self._free and not paused and not limited:
             # Every candidate was lost to other runners (or unclaimable): look again
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
@@ -435,14 +488,17 @@ class Runner:
     def _write_metrics(self) -> None:
         if self._metrics_textfile is None:
             return
+        self.metrics.set_spool_io(self._spool_io.active, self._spool_io.total)
         try:
             self.metrics.write_textfile(self._metrics_textfile, self.layout, self.config.lease_seconds)
         except SpoolrenderError as exc:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
 
-    def _write_beacon(self) -> None:
-        # Runners announce themselves for `status`; losing one in a crash is harmless.
-        with contextlib.suppress(OSError):
+    def _write_beacon(self, *, retried: bool = True) -> None:
+        # Runners announce themselves for `status`; losing one in a crash is harmless. It
+        # is also this runner's probe of a failing spool: written, the trouble is over.
+        self._beacon_told = self._spool_io.since()
+        try:
             write_beacon(
                 self.layout,
                 self.runner_id,
@@ -459,5 +515,13 @@ class Runner:
                     "host_blocked": self._blocked,
                     "version": __version__,
                     "updated": self.clock.wall(),
+                    "spool_io": self._spool_io.report(),
                 },
             )
+        except OSError as exc:
+            if is_spool_io(exc):
+                self._spool_io.failed(exc, "writing this runner's beacon", retried=retried)
+            return
+        if self._spool_io.active:
+            self._spool_io.succeeded()
+            self._next_beacon = 0.0  # the beacon just written still tells of the trouble

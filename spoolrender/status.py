@@ -43,7 +43,8 @@ REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them w
 # 2: counts.incoming counts the jobs in queue directories (1 counted each directory as
 # one entry); "queues", "unserved" (queues.py) and "blocked_hosts" (hosts.py) added.
 # 3: counts.split and "split" (jobs rendered in chunks, waiting for them) added.
-SCHEMA_VERSION = 3
+# 4: "spool_io" (runners whose writes to the spool fail: full disk, read-only...) added.
+SCHEMA_VERSION = 4
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -208,7 +209,27 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "queues": queues,
         "unserved": unserved,
         "blocked_hosts": all_blocked(layout),
+        "spool_io": spool_io_conditions(snap.runners),
     }
+
+
+def spool_io_conditions(runners: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spool I/O trouble (spool_io.py) of every online runner that reports one."""
+    return [
+        {**r["spool_io"], "host": r.get("host"), "runner": r.get("runner")}
+        for r in runners
+        if r.get("online") and isinstance(r.get("spool_io"), dict)
+    ]
+
+
+def describe_spool_io(condition: dict[str, Any]) -> str:
+    """``spool I/O: No space left on device since 10:02 on host vm (claiming paused,
+    retrying every 30 s)``: one runner's trouble, for people (status, dashboard)."""
+    since = time.strftime("%H:%M", time.localtime(float(condition.get("since") or 0)))
+    return (
+        f"spool I/O: {condition.get('error')} since {since} on host {condition.get('host')} "
+        f"(claiming paused, retrying every {float(condition.get('retry_seconds') or 0):g} s)"
+    )
 
 
 def retry_info(name: str, now: float) -> dict[str, Any] | None:
@@ -280,6 +301,8 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         left = _age(float(b.get("until") or 0) - status["generated_at"])
         lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
                            f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
+    for condition in status.get("spool_io", []):
+        lines.append(paint(p(describe_spool_io(condition)), "31"))
     for u in status.get("unserved", []):
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))

@@ -44,6 +44,7 @@ from spoolrender.records import (
     read_runs,
 )
 from spoolrender.render_cache import RESULT_FIELDS as CACHE_FIELDS
+from spoolrender.spool_io import is_spool_io
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,10 @@ def carry_out(
             _end_chunks(layout, output_root, job_id, uid)
             return target
         except PublishError as exc:
+            if is_spool_io(exc.__cause__):
+                # A full (or read-only...) output filesystem passes: the decision is tried
+                # again (spool_io.py), never turned into a failure of the job.
+                raise exc.__cause__  # noqa: B904 - the OSError itself is what callers handle
             # The run was decided as a success but its output cannot be put in place (a
             # name taken meanwhile, a symlink planted in the output tree, disk trouble).
             # A follow-up record fails the job with the reason instead of looping here;

@@ -53,6 +53,8 @@ UPCOMING_FLAGS = {"--metrics-textfile", "--runner-name", "--log-format", "--prom
 # The metric names spoolrender exports (the contract the alert rules are written against).
 METRICS = {
     "spoolrender_jobs",
+    "spoolrender_spool_io_failing",
+    "spoolrender_spool_io_errors_total",
     "spoolrender_backlog_age_seconds",
     "spoolrender_runners_online",
     "spoolrender_slots",
@@ -302,7 +304,7 @@ def test_unit_settings_match_the_runner() -> None:
 def test_alert_rules_pass_promtool_check() -> None:
     result = run([tool("promtool"), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_alert_rules_pass_their_unit_tests() -> None:
@@ -322,8 +324,9 @@ def test_alert_rules_pass_their_unit_tests() -> None:
         ("> 3600", "> 7200"),  # OldestJobTooOld fires too late
         ("0.5 * sum", "2 * sum"),  # RenderCacheThrashing never fires
         (">= 20", ">= 0"),  # RenderCacheThrashing fires on a cache that stores little
+        ("(spoolrender_spool_io_failing) > 0", "(spoolrender_spool_io_failing) > 1"),  # SpoolIOFailing never fires
     ],
-    ids=["no-absent", "no-zero-done", "threshold", "cache-ratio", "cache-min-stores"],
+    ids=["no-absent", "no-zero-done", "threshold", "cache-ratio", "cache-min-stores", "spool-io"],
 )
 def test_alert_unit_tests_catch_a_broken_rule(tmp_path: Path, old: str, new: str) -> None:
     promtool = tool("promtool")

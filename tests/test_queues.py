@@ -83,7 +83,7 @@ def test_tags_and_unserved_jobs_in_status_and_metrics(spool: SpoolLayout, start_
 
     wait_for(lambda: len(entries(spool, "done")) == 1 and len(unserved()) == 2, timeout=60)
     status = status_json(spool)
-    assert status["schema"] == 3 and status["counts"]["incoming"] == 2  # the queue dir's job, not the dir
+    assert status["schema"] == 4 and status["counts"]["incoming"] == 2  # the queue dir's job, not the dir
     reasons = {u["queue"]: u for u in status["unserved"]}
     assert reasons["nightly"]["reason"] == "no online runner serves queue 'nightly'"
     assert reasons["default"]["requires"] == ["gpu"]

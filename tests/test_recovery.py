@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import entries
 
+from spoolrender import defaults
 from spoolrender.clock import ManualClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import create_exclusive
@@ -26,7 +27,7 @@ from spoolrender.heartbeat import (
 )
 from spoolrender.layout import SpoolLayout, new_token, running_name
 from spoolrender.publish import scratch_dir
-from spoolrender.records import PUBLISHING, RETRY, RunRecord, decide, run_path
+from spoolrender.records import PUBLISHING, REQUEUE, RETRY, SPOOL_IO, RunRecord, decide, run_path
 from spoolrender.recovery import Recoverer
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
@@ -347,3 +348,35 @@ def test_attempt_hosts_name_the_host_a_dead_runners_attempt_ran_on(spool: SpoolL
     ]
     run = json.loads((spool.failed / entry / "run-0001.json").read_text())
     assert run["host"] == HOSTNAME and run["details"]["ran_on"] == "render-07"
+
+
+@pytest.mark.parametrize("free_before", [0, 4, 5])
+def test_owner_stopped_by_a_full_spool_is_requeued_free_a_bounded_number_of_times(
+    spool: SpoolLayout, config: SpoolConfig, free_before: int
+) -> None:
+    """An owner whose heartbeat says it could not write to the spool died (a shutdown past
+    its grace time): its run is requeued without an attempt, but after
+    SPOOL_IO_FREE_REQUEUES free requeues in a row it uses one, saying why."""
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    job_dir = foreign_job(spool, run=free_before + 1)
+    token = job_dir.name.rsplit(".", 1)[1]
+    for n in range(1, free_before + 1):
+        error = {"kind": SPOOL_IO, "message": "No space left on device (...)", "transient": True}
+        r = RunRecord(run=n, outcome=REQUEUE, host="h", pid=1, token=token, ended=0.0, error=error)
+        assert create_exclusive(run_path(job_dir, n), r.to_json())
+    hb = Heartbeat(host="elsewhere", pid=999999, token=token, run=free_before + 1, counter=1,
+                   spool_io="No space left on device")  # fmt: skip
+    (job_dir / "heartbeat").write_bytes(hb.to_json())
+    rec.sweep(set())
+    clock.advance(config.lease_seconds)
+    rec.sweep(set())
+    (entry,) = entries(spool, "retry")
+    run = json.loads(run_path(spool.retry / entry, free_before + 1).read_text())
+    assert run["error"]["kind"] == SPOOL_IO and run["error"]["message"].startswith("No space left on device")
+    if free_before < defaults.SPOOL_IO_FREE_REQUEUES:
+        assert (run["outcome"], run["attempt"]) == (REQUEUE, None)
+        assert "requeued without using an attempt" in run["error"]["message"]
+    else:
+        assert (run["outcome"], run["attempt"]) == (RETRY, 1)
+        assert f"counted as an attempt: requeued {free_before} times in a row" in run["error"]["message"]

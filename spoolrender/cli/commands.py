@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spoolrender.cli.exit_codes import (
+    EXIT_ERROR,
     EXIT_JOBS_FAILED,
     EXIT_MAX_JOBS,
     EXIT_MAX_RUNTIME,
@@ -235,6 +236,8 @@ def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root:
             silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
     if args.drain and summary.failed:
         return EXIT_JOBS_FAILED
+    if summary.stopped_by == "spool-io":
+        return EXIT_ERROR  # the spool's filesystem failed (full, read-only...): said in the log
     if limit is not None:
         return limit
     if args.drain and (summary.paused or summary.blocked) and not summary.claimed:

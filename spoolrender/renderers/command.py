@@ -313,9 +313,16 @@ def verify_nonempty(path: Path) -> None:
 
 
 def _pump(stream: IO[bytes], log_fh: IO[bytes], tail: deque[str], progress: ProgressFn) -> None:
+    logging_ok = True
     for raw in stream:
-        log_fh.write(raw)
-        log_fh.flush()
+        if logging_ok:
+            try:
+                log_fh.write(raw)
+                log_fh.flush()
+            except OSError:
+                # The spool is full (or failing): the log loses its tail, but the command
+                # must still be read, or it blocks on a full pipe and never ends.
+                logging_ok = False
         line = raw.decode("utf-8", "replace").rstrip("\n")
         m = PROGRESS_LINE.fullmatch(line.strip())
         if m:

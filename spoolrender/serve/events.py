@@ -95,6 +95,7 @@ def _summary_signature(status: dict[str, Any]) -> tuple[Any, ...]:
     return (
         tuple(sorted(status["counts"].items())),
         status["paused"],
+        tuple((c.get("runner"), c.get("error"), c.get("retry_seconds")) for c in status.get("spool_io", [])),
         tuple((r["entry"], r["progress"], r["stage"], r["stale"], r["eta_seconds"]) for r in status["running"]),
         tuple(r["entry"] for r in status["retry"][:SUMMARY_RETRY]),
         tuple(f["entry"] for f in status["recent_failures"]),

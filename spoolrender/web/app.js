@@ -59,6 +59,11 @@ function onProgress(job) {
 
 // --- the summary ----------------------------------------------------------------------
 
+function describeSpoolIO(c) {
+  const since = new Date(c.since * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  return `spool I/O: ${c.error} since ${since} on host ${c.host} (claiming paused, retrying every ${c.retry_seconds} s)`;
+}
+
 function renderSummary(status) {
   skew = status.generated_at - Date.now() / 1000;
   $("#spool").textContent = status.spool;
@@ -70,6 +75,12 @@ function renderSummary(status) {
   const paused = $("#paused");
   paused.hidden = !status.paused;
   paused.textContent = status.paused ? `PAUSED: ${status.paused} — no runner claims new jobs until \`spoolrender resume\`` : "";
+  // Runners whose writes to the spool fail (full disk, read-only...): they claim nothing
+  // until a write works again, and say so here as `spoolrender status` does.
+  const spoolIO = $("#spool-io");
+  const troubles = status.spool_io || [];
+  spoolIO.hidden = troubles.length === 0;
+  spoolIO.textContent = troubles.map(describeSpoolIO).join("\n");
 
   fillTable("running", status.running.map(runningRow));
 

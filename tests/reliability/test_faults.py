@@ -18,6 +18,7 @@ import pytest
 import yaml
 from invariants import audit
 
+from spoolrender import defaults
 from spoolrender.layout import SpoolLayout, init_spool
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
@@ -85,6 +86,34 @@ def test_full_output_filesystem_is_transient_and_leaves_nothing(tmp_path: Path, 
     assert (out / "small.mp4").read_bytes() == b"fits"  # the runner went on
     assert sorted(os.listdir(out)) == [".spoolrender-tmp", "small.mp4"] and os.listdir(out / ".spoolrender-tmp") == []
     assert shutil.disk_usage(out).used < 64 * 1024  # the partial 1 MiB is gone
+
+
+def test_output_filesystem_filled_by_others_requeues_a_job_a_bounded_number_of_times(
+    tmp_path: Path, mounts: list[Path]
+) -> None:
+    """Someone else's file leaves the output filesystem 256 KiB: each run of the job is
+    stopped by the disk (not its own doing), so it is requeued without an attempt, but
+    only SPOOL_IO_FREE_REQUEUES times in a row: then the stop uses one (issue 21: no job
+    loops for ever for free)."""
+    out = tmp_path / "small-output"
+    if os.geteuid() != 0 or not tmpfs(out, "1m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    mounts.append(out)
+    (out / "others.bin").write_bytes(b"o" * (768 * 1024))
+    layout = make_spool(tmp_path / "spool", output_root=str(out), max_attempts=1)
+    drop(layout, "big.yaml", {"size": 4 * 1024 * 1024})
+    deadline = time.monotonic() + 120
+    while os.listdir(layout.incoming) + os.listdir(layout.retry) and time.monotonic() < deadline:
+        # A drain stops (status 1) once the disk has stopped a run: the next one goes on.
+        subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=60)
+    runs = runs_of(layout, "failed")
+    free = defaults.SPOOL_IO_FREE_REQUEUES
+    assert [(r["outcome"], r["attempt"]) for r in runs] == [("requeue", None)] * free + [("failed", 1)], runs
+    assert all(r["error"]["kind"] == "spool-io" for r in runs)  # type: ignore[index]
+    assert all(str(r["error"]["message"]).startswith("No space left on device") for r in runs)  # type: ignore[index]
+    last = str(runs[-1]["error"]["message"])  # type: ignore[index]
+    assert f"counted as an attempt: requeued {free} times in a row" in last and "(attempt 1 of 1, none left)" in last
+    assert sorted(os.listdir(out)) == [".spoolrender-tmp", "others.bin"] and os.listdir(out / ".spoolrender-tmp") == []
 
 
 def test_spool_briefly_unwritable(tmp_path: Path) -> None:
