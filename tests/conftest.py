@@ -88,6 +88,15 @@ def drop(layout: SpoolLayout, name: str, job: dict[str, Any] | str | bytes) -> P
     return target
 
 
+def allow_steps(steps_file: Path, count: int) -> None:
+    """Let a render_props job with ``steps_file`` go on to PROGRESS step ``count`` of 10 (10
+    ends it): a test decides how far a render is, never a clock. Renamed into place, so the
+    render never reads a half-written number."""
+    part = steps_file.with_name(steps_file.name + ".part")
+    part.write_text(str(count))
+    os.rename(part, steps_file)
+
+
 def entries(layout: SpoolLayout, state: str) -> list[str]:
     return sorted(os.listdir(layout.state_dir(state)))
 
