@@ -137,6 +137,15 @@ def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[
             proc.wait()
 
 
+def stopped(proc: subprocess.Popen[bytes]) -> bool:
+    """True once ``proc`` stopped itself with SIGSTOP (a pause point, SPOOLRENDER_PAUSE_AT)."""
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
+    except OSError:
+        return False
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

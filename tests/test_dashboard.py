@@ -99,8 +99,11 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
             " && document.querySelector('#count-running').textContent === '0'"
         )
         assert page.evaluate("window.__sameDocument") is True
-        activity = page.evaluate("document.querySelector('#activity').textContent")
-        assert "render-intro" in activity and "running → done" in activity
+        # (from the job's own state event, which may come after the summary with the counts)
+        activity = page.wait_for(
+            "(t => t.includes('running → done') ? t : '')(document.querySelector('#activity').textContent)"
+        )
+        assert "render-intro" in activity
         print(f"dashboard screenshot after the render: {page.screenshot(FINISHED)}")
         assert page.errors() == []
 
@@ -156,6 +159,8 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
             " return r.length ? r : null; })()"
         )
         assert len(runs) == 1 and "done" in runs[0]
+        # The log follows the state on its own poll: its last line may come a moment later.
+        page.wait_for("document.querySelector('#log-text').textContent.includes('PROGRESS 1.00')")
         assert page.evaluate("document.querySelector('#log-text').textContent").count("PROGRESS 1.00") == 1
         assert page.evaluate("window.__sameDocument") is True
         assert page.errors() == []

@@ -377,17 +377,24 @@ def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
                 break
     finally:
         wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), timeout=60)
+        control = dict(line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines())
         cgroup.rmdir()
+    assert int(control["oom_kill"]) >= 1  # the kernel's OOM killer did end processes of the render
     failure = record(rspool, "failed", "big", "failure.json")
     assert failure["kind"] == "out-of-memory", failure
     assert "not retried" in failure["reason"]
     (entry,) = entries(rspool, "failed")
     runs = [json.loads(p.read_text()) for p in sorted((rspool.failed / entry).glob("run-*.json"))]
-    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2
-    # The kernel's kill is told by its cgroup's count. At concurrency 1 Chromium may instead
-    # fail the frame's screenshot itself (Remotion's "ran out of memory"): out of memory too.
+    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2, runs
+    # A crashed page or worker is told by the cgroup's count ("the kernel's OOM killer ended a
+    # process of the render (oom_kill N -> M, its memory cgroup)"); or the frame's screenshot
+    # fails first, which Remotion itself reports as out of memory. Which comes first varies
+    # from run to run (both were seen here): either is out of memory.
     kernel = "the kernel's OOM killer ended a process of the render (oom_kill "
-    assert any(kernel in r["error"]["message"] and "its memory cgroup" in r["error"]["message"] for r in runs), runs
+    remotion = "Google Chrome ran out of memory"
+    for run in runs:
+        message = run["error"]["message"]
+        assert (kernel in message and "its memory cgroup" in message) or remotion in message, run
 
 
 def test_a_job_in_chunks_is_rendered_by_the_spool_joined_and_published_once(

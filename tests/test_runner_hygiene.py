@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import command_job, drop, entries, spoolrender_cmd, stopped, wait_for, write_spool_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from spoolrender import records
@@ -112,15 +112,6 @@ def test_a_taken_over_runner_logs_no_error(spool: SpoolLayout, start_runner: Any
     alarming = [line for line in text.splitlines() if " ERROR " in line or "unreadable run record" in line]
     assert alarming == []
     assert entries(spool, "failed") == [] and len(entries(spool, "done")) == 1
-
-
-def stopped(proc: subprocess.Popen[bytes]) -> bool:
-    """True once ``proc`` stopped itself with SIGSTOP at a pause point."""
-    try:
-        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except OSError:
-        return False
 
 
 def test_a_directory_moving_while_its_runs_are_read_is_not_an_unreadable_record(

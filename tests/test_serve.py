@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from browser.server import Server, running_server
-from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from browser.server import Server, SseEvent, running_server
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, stopped, wait_for, write_spool_config
 from prometheus_client.parser import text_string_to_metric_families
 
 import spoolrender
@@ -218,7 +219,8 @@ def test_writes_are_off_without_a_token(busy: tuple[SpoolLayout, Server]) -> Non
 
 
 def test_event_stream_follows_a_job_to_done(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
-    drop(spool, "follow.yaml", command_job(sleep=2))
+    steps = tmp_path / "steps"  # the render goes on as the test sees each step
+    drop(spool, "follow.yaml", command_job(steps_file=str(steps)))
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1", "--keepalive", "0.5") as server:
         everything = server.events()
         first = everything.next()
@@ -229,7 +231,19 @@ def test_event_stream_follows_a_job_to_done(spool: SpoolLayout, start_runner: An
             initial = stream.next()
             assert (initial.kind, initial.data["state"], initial.data.get("initial")) == ("state", "incoming", True)
             start_runner()
-            events = stream.until(lambda e: e.kind == "state" and e.data["state"] in ("done", "failed"))
+
+            def finished(e: SseEvent) -> bool:
+                return e.kind == "state" and e.data["state"] in ("done", "failed")
+
+            def reached(fraction: float) -> Callable[[SseEvent], bool]:
+                return lambda e: finished(e) or (e.kind == "progress" and (e.data["progress"] or 0) >= fraction)
+
+            events: list[SseEvent] = []
+            for step in (2, 4, 6, 8):  # held at each step until the stream has shown it
+                allow_steps(steps, step)
+                events += stream.until(reached(step / 10))
+            allow_steps(steps, 10)
+            events += stream.until(finished)
         finally:
             stream.close()
         states = [(e.data["previous"], e.data["state"]) for e in events if e.kind == "state"]
@@ -300,6 +314,26 @@ def test_resuming_needs_an_unbroken_watch(spool: SpoolLayout) -> None:
             assert hub.resume_point("other-1") is None and hub.resume_point(f"{hub.boot}-999999") is None
     finally:
         hub.stop()
+
+
+def test_a_claim_seen_half_way_is_one_move_into_running(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    """A claim makes running/<entry> (with its lock) before it renames the job file in; a
+    poll in between sees the job in both places: one move incoming -> running, never a
+    "removed" job (the runner stops itself right there, as a slow machine would)."""
+    drop(spool, "claimed.yaml", command_job())
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1") as server:
+        stream = server.events("/events?job=claimed")
+        try:
+            assert stream.next().data["state"] == "incoming"
+            runner = start_runner(env={"SPOOLRENDER_PAUSE_AT": "claim-before-rename"})
+            wait_for(lambda: stopped(runner), timeout=60)
+            half_way = stream.until(lambda e: e.kind == "state")
+            runner.send_signal(signal.SIGCONT)
+            rest = stream.until(lambda e: e.kind == "state" and e.data["state"] in ("done", "failed", "removed"))
+        finally:
+            stream.close()
+    states = [(e.data["previous"], e.data["state"]) for e in half_way + rest if e.kind == "state"]
+    assert states == [("incoming", "running"), ("running", "done")], states
 
 
 def test_event_stream_keepalive_comments(spool: SpoolLayout, tmp_path: Path) -> None:

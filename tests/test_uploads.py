@@ -288,14 +288,13 @@ def test_empty_file_waits_for_its_close_then_fails_with_a_reason(spool: SpoolLay
 
 def test_job_renamed_in_before_the_runner_started_does_not_wait_the_settle_time(spool: SpoolLayout) -> None:
     """Issue 13 item 8: submit's rename is complete, and no local process writes the file."""
-    write_spool_config(spool, _config(settle_seconds=60))
+    write_spool_config(spool, _config(settle_seconds=3600))
     tmp = spool.incoming / ".fresh.yaml.part"
     yaml_job = job_file("fresh", 2_000)
     tmp.write_bytes(yaml_job)
     os.rename(tmp, spool.incoming / "fresh.yaml")  # just now: young by its mtime
-    started = time.monotonic()
-    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=60, check=True)
-    assert time.monotonic() - started < 30  # not the 60 s settle time
+    # Within minutes however loaded the machine (else TimeoutExpired), never the hour's settle time.
+    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=300, check=True)
     assert (spool.root / "output" / "uploads" / "fresh.txt").read_text() == digest(yaml_job)
 
 

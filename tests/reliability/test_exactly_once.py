@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import stopped
 from invariants import audit
 
 from spoolrender.clock import ManualClock
@@ -55,15 +56,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "
             return
         time.sleep(0.05)
     raise AssertionError(f"{what}: not met within {timeout} s")
-
-
-def stopped(proc: subprocess.Popen[bytes]) -> bool:
-    """True once ``proc`` stopped itself with SIGSTOP at a pause point."""
-    try:
-        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except OSError:
-        return False
 
 
 def names(layout: SpoolLayout, state: str) -> list[str]:
