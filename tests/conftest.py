@@ -146,7 +146,9 @@ def stopped(proc: subprocess.Popen[bytes]) -> bool:
         return False
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> None:
+    """Until ``predicate()``; the deadline is generous (a loaded machine slows every step), as
+    it costs nothing when the condition comes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

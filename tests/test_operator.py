@@ -184,9 +184,9 @@ def test_pause_stops_claiming_everywhere_until_resume(spool: SpoolLayout, start_
     assert entries(spool, "incoming") == ["a.yaml"]
     assert json.loads(cli("status", "--json", "--spool", root).stdout)["paused"] == "disk swap"
     assert cli("resume", "--spool", root).returncode == 0
-    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=20)
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=20) == 0
+    assert runner.wait(timeout=60) == 0
 
 
 def test_purge_forgets_old_finished_jobs_only(spool: SpoolLayout) -> None:
@@ -256,9 +256,9 @@ def test_status_prometheus_for_cron(spool: SpoolLayout) -> None:
 def test_stopped_runner_removes_its_textfile(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     textfile = tmp_path / "r.prom"
     runner = start_runner("--metrics-textfile", str(textfile))
-    wait_for(textfile.exists, timeout=20)
+    wait_for(textfile.exists, timeout=60)
     runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=20) == 0
+    assert runner.wait(timeout=60) == 0
     assert not textfile.exists()  # NoRunner alerts, not a frozen "online" runner
 
 

@@ -137,7 +137,7 @@ def test_sigterm_past_grace_requeues_without_using_an_attempt(spool: SpoolLayout
     r = start_runner()
     wait_for(lambda: running_heartbeat_with_pgid(spool))
     r.send_signal(signal.SIGTERM)
-    assert r.wait(timeout=20) == 0
+    assert r.wait(timeout=60) == 0
     (entry,) = entries(spool, "retry")
     run = json.loads((spool.retry / entry / "run-0001.json").read_text())
     assert run["outcome"] == "requeue" and run["attempt"] is None
@@ -176,9 +176,9 @@ def test_half_written_upload_waits_until_complete(spool: SpoolLayout, start_runn
         assert entries(spool, "incoming") == ["upload.yaml"]
         fh.write(text[12:])
     # close-after-write: complete now, claimed without waiting for the settle time.
-    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=15)
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     r.send_signal(signal.SIGTERM)
-    r.wait(timeout=15)
+    r.wait(timeout=60)
     assert (spool.root / "output" / "upload.mp4").read_bytes() == b"complete"
     assert entries(spool, "failed") == []
 
