@@ -77,16 +77,21 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
 
         # The bar moves as the runner renders: value and drawn width, with no reload.
         first = float(page.evaluate(f"document.querySelector('{BAR}').getAttribute('aria-valuenow')"))
-        first_width = page.evaluate(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width")
+
+        def drawn_at(percent: float) -> str:  # the fill's width once its CSS transition got there
+            return (f"(b => {{ const w = b.querySelector('.fill').getBoundingClientRect().width;"
+                    f" return w >= b.getBoundingClientRect().width * {percent} / 100 - 1 ? w : 0; }})"
+                    f"(document.querySelector('{BAR}'))")  # fmt: skip
+
+        first_width = page.wait_for(drawn_at(first))
         page.evaluate("window.__sameDocument = true")
         allow_steps(steps, 6)
         later = page.wait_for(
             f"(() => {{ const v = Number(document.querySelector('{BAR}')?.getAttribute('aria-valuenow'));"
             f" return v >= {first} + 20 ? v : 0; }})()"
         )
-        # The drawn width follows through its CSS transition.
-        page.wait_for(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width > {first_width}")
-        assert 0 <= first < later <= 100
+        later_width = page.wait_for(drawn_at(later))  # the drawn width follows
+        assert 0 < first < later <= 100 and later_width > first_width
         eta = page.evaluate("document.querySelector('#running tr[data-job=\"render-intro\"] .eta').textContent")
         assert eta.endswith("s") or eta.endswith("m")
         shot = page.screenshot(ARTIFACT)
