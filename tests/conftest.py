@@ -88,6 +88,15 @@ def drop(layout: SpoolLayout, name: str, job: dict[str, Any] | str | bytes) -> P
     return target
 
 
+def allow_steps(steps_file: Path, count: int) -> None:
+    """Let a render_props job with ``steps_file`` go on to PROGRESS step ``count`` of 10 (10
+    ends it): a test decides how far a render is, never a clock. Renamed into place, so the
+    render never reads a half-written number."""
+    part = steps_file.with_name(steps_file.name + ".part")
+    part.write_text(str(count))
+    os.rename(part, steps_file)
+
+
 def entries(layout: SpoolLayout, state: str) -> list[str]:
     return sorted(os.listdir(layout.state_dir(state)))
 
@@ -128,7 +137,18 @@ def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[
             proc.wait()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
+def stopped(proc: subprocess.Popen[bytes]) -> bool:
+    """True once ``proc`` stopped itself with SIGSTOP (a pause point, SPOOLRENDER_PAUSE_AT)."""
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
+    except OSError:
+        return False
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> None:
+    """Until ``predicate()``; the deadline is generous (a loaded machine slows every step), as
+    it costs nothing when the condition comes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from browser.server import running_server
 from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, markers, video
-from conftest import FAST, drop, spoolrender_cmd, wait_for, write_spool_config
+from conftest import FAST, drop, spoolrender_cmd, stopped, wait_for, write_spool_config
 
 import spoolrender
 from spoolrender.chunks.plan import ChunkPlan, plan_parts
@@ -327,11 +327,6 @@ def _idle_since(spool: SpoolLayout, pid: int, since: float) -> bool:
     return False
 
 
-def _stopped(proc: subprocess.Popen[bytes]) -> bool:
-    with open(f"/proc/{proc.pid}/stat", "rb") as fh:
-        return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
-
-
 @pytest.mark.parametrize("point", ["after-split-move", "chunk-after-store"])
 def test_a_runner_frozen_past_the_lease_mid_split_loses_nothing_and_publishes_once(
     spool: SpoolLayout, start_runner: Any, tmp_path: Path, point: str
@@ -342,7 +337,7 @@ def test_a_runner_frozen_past_the_lease_mid_split_loses_nothing_and_publishes_on
     write_spool_config(spool, FRAMES_CONFIG)
     drop(spool, "long.yaml", frames_job(3, frames=30, marker=str(tmp_path / "marker")))
     frozen = start_runner(env={"SPOOLRENDER_PAUSE_AT": point}, log=tmp_path / "frozen.log")
-    wait_for(lambda: _stopped(frozen), timeout=60)
+    wait_for(lambda: stopped(frozen), timeout=60)
     start_runner(log=tmp_path / "other.log")
     wait_for(lambda: bool(os.listdir(spool.done)), timeout=90)
     thawed = time.time()

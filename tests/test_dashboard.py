@@ -19,7 +19,7 @@ import pytest
 from browser.cdp import CHROMIUM, Chromium
 from browser.server import running_server
 from browser.videos import FFMPEG, video_spool
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout
@@ -52,8 +52,10 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
 
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
         start_runner()
-        drop(spool, "render-intro.yaml", command_job(sleep=8))
-        wait_for(lambda: 0 < progress_now(spool) < 0.5, timeout=30)
+        steps = tmp_path / "steps"  # the render goes on only as far as the test lets it
+        allow_steps(steps, 2)
+        drop(spool, "render-intro.yaml", command_job(steps_file=str(steps)))
+        wait_for(lambda: abs(progress_now(spool) - 0.2) < 1e-6, timeout=60)
 
         page = browser.new_page(server.url)
         page.wait_for(f"document.body.dataset.ready === '1' && document.querySelector('{BAR}') !== null")
@@ -75,30 +77,38 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
 
         # The bar moves as the runner renders: value and drawn width, with no reload.
         first = float(page.evaluate(f"document.querySelector('{BAR}').getAttribute('aria-valuenow')"))
-        first_width = page.evaluate(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width")
+
+        def drawn_at(percent: float) -> str:  # the fill's width once its CSS transition got there
+            return (f"(b => {{ const w = b.querySelector('.fill').getBoundingClientRect().width;"
+                    f" return w >= b.getBoundingClientRect().width * {percent} / 100 - 1 ? w : 0; }})"
+                    f"(document.querySelector('{BAR}'))")  # fmt: skip
+
+        first_width = page.wait_for(drawn_at(first))
         page.evaluate("window.__sameDocument = true")
+        allow_steps(steps, 6)
         later = page.wait_for(
             f"(() => {{ const v = Number(document.querySelector('{BAR}')?.getAttribute('aria-valuenow'));"
-            f" return v >= {first} + 20 ? v : 0; }})()",
-            timeout=15,
+            f" return v >= {first} + 20 ? v : 0; }})()"
         )
-        time.sleep(0.6)  # the bar's width transition
-        later_width = page.evaluate(f"document.querySelector('{BAR} .fill').getBoundingClientRect().width")
-        assert 0 <= first < later <= 100 and later_width > first_width
+        later_width = page.wait_for(drawn_at(later))  # the drawn width follows
+        assert 0 < first < later <= 100 and later_width > first_width
         eta = page.evaluate("document.querySelector('#running tr[data-job=\"render-intro\"] .eta').textContent")
         assert eta.endswith("s") or eta.endswith("m")
         shot = page.screenshot(ARTIFACT)
         print(f"dashboard screenshot: {shot}")
 
         # The job finishes: counts and the activity list follow, still on the same document.
+        allow_steps(steps, 10)
         page.wait_for(
             "document.querySelector('#count-done').textContent === '2'"
-            " && document.querySelector('#count-running').textContent === '0'",
-            timeout=20,
+            " && document.querySelector('#count-running').textContent === '0'"
         )
         assert page.evaluate("window.__sameDocument") is True
-        activity = page.evaluate("document.querySelector('#activity').textContent")
-        assert "render-intro" in activity and "running → done" in activity
+        # (from the job's own state event, which may come after the summary with the counts)
+        activity = page.wait_for(
+            "(t => t.includes('running → done') ? t : '')(document.querySelector('#activity').textContent)"
+        )
+        assert "render-intro" in activity
         print(f"dashboard screenshot after the render: {page.screenshot(FINISHED)}")
         assert page.errors() == []
 
@@ -116,8 +126,10 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
 
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server, Chromium() as browser:
         start_runner()
-        drop(spool, "render-intro.yaml", command_job(sleep=10))
-        wait_for(lambda: 0 < progress_now(spool) < 0.4, timeout=30)
+        steps = tmp_path / "steps"  # the render goes on only as far as the test lets it
+        allow_steps(steps, 2)
+        drop(spool, "render-intro.yaml", command_job(steps_file=str(steps)))
+        wait_for(lambda: abs(progress_now(spool) - 0.2) < 1e-6, timeout=60)
 
         # From the overview's running table to the job page, by clicking the id.
         page = browser.new_page(server.url)
@@ -130,17 +142,12 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
 
         # Live: the bar moves and the log grows without a reload.
         page.evaluate("window.__sameDocument = true")
-        first = float(page.wait_for("document.querySelector('#progress .bar').getAttribute('aria-valuenow')"))
-        page.wait_for(
-            f"Number(document.querySelector('#progress .bar').getAttribute('aria-valuenow')) >= {first} + 20",
-            timeout=20,
-        )
+        bar = "Number(document.querySelector('#progress .bar').getAttribute('aria-valuenow'))"
+        log_lines = "document.querySelector('#log-text').textContent.split('PROGRESS').length - 1"
         page.wait_for("document.querySelector('#log-state').textContent.includes('live')")
-        lines_before = page.wait_for("document.querySelector('#log-text').textContent.split('PROGRESS').length - 1")
-        page.wait_for(
-            f"document.querySelector('#log-text').textContent.split('PROGRESS').length - 1 > {lines_before}",
-            timeout=20,
-        )
+        page.wait_for(f"{bar} === 20 && {log_lines} === 2")
+        allow_steps(steps, 6)
+        page.wait_for(f"{bar} === 60 && {log_lines} === 6")
         page.wait_for("document.querySelector('#jobfile').textContent.includes('renderer: command')")
         settings = page.evaluate(
             "Object.fromEntries([...document.querySelectorAll('#settings tr')]"
@@ -150,12 +157,15 @@ def test_job_page_from_the_overview(spool: SpoolLayout, start_runner: Any, tmp_p
         print(f"job page screenshot: {page.screenshot(JOB_SHOT)}")
 
         # It finishes: the page follows to done, with the run in the table.
-        page.wait_for("document.querySelector('#state').textContent === 'done'", timeout=30)
+        allow_steps(steps, 10)
+        page.wait_for("document.querySelector('#state').textContent === 'done'")
         runs = page.wait_for(
             "(() => { const r = [...document.querySelectorAll('#runs tbody tr')].map(r => r.textContent);"
             " return r.length ? r : null; })()"
         )
         assert len(runs) == 1 and "done" in runs[0]
+        # The log follows the state on its own poll: its last line may come a moment later.
+        page.wait_for("document.querySelector('#log-text').textContent.includes('PROGRESS 1.00')")
         assert page.evaluate("document.querySelector('#log-text').textContent").count("PROGRESS 1.00") == 1
         assert page.evaluate("window.__sameDocument") is True
         assert page.errors() == []
@@ -189,13 +199,13 @@ def test_job_page_plays_the_rendered_video(tmp_path: Path) -> None:
         page.wait_for("document.body.dataset.ready === '1' && document.querySelector('#output-video') !== null")
         video = "document.querySelector('#output-video')"
         assert page.evaluate(f"{video}.getAttribute('poster')") == "/jobs/intro/poster"
-        page.wait_for(f"{video}.readyState >= 1", timeout=20)  # metadata: the server answered
+        page.wait_for(f"{video}.readyState >= 1")  # metadata: the server answered
         assert abs(page.evaluate(f"{video}.duration") - 3.0) < 0.2
         page.evaluate(f"{video}.muted = true; {video}.play()")
-        page.wait_for(f"{video}.currentTime > 1.0", timeout=30)  # the first second played
+        page.wait_for(f"{video}.currentTime > 1.0")  # the first second played
         # Seeking needs range answers: jump near the end and play on from there.
         page.evaluate(f"{video}.currentTime = 2.5")
-        page.wait_for(f"{video}.currentTime >= 2.5 && !{video}.seeking", timeout=20)
+        page.wait_for(f"{video}.currentTime >= 2.5 && !{video}.seeking")
         assert page.evaluate(f"{video}.error") is None
         page.evaluate(f"{video}.pause()")
         print(f"video job page screenshot: {page.screenshot(VIDEO_SHOT)}")
@@ -323,14 +333,14 @@ def test_actions_with_a_token(spool: SpoolLayout, tmp_path: Path) -> None:
 
         # Retry: the job moves failed -> retry, on the spool and on the page.
         page.evaluate("document.querySelector('#retry-btn').click()")
-        page.wait_for("document.querySelector('#state').textContent === 'retry'", timeout=20)
+        page.wait_for("document.querySelector('#state').textContent === 'retry'")
         assert [n.split("-", 2)[2].split(".")[0] for n in entries(spool, "retry")] == ["broken"]
         print(f"actions screenshot: {page.screenshot(ACTIONS_SHOT)}")
         # Cancel takes two clicks; then it is failed as cancelled.
         page.evaluate("document.querySelector('#cancel-btn').click()")
         assert "again" in page.evaluate("document.querySelector('#cancel-btn').textContent")
         page.evaluate("document.querySelector('#cancel-btn').click()")
-        page.wait_for("document.querySelector('#state').textContent === 'failed'", timeout=20)
+        page.wait_for("document.querySelector('#state').textContent === 'failed'")
         assert "cancelled" in page.evaluate("document.querySelector('#reason').textContent")
 
         # The overview, same tab: the token is still there. Submit (invalid, then valid), pause, resume.
@@ -351,12 +361,12 @@ def test_actions_with_a_token(spool: SpoolLayout, tmp_path: Path) -> None:
         page.evaluate("document.querySelector('#submit-btn').click()")
         page.wait_for("document.querySelector('#submit-result a')?.textContent === 'from-the-page'")
         assert (spool.incoming / "from-the-page.yaml").read_text() == "renderer: command\ncommand: props\n"
-        page.wait_for("document.querySelector('#count-incoming').textContent === '1'", timeout=20)
+        page.wait_for("document.querySelector('#count-incoming').textContent === '1'")
         page.evaluate("document.querySelector('#pause-btn').click()")
-        page.wait_for("!document.querySelector('#paused').hidden", timeout=20)
+        page.wait_for("!document.querySelector('#paused').hidden")
         assert (spool.root / ".spoolrender" / "paused").exists()
         page.evaluate("document.querySelector('#resume-btn').click()")
-        page.wait_for("document.querySelector('#paused').hidden", timeout=20)
+        page.wait_for("document.querySelector('#paused').hidden")
         assert not (spool.root / ".spoolrender" / "paused").exists()
         # The browser logs the refused (422) submission as a failed load; nothing else may fail.
         assert [e for e in page.errors() if "status of 422" not in e] == []
@@ -380,7 +390,7 @@ PLOTS_SHOT = ARTIFACT.with_name("plots.png")
 def test_plots_from_the_spool_history(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     write_spool_config(spool, {"slots": 2})
     with running_server(spool.root, tmp_path / "serve.log", "--history-interval", "1") as server:
-        wait_for(lambda: len(server.get_json("/history")["samples"]) >= 2, timeout=30)
+        wait_for(lambda: len(server.get_json("/history")["samples"]) >= 2, timeout=60)
         start_runner()
         for i in range(8):
             drop(spool, f"clip-{i}.yaml", command_job(sleep=1 + i % 3))
@@ -393,7 +403,7 @@ def test_plots_from_the_spool_history(spool: SpoolLayout, start_runner: Any, tmp
         wait_for(lambda: finished() == (8, 1), timeout=120)
         with Chromium() as browser:
             page = browser.new_page(server.url)
-            page.wait_for("document.querySelector('#plots').dataset.done === '8'", timeout=30)
+            page.wait_for("document.querySelector('#plots').dataset.done === '8'")
             assert page.evaluate("document.querySelector('#plots').dataset.failed") == "1"
             captions = page.evaluate(
                 "Object.fromEntries([...document.querySelectorAll('.plot-box')]"

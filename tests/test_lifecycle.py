@@ -22,7 +22,7 @@ def drain(layout: SpoolLayout, **kwargs: Any) -> RunSummary:
     return Runner(load_config(layout.root, environ={}), drain=True, **kwargs).run()
 
 
-def drain_until(layout: SpoolLayout, state: str, count: int, timeout: float = 30) -> None:
+def drain_until(layout: SpoolLayout, state: str, count: int, timeout: float = 60) -> None:
     """Drain repeatedly (retries become due between drains) until ``count`` jobs are in ``state``."""
     deadline = time.monotonic() + timeout
     while len(entries(layout, state)) < count:

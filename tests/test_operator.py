@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 from prometheus_client.parser import text_string_to_metric_families
 
 import spoolrender
@@ -50,16 +50,18 @@ def running_with_progress(layout: SpoolLayout) -> bool:
 
 
 @pytest.fixture
-def busy_spool(spool: SpoolLayout, start_runner: Any) -> SpoolLayout:
+def busy_spool(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> SpoolLayout:
     """A spool with jobs in every state, one of them running under a live runner."""
     write_spool_config(spool, {"backoff_base_seconds": 900, "backoff_cap_seconds": 900, "slots": 1})
     drop(spool, "good.yaml", command_job())
     drop(spool, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     drop(spool, "flaky.yaml", {**command_job(exit=1), "priority": 3})
     assert drain(spool).returncode == 3  # one job failed for good
-    drop(spool, "long.yaml", command_job(sleep=60))
+    steps = tmp_path / "long-steps"
+    allow_steps(steps, 5)  # and no further: it renders until the runner stops or cancels it
+    drop(spool, "long.yaml", command_job(steps_file=str(steps)))
     start_runner()
-    wait_for(lambda: running_with_progress(spool), timeout=30)
+    wait_for(lambda: running_with_progress(spool), timeout=60)
     drop(spool, "waiting.yaml", {**command_job(), "not_before": "2099-01-01T00:00:00Z"})
     return spool
 
@@ -158,7 +160,7 @@ def test_cancel_queued_retry_and_running_jobs(busy_spool: SpoolLayout) -> None:
     assert out.returncode == 0 and "moved to failed/flaky." in out.stdout
     out = cli("cancel", "long", "--spool", root)
     assert out.returncode == 0 and "asked its runner to stop it" in out.stdout
-    wait_for(lambda: entries(busy_spool, "running") == [], timeout=20)  # next heartbeat (0.2 s) stops it
+    wait_for(lambda: entries(busy_spool, "running") == [], timeout=60)  # next heartbeat (0.2 s) stops it
     reasons = {}
     for entry in entries(busy_spool, "failed"):
         failure = json.loads((busy_spool.failed / entry / "failure.json").read_text())
@@ -182,9 +184,9 @@ def test_pause_stops_claiming_everywhere_until_resume(spool: SpoolLayout, start_
     assert entries(spool, "incoming") == ["a.yaml"]
     assert json.loads(cli("status", "--json", "--spool", root).stdout)["paused"] == "disk swap"
     assert cli("resume", "--spool", root).returncode == 0
-    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=20)
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=20) == 0
+    assert runner.wait(timeout=60) == 0
 
 
 def test_purge_forgets_old_finished_jobs_only(spool: SpoolLayout) -> None:
@@ -254,9 +256,9 @@ def test_status_prometheus_for_cron(spool: SpoolLayout) -> None:
 def test_stopped_runner_removes_its_textfile(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     textfile = tmp_path / "r.prom"
     runner = start_runner("--metrics-textfile", str(textfile))
-    wait_for(textfile.exists, timeout=20)
+    wait_for(textfile.exists, timeout=60)
     runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=20) == 0
+    assert runner.wait(timeout=60) == 0
     assert not textfile.exists()  # NoRunner alerts, not a frozen "online" runner
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import SpoolLayout
@@ -81,7 +81,8 @@ def test_paused_runner_never_publishes_after_its_job_was_taken(
     if os.geteuid() != 0 or subprocess.run(["unshare", "-u", "true"], check=False).returncode != 0:
         pytest.skip("needs unshare -u (root) to give runner A its own hostname")
     marker = tmp_path / "renders.txt"
-    drop(spool, "j.yaml", command_job(sleep=2, marker=str(marker), content_pid=True))
+    steps = tmp_path / "steps"  # A's render goes on only once A is stopped
+    drop(spool, "j.yaml", command_job(steps_file=str(steps), marker=str(marker), content_pid=True))
     a_log = tmp_path / "a.log"
     with open(a_log, "wb") as a_out:  # the child keeps its own copy of the descriptor
         a = subprocess.Popen(
@@ -92,15 +93,17 @@ def test_paused_runner_never_publishes_after_its_job_was_taken(
     try:
         wait_for(lambda: running_heartbeat_with_pgid(spool))
         (a_entry,) = entries(spool, "running")
-        os.kill(a.pid, signal.SIGSTOP)  # its render goes on and finishes while A sleeps
+        os.kill(a.pid, signal.SIGSTOP)
+        allow_steps(steps, 10)  # its render goes on and finishes while A sleeps
+        wait_for(lambda: marker.exists() and len(marker.read_text().splitlines()) == 1, timeout=60)
         b = start_runner()
         # B judges A dead only after the lease (2 s) of unchanged heartbeat, then renders.
-        wait_for(lambda: len(entries(spool, "done")) == 1, timeout=30)
+        wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
         assert a_entry not in entries(spool, "running")
         os.kill(a.pid, signal.SIGCONT)
-        wait_for(lambda: "took it over" in a_log.read_text(), timeout=15)
+        wait_for(lambda: "took it over" in a_log.read_text(), timeout=60)
         b.send_signal(signal.SIGTERM)
-        b.wait(timeout=15)
+        b.wait(timeout=60)
     finally:
         a.kill()
         a.wait()
@@ -116,12 +119,15 @@ def test_paused_runner_never_publishes_after_its_job_was_taken(
     assert os.listdir(spool.root / "output" / ".spoolrender-tmp") == []
 
 
-def test_sigterm_lets_running_job_finish(spool: SpoolLayout, start_runner: Start) -> None:
-    drop(spool, "j.yaml", command_job(sleep=1.5))
+def test_sigterm_lets_running_job_finish(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
+    write_spool_config(spool, {"grace_seconds": 300})  # far longer than the test takes
+    steps = tmp_path / "steps"  # still rendering when the SIGTERM comes: it ends when we let it
+    drop(spool, "j.yaml", command_job(steps_file=str(steps)))
     r = start_runner()
     wait_for(lambda: running_heartbeat_with_pgid(spool))
     r.send_signal(signal.SIGTERM)
-    assert r.wait(timeout=20) == 0
+    allow_steps(steps, 10)
+    assert r.wait(timeout=60) == 0
     assert len(entries(spool, "done")) == 1
 
 
@@ -131,7 +137,7 @@ def test_sigterm_past_grace_requeues_without_using_an_attempt(spool: SpoolLayout
     r = start_runner()
     wait_for(lambda: running_heartbeat_with_pgid(spool))
     r.send_signal(signal.SIGTERM)
-    assert r.wait(timeout=20) == 0
+    assert r.wait(timeout=60) == 0
     (entry,) = entries(spool, "retry")
     run = json.loads((spool.retry / entry / "run-0001.json").read_text())
     assert run["outcome"] == "requeue" and run["attempt"] is None
@@ -151,7 +157,7 @@ def test_timeout_kills_the_whole_process_tree(spool: SpoolLayout, tmp_path: Path
     started = time.monotonic()
     drained = subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=60)
     assert drained.returncode == 3  # a job failed for good
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 45  # the 60 s render was cut short (with room for a slow start-up)
     failure = only_record(spool, "failed", "failure.json")
     assert failure["kind"] == "timeout" and "timed out after 1 s" in failure["reason"]
     assert not pid_alive(int(child_pidfile.read_text()))
@@ -170,9 +176,9 @@ def test_half_written_upload_waits_until_complete(spool: SpoolLayout, start_runn
         assert entries(spool, "incoming") == ["upload.yaml"]
         fh.write(text[12:])
     # close-after-write: complete now, claimed without waiting for the settle time.
-    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=15)
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     r.send_signal(signal.SIGTERM)
-    r.wait(timeout=15)
+    r.wait(timeout=60)
     assert (spool.root / "output" / "upload.mp4").read_bytes() == b"complete"
     assert entries(spool, "failed") == []
 

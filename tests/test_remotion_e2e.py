@@ -357,13 +357,17 @@ def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
     cgroup = parent / f"spoolrender-test-{os.getpid()}-{tmp_path.name}"
     cgroup.mkdir()
     try:
-        # 250 MB: the worker and Chromium start, a 1280x720 render does not fit; the
-        # kernel's OOM killer ends Chromium mid-render (the failure issue 12 saw at scale 16).
-        (cgroup / "memory.limit_in_bytes").write_text(str(250 * 1024 * 1024))
+        # 400 MB: the worker and Chromium start (about 210 MB) with room to spare, and a
+        # frame at scale 4 (5120x2880, about 700 MB of buffers) is far over: the kernel's OOM
+        # killer ends Chromium at the first frame (the failure issue 12 saw at scale 16). A
+        # limit just over what the render needs instead made it thrash for minutes (its code
+        # pages evicted and read back, never quite out of memory) on a loaded machine.
+        (cgroup / "memory.limit_in_bytes").write_text(str(400 * 1024 * 1024))
         write_spool_config(rspool, {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1,
                                     "threads_per_job": 2, "backoff_base_seconds": 0.1,
                                     "backoff_cap_seconds": 0.2})  # fmt: skip
-        drop(rspool, "big.yaml", {"composition": "TitleCard", "props": {"seconds": 2}, "max_attempts": 5})
+        drop(rspool, "big.yaml", {"composition": "TitleCard", "props": {"seconds": 2}, "settings": {"scale": 4},
+                                  "max_attempts": 5})  # fmt: skip
         enter = f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"'
         for _ in range(3):  # a retry (due 0.2 s later) may wait in retry/ after a drain: drain again
             proc = subprocess.run(["sh", "-c", enter, "sh", *spoolrender_cmd("run", "--drain", "--spool",
@@ -373,14 +377,24 @@ def test_chromium_killed_by_the_oom_killer_is_out_of_memory(
                 break
     finally:
         wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), timeout=60)
+        control = dict(line.split() for line in (cgroup / "memory.oom_control").read_text().splitlines())
         cgroup.rmdir()
+    assert int(control["oom_kill"]) >= 1  # the kernel's OOM killer did end processes of the render
     failure = record(rspool, "failed", "big", "failure.json")
     assert failure["kind"] == "out-of-memory", failure
-    assert "the kernel's OOM killer ended a process of the render (oom_kill " in failure["reason"]
     assert "not retried" in failure["reason"]
     (entry,) = entries(rspool, "failed")
     runs = [json.loads(p.read_text()) for p in sorted((rspool.failed / entry).glob("run-*.json"))]
-    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2
+    assert [r["error"]["kind"] for r in runs] == ["out-of-memory"] * len(runs) and len(runs) <= 2, runs
+    # A crashed page or worker is told by the cgroup's count ("the kernel's OOM killer ended a
+    # process of the render (oom_kill N -> M, its memory cgroup)"); or the frame's screenshot
+    # fails first, which Remotion itself reports as out of memory. Which comes first varies
+    # from run to run (both were seen here): either is out of memory.
+    kernel = "the kernel's OOM killer ended a process of the render (oom_kill "
+    remotion = "Google Chrome ran out of memory"
+    for run in runs:
+        message = run["error"]["message"]
+        assert (kernel in message and "its memory cgroup" in message) or remotion in message, run
 
 
 def test_a_job_in_chunks_is_rendered_by_the_spool_joined_and_published_once(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, stopped, wait_for, write_spool_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from spoolrender import records
@@ -89,17 +89,19 @@ def test_a_taken_over_runner_logs_no_error(spool: SpoolLayout, start_runner: Any
     find its job recovered and done elsewhere. Nothing is left for a person to do: no
     ERROR, no "unreadable run record"."""
     write_spool_config(spool, {"slots": 1})
-    drop(spool, "long.yaml", command_job(sleep=3 if freeze == "mid-render" else 0, content="the one video"))
+    steps = tmp_path / "steps"  # the render goes on only once its runner is frozen
+    drop(spool, "long.yaml", command_job(steps_file=str(steps), content="the one video"))
     frozen_log = tmp_path / "frozen.log"
     if freeze == "after-claim":
         frozen = start_runner(log=frozen_log, env={"SPOOLRENDER_PAUSE_AT": "claim-after-rename"})
-        wait_for(lambda: stopped(frozen), timeout=30)
+        wait_for(lambda: stopped(frozen), timeout=60)
     else:
         frozen = start_runner(log=frozen_log)
-        wait_for(lambda: len(entries(spool, "running")) == 1, timeout=30)
+        wait_for(lambda: len(entries(spool, "running")) == 1, timeout=60)
         (entry,) = entries(spool, "running")
-        wait_for(lambda: render_started(spool.running / entry), timeout=30)
+        wait_for(lambda: render_started(spool.running / entry), timeout=60)
         frozen.send_signal(signal.SIGSTOP)  # a VM pause: heartbeats stop, the render goes on
+    allow_steps(steps, 10)
     other_log = tmp_path / "other.log"
     other = start_runner(log=other_log)
     wait_for(lambda: len(entries(spool, "done")) == 1 and not entries(spool, "running"), timeout=90)
@@ -112,15 +114,6 @@ def test_a_taken_over_runner_logs_no_error(spool: SpoolLayout, start_runner: Any
     alarming = [line for line in text.splitlines() if " ERROR " in line or "unreadable run record" in line]
     assert alarming == []
     assert entries(spool, "failed") == [] and len(entries(spool, "done")) == 1
-
-
-def stopped(proc: subprocess.Popen[bytes]) -> bool:
-    """True once ``proc`` stopped itself with SIGSTOP at a pause point."""
-    try:
-        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except OSError:
-        return False
 
 
 def test_a_directory_moving_while_its_runs_are_read_is_not_an_unreadable_record(

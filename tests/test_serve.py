@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
-from browser.server import Server, running_server
-from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from browser.server import Server, SseEvent, running_server
+from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, stopped, wait_for, write_spool_config
 from prometheus_client.parser import text_string_to_metric_families
 
 import spoolrender
@@ -40,6 +41,11 @@ def running_with_progress(layout: SpoolLayout) -> bool:
     names = entries(layout, "running")
     hb = read_heartbeat(layout.running / names[0]) if len(names) == 1 else None
     return hb is not None and (hb.progress or 0) > 0
+
+
+def long_props(layout: SpoolLayout) -> dict[str, str]:
+    """The props of the busy spool's running job: held at 30% until the runner stops it."""
+    return {"steps_file": str(layout.root.parent / "long-steps")}
 
 
 def spool_tree(layout: SpoolLayout) -> list[tuple[str, int, int]]:
@@ -68,7 +74,8 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SpoolLayout
     drop(layout, "bad.yaml", command_job(exit=65, message="props.title is missing"))
     drop(layout, "flaky.yaml", {**command_job(exit=1), "priority": 3})
     assert drain(layout) == 3  # one job failed for good
-    drop(layout, "long.yaml", command_job(sleep=150))  # renders for as long as the module runs
+    allow_steps(Path(long_props(layout)["steps_file"]), 3)  # and no further: it runs as long as the module
+    drop(layout, "long.yaml", command_job(**long_props(layout)))
     with open(root / "runner.log", "wb") as out:
         runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(layout.root)), stdout=out, stderr=out)
     try:
@@ -78,7 +85,7 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SpoolLayout
             yield layout, server
     finally:
         # SIGTERM twice (the second skips the grace time): the runner cancels the render and
-        # its process group; a SIGKILL would leave the 60 s render running as an orphan.
+        # its process group; a SIGKILL would leave the held render running as an orphan.
         for _ in range(2):
             if runner.poll() is None:
                 runner.terminate()
@@ -139,11 +146,11 @@ def test_jobs_filter_and_paging(busy: tuple[SpoolLayout, Server]) -> None:
 
 
 def test_job_detail_in_every_state(busy: tuple[SpoolLayout, Server]) -> None:
-    _, server = busy
+    layout, server = busy
     long = server.get_json("/jobs/long")
     assert long["state"] == "running" and long["entry"].startswith("running/long.")
     assert 0 < long["progress"] <= 1 and long["heartbeat"]["progress"] == pytest.approx(long["progress"], abs=0.2)
-    assert long["job"]["renderer"] == "command" and long["job"]["props"] == {"sleep": 150}
+    assert long["job"]["renderer"] == "command" and long["job"]["props"] == long_props(layout)
     bad = server.get_json("/jobs/bad")
     assert bad["state"] == "failed" and bad["attempts"] == 1
     assert "props.title is missing" in bad["failure"]["reason"]
@@ -212,7 +219,8 @@ def test_writes_are_off_without_a_token(busy: tuple[SpoolLayout, Server]) -> Non
 
 
 def test_event_stream_follows_a_job_to_done(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
-    drop(spool, "follow.yaml", command_job(sleep=2))
+    steps = tmp_path / "steps"  # the render goes on as the test sees each step
+    drop(spool, "follow.yaml", command_job(steps_file=str(steps)))
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1", "--keepalive", "0.5") as server:
         everything = server.events()
         first = everything.next()
@@ -223,7 +231,19 @@ def test_event_stream_follows_a_job_to_done(spool: SpoolLayout, start_runner: An
             initial = stream.next()
             assert (initial.kind, initial.data["state"], initial.data.get("initial")) == ("state", "incoming", True)
             start_runner()
-            events = stream.until(lambda e: e.kind == "state" and e.data["state"] in ("done", "failed"), timeout=30)
+
+            def finished(e: SseEvent) -> bool:
+                return e.kind == "state" and e.data["state"] in ("done", "failed")
+
+            def reached(fraction: float) -> Callable[[SseEvent], bool]:
+                return lambda e: finished(e) or (e.kind == "progress" and (e.data["progress"] or 0) >= fraction)
+
+            events: list[SseEvent] = []
+            for step in (2, 4, 6, 8):  # held at each step until the stream has shown it
+                allow_steps(steps, step)
+                events += stream.until(reached(step / 10))
+            allow_steps(steps, 10)
+            events += stream.until(finished)
         finally:
             stream.close()
         states = [(e.data["previous"], e.data["state"]) for e in events if e.kind == "state"]
@@ -294,6 +314,26 @@ def test_resuming_needs_an_unbroken_watch(spool: SpoolLayout) -> None:
             assert hub.resume_point("other-1") is None and hub.resume_point(f"{hub.boot}-999999") is None
     finally:
         hub.stop()
+
+
+def test_a_claim_seen_half_way_is_one_move_into_running(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
+    """A claim makes running/<entry> (with its lock) before it renames the job file in; a
+    poll in between sees the job in both places: one move incoming -> running, never a
+    "removed" job (the runner stops itself right there, as a slow machine would)."""
+    drop(spool, "claimed.yaml", command_job())
+    with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1") as server:
+        stream = server.events("/events?job=claimed")
+        try:
+            assert stream.next().data["state"] == "incoming"
+            runner = start_runner(env={"SPOOLRENDER_PAUSE_AT": "claim-before-rename"})
+            wait_for(lambda: stopped(runner), timeout=60)
+            half_way = stream.until(lambda e: e.kind == "state")
+            runner.send_signal(signal.SIGCONT)
+            rest = stream.until(lambda e: e.kind == "state" and e.data["state"] in ("done", "failed", "removed"))
+        finally:
+            stream.close()
+    states = [(e.data["previous"], e.data["state"]) for e in half_way + rest if e.kind == "state"]
+    assert states == [("incoming", "running"), ("running", "done")], states
 
 
 def test_event_stream_keepalive_comments(spool: SpoolLayout, tmp_path: Path) -> None:
@@ -472,15 +512,17 @@ def test_writes_with_the_token(guarded: tuple[SpoolLayout, Server]) -> None:
 def test_cancel_a_running_job_over_http(spool: SpoolLayout, start_runner: Any, tmp_path: Path) -> None:
     write_spool_config(spool, {"serve_token": TOKEN})
     os.chmod(spool.root / "spoolrender.yaml", 0o600)  # a token only in a file others cannot read
-    drop(spool, "long.yaml", command_job(sleep=30))
+    steps = tmp_path / "steps"
+    allow_steps(steps, 1)  # and no further: it renders until it is cancelled
+    drop(spool, "long.yaml", command_job(steps_file=str(steps)))
     start_runner()
-    wait_for(lambda: running_with_progress(spool), timeout=30)
+    wait_for(lambda: running_with_progress(spool), timeout=60)
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.1") as server:
         stream = server.events("/events?job=long")
         try:
             resp = server.request("POST", "/jobs/long/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
             assert resp.status == 200 and "asked its runner to stop it" in resp.json()["cancelled"][0]
-            final = stream.until(lambda e: e.kind == "state" and e.data["state"] == "failed", timeout=20)[-1]
+            final = stream.until(lambda e: e.kind == "state" and e.data["state"] == "failed")[-1]
             assert final.data["kind"] == "cancelled" and final.data["previous"] == "running"
         finally:
             stream.close()
@@ -551,12 +593,12 @@ def test_serve_modules_are_layered_without_cycles() -> None:
 
 
 def test_job_page_data(busy: tuple[SpoolLayout, Server]) -> None:
-    _, server = busy
+    layout, server = busy
     running = server.get_json("/jobs/long")
     assert running["file_url"] == "/jobs/long/file" and running["page_url"] == "/job?id=long"
     job_file = server.get("/jobs/long/file")
     assert job_file.status == 200 and job_file.headers["content-type"].startswith("text/plain")
-    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": {"sleep": 150}}
+    assert yaml.safe_load(job_file.body) == {"renderer": "command", "command": "props", "props": long_props(layout)}
     assert job_file.headers["x-spoolrender-entry"].startswith("running/long.")
     retry = server.get_json("/jobs/flaky")
     assert retry["retry_position"] == 1 and retry["retry_total"] == 1 and retry["due"] > time.time() + 60

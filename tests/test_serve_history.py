@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from browser.server import running_server
-from conftest import command_job, drop, entries, wait_for, write_spool_config
+from conftest import allow_steps, command_job, drop, entries, wait_for, write_spool_config
 
 from spoolrender.layout import SpoolLayout
 from spoolrender.serve.history import HISTORY_DIR, SAMPLE_NAME
@@ -32,13 +32,22 @@ def test_history_counts_each_finished_job_once_and_survives_restarts(
         running_server(spool.root, tmp_path / "a.log", *fast) as first,
         running_server(spool.root, tmp_path / "b.log", *fast) as second,
     ):
-        wait_for(lambda: len(first.get_json("/history")["samples"]) >= 2, timeout=30)  # watching
+        wait_for(lambda: len(first.get_json("/history")["samples"]) >= 2, timeout=60)  # watching
         start_runner()
+        steps = tmp_path / "steps"  # the clips render until the history has seen them
         for i in range(6):
-            drop(spool, f"clip-{i}.yaml", command_job(sleep=0.5))
+            drop(spool, f"clip-{i}.yaml", command_job(steps_file=str(steps)))
         drop(spool, "broken.yaml", command_job(exit=65, message="no"))
+
+        def busy_with_a_backlog() -> bool:
+            samples = first.get_json("/history")["samples"]
+            busy = any(r["busy"] >= 1 for s in samples for r in s["runners"])
+            return busy and any(s["backlog"] >= 1 for s in samples)
+
+        wait_for(busy_with_a_backlog, timeout=60)
+        allow_steps(steps, 10)
         wait_for(lambda: len(entries(spool, "done")) == 6 and len(entries(spool, "failed")) == 1, timeout=90)
-        wait_for(lambda: totals(first.get_json("/history")["samples"]) == (6, 1), timeout=30)
+        wait_for(lambda: totals(first.get_json("/history")["samples"]) == (6, 1), timeout=60)
         history = first.get_json("/history?hours=1")
         assert history["interval"] == 1 and history["hours"] == 1
         samples = history["samples"]

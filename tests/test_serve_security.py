@@ -198,7 +198,7 @@ def has_ipv6() -> bool:
 
 
 def status_with_host(target: str, port: int, host: str) -> int:
-    conn = http.client.HTTPConnection(target, port, timeout=15)
+    conn = http.client.HTTPConnection(target, port, timeout=60)
     try:
         conn.request("GET", "/status", headers={"Host": host})
         resp = conn.getresponse()

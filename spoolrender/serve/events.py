@@ -278,6 +278,11 @@ class EventHub:
             (k for k in after if k not in before),
             key=lambda k: (after[k][0], defaults.STATE_DIRS.index(k[0])),
         )
+        # A claim makes its running/ entry before it renames the job file in: a poll between
+        # the two sees the job in both places. Its waiting file is leaving (claimed), so the
+        # running entry came from it, and the file's vanishing later is no removal.
+        waiting_ids = {job_id for (state, _), (job_id, uid) in after.items() if state == "incoming" and uid is None}
+        running_ids = {job_id for (state, _), (job_id, _uid) in after.items() if state == "running"}
         events: list[tuple[str, str | None, dict[str, Any]]] = []
         moved_ids = set()
         for state, name in appeared:
@@ -287,12 +292,17 @@ class EventHub:
             previous = next((s for s, u in gone if u == uid and uid is not None), None) or next(
                 (s for s, u in gone if u is None), None
             )
+            if previous is None and state == "running" and job_id in waiting_ids:
+                previous = "incoming"  # a claim half-way
             moved_ids.add(job_id)
             events.append(("state", job_id, _state_payload(self.layout, state, name, job_id, previous)))
-        for (state, name), (job_id, _uid) in sorted(before.items()):
-            if (state, name) not in after and job_id not in moved_ids:
-                payload = {"id": job_id, "state": "removed", "previous": state, "entry": f"{state}/{name}"}
-                events.append(("state", job_id, payload))
+        for (state, name), (job_id, uid) in sorted(before.items()):
+            if (state, name) in after or job_id in moved_ids:
+                continue
+            if state == "incoming" and uid is None and job_id in running_ids:
+                continue  # the claim seen half-way, already told as its move into running/
+            payload = {"id": job_id, "state": "removed", "previous": state, "entry": f"{state}/{name}"}
+            events.append(("state", job_id, payload))
         return events
 
 

@@ -85,7 +85,7 @@ class Chromium:
         self.close()
 
     def call(self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:  # fmt: skip
+             timeout: float = 60.0) -> dict[str, Any]:  # fmt: skip
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session is not None:
@@ -164,8 +164,9 @@ class Page:
             raise CdpError(f"{expression}: {details.get('exception', {}).get('description') or details.get('text')}")
         return result["result"].get("value")
 
-    def wait_for(self, expression: str, timeout: float = 15.0, interval: float = 0.1) -> Any:
-        """Evaluate ``expression`` until it is truthy (an exception counts as not yet); its value."""
+    def wait_for(self, expression: str, timeout: float = 60.0, interval: float = 0.1) -> Any:
+        """Evaluate ``expression`` until it is truthy (an exception counts as not yet); its value.
+        The deadline is generous: a loaded machine slows Chromium, the server and the runner."""
         deadline = time.monotonic() + timeout
         while True:
             try:

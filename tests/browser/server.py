@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TIMEOUT = 15.0
+TIMEOUT = 60.0  # generous: a loaded machine slows the server and the runner it reports on
 
 
 @dataclass
@@ -162,7 +162,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=20)
+            return self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -5,9 +5,11 @@ props: sleep (seconds, in steps that print PROGRESS), exit (exit code, after wri
 nothing), content (bytes to write), pidfile (write our pid there), child_pidfile
 (spawn a sleeping grandchild and write its pid: for process-tree kill tests),
 fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), until_file (keep
-rendering until this file exists: a test decides when the render ends), marker (append a line
-to this file when the render completes: counts renders), content_pid (write
-"rendered by PID" as the output), size (write that many bytes).
+rendering until this file exists: a test decides when the render ends), steps_file (print
+each of the 10 PROGRESS steps only once this file holds at least its number, which the test
+writes with conftest.allow_steps: a test moves the render on step by step, 10 ends it),
+marker (append a line to this file when the render completes: counts renders), content_pid
+(write "rendered by PID" as the output), size (write that many bytes).
 """
 
 import json
@@ -39,8 +41,22 @@ if attempt < int(props.get("fail_until_attempt", 0)):
     print(f"transient trouble on attempt {attempt}", flush=True)
     sys.exit(75)
 steps = 10
+
+
+def steps_allowed() -> int:
+    if not props.get("steps_file"):
+        return steps
+    try:
+        with open(props["steps_file"]) as fh:
+            return int(fh.read())
+    except (FileNotFoundError, ValueError):  # not written yet (the test renames it into place)
+        return 0
+
+
 for i in range(steps):
     time.sleep(float(props.get("sleep", 0)) / steps)
+    while steps_allowed() <= i:
+        time.sleep(0.05)
     print(f"PROGRESS {(i + 1) / steps:.2f}", flush=True)
 while props.get("until_file") and not os.path.exists(props["until_file"]):
     time.sleep(0.05)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import allow_steps, stopped
 from invariants import audit
 
 from spoolrender.clock import ManualClock
@@ -55,15 +56,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "
             return
         time.sleep(0.05)
     raise AssertionError(f"{what}: not met within {timeout} s")
-
-
-def stopped(proc: subprocess.Popen[bytes]) -> bool:
-    """True once ``proc`` stopped itself with SIGSTOP at a pause point."""
-    try:
-        with open(f"/proc/{proc.pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except OSError:
-        return False
 
 
 def names(layout: SpoolLayout, state: str) -> list[str]:
@@ -264,7 +256,8 @@ def test_duplicate_id_never_taken_over_from_a_holder_claimed_during_the_lookup(
     # Long lease: the frozen duplicate must not be recovered while the test holds it.
     slow = {**CONFIG, "backoff_base_seconds": 600, "backoff_cap_seconds": 600, "lease_seconds": 30}
     (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(slow))
-    drop(layout, "clip.yaml", {"content": "the holder", "fail_until_attempt": 2, "sleep": 4})
+    steps = tmp_path / "steps"  # the holder's second attempt renders until the duplicate is decided
+    drop(layout, "clip.yaml", {"content": "the holder", "fail_until_attempt": 2, "steps_file": str(steps)})
     first = subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
     assert first.returncode == 0 and len(names(layout, "retry")) == 1  # the holder waits, not due
     tmp = layout.incoming / ".dup.part"
@@ -282,6 +275,7 @@ def test_duplicate_id_never_taken_over_from_a_holder_claimed_during_the_lookup(
     wait_for(lambda: bool(names(layout, "running")) and not names(layout, "retry"), what="holder claimed")
     dup.send_signal(signal.SIGCONT)  # its lookup goes on while the holder renders
     assert dup.wait(timeout=60) == 3  # the duplicate failed: "already queued or running"
+    allow_steps(steps, 10)
     assert holder.wait(timeout=60) == 0
 
     (done,) = names(layout, "done")

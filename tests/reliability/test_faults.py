@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import allow_steps
 from invariants import audit
 
 from spoolrender import defaults
@@ -126,11 +127,15 @@ def test_spool_briefly_unwritable(tmp_path: Path) -> None:
     with open(tmp_path / "runner.log", "wb") as log:
         runner = subprocess.Popen([*CMD, "run", "-v", "--spool", str(layout.root)], stdout=log, stderr=log)
     try:
-        drop(layout, "a.yaml", {"sleep": 1.0, "content": "survived"})
-        wait_until(lambda: bool(os.listdir(layout.running)), 10)
+        steps, rendered = tmp_path / "steps", tmp_path / "rendered"  # it ends when the test lets it
+        drop(layout, "a.yaml", {"steps_file": str(steps), "marker": str(rendered), "content": "survived"})
+        wait_until(lambda: bool(os.listdir(layout.running)), 60)
         subprocess.run(["chattr", "+i", *map(str, dirs)], check=True)
         try:
-            time.sleep(2.5)  # the render ends while the spool cannot record its move
+            allow_steps(steps, 10)  # the render ends while the spool cannot record its move...
+            wait_until(rendered.exists, 60)
+            # ...and the runner has tried to, and said why it could not.
+            wait_until(lambda: "Operation not permitted" in (tmp_path / "runner.log").read_text(), 60)
         finally:
             subprocess.run(["chattr", "-i", *map(str, dirs)], check=True)
         drop(layout, "b.yaml", {"content": "after"})
