@@ -119,6 +119,9 @@ RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the re
 HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
 HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
+# `status` names a host whose wall clock is this far from the spool filesystem's (a beacon's
+# own time against its mtime; write latency and whole-second mtimes on sshfs stay below it).
+CLOCK_SKEW_SHOWN_S = 10.0
 
 
 # --- render cache (render_cache.py; README "Render cache") ---------------------------

@@ -14,7 +14,7 @@ import os
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from spoolrender.chunks.ledger import chunk_info
 from spoolrender.chunks.naming import parent_id
 from spoolrender.chunks.runs import SplitJobRuns
 from spoolrender.claim import Claim
-from spoolrender.clock import Clock
+from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
@@ -86,8 +86,10 @@ class JobExecutor(SplitJobRuns):
         make_renderer: RendererFactory,
         threads: int,
         cache_metrics: CacheMetrics | None = None,
+        spool_clock: SpoolClock | None = None,
     ) -> None:
         self._layout = layout
+        self._spool_clock = spool_clock
         self._config = config
         self._clock = clock
         self._rng = rng
@@ -375,6 +377,10 @@ class JobExecutor(SplitJobRuns):
                 outcome = FAILED
                 fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
+        offset = None if self._spool_clock is None else self._spool_clock.offset()
+        if offset is not None:
+            # Both clocks: ``started``/``ended``/``due`` are this host's; minus this, the spool's.
+            record = replace(record, details={**record.details, CLOCK_OFFSET_KEY: round(offset, 3)})
         try:
             won = decide(claim.job_dir, record)
         except FileNotFoundError:

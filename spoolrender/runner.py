@@ -36,7 +36,7 @@ from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.runs import CHUNK_OUTCOME_PREFIX
 from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.claim import Claim, SpoolScanner, claim
-from spoolrender.clock import Clock, SystemClock, spool_now
+from spoolrender.clock import Clock, SpoolClock, SystemClock, spool_now
 from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
@@ -142,6 +142,8 @@ class Runner:
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
+        self._probe = probe_path(self.layout, self.runner_id)
+        self._spool_clock = SpoolClock(self._probe, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
@@ -154,6 +156,7 @@ class Runner:
                 factory,
                 self.capacity.threads_per_job,
                 self.metrics.render_cache,
+                self._spool_clock,
             )
             for _ in range(self.capacity.slots)
         ]
@@ -161,7 +164,6 @@ class Runner:
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
-        self._probe = probe_path(self.layout, self.runner_id)
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.
@@ -290,7 +292,7 @@ class Runner:
         swept = now >= self._next_sweep
         if swept:
             self._recoverer.sweep(set(self._active))
-            self._split_sweeper.sweep(spool_now(self._probe))
+            self._split_sweeper.sweep(self._spool_clock.now())
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -311,7 +313,7 @@ class Runner:
         if reason is not None:
             self.summary.blocked = True
             paused = True  # from here on, a blocked host behaves like a paused spool
-        scan = self._scanner.scan(lambda: spool_now(self._probe))
+        scan = self._scanner.scan(self._spool_clock.now)
         self._waiting = scan.waiting
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused or limited:
@@ -332,7 +334,7 @@ class Runner:
                     log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
         if swept:
             # Housekeeping after claiming, so that it never delays a claim.
-            fs_now = spool_now(self._probe)
+            fs_now = self._spool_clock.now()
             if fs_now is not None:
                 expire_runners(self.layout, fs_now, self.config.lease_seconds)
         with self._lock:
