@@ -51,6 +51,13 @@ def _non_negative_number(name: str, value: Any) -> float:
     return _positive_number(name, value)
 
 
+def _share(name: str, value: Any) -> float:
+    number = _non_negative_number(name, value)
+    if number > 1:
+        raise ConfigError(f"{name}: expected a share from 0 to 1 (0.5: half), got {value!r}")
+    return number
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: expected a whole number >= 1, got {value!r}")
@@ -249,6 +256,7 @@ class SpoolConfig:
     host_block_jobs: int = defaults.HOST_BLOCK_JOBS
     host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
     host_block_seconds: float = defaults.HOST_BLOCK_S
+    host_block_max_share: float = defaults.HOST_BLOCK_MAX_SHARE
     # The render cache (render_cache.py): off unless enabled here or by a job's `cache: true`.
     render_cache: bool = defaults.RENDER_CACHE
     render_cache_max_bytes: int = defaults.RENDER_CACHE_MAX_BYTES
@@ -366,6 +374,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "host_block_jobs": _positive_int,
     "host_block_window_seconds": _positive_number,
     "host_block_seconds": _positive_number,
+    "host_block_max_share": _share,
     "render_cache": _bool,
     "render_cache_max_bytes": _byte_size,
     "split_seconds": _split_seconds,

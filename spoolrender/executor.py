@@ -337,7 +337,9 @@ class JobExecutor(SplitJobRuns):
         if error["transient"]:
             try:
                 # A split job's chunks count as that one job against the host.
-                record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
+                now = None if self._spool_clock is None else self._spool_clock.now()
+                job = parent_id(claim.job_id)
+                record_failure(self._layout, self._config, HOSTNAME, job, error["kind"], now or self._clock.wall())
             except (OSError, Timeout) as exc:  # host health must never stop a job's own record
                 log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:

@@ -23,7 +23,7 @@ from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.hosts import all_blocked
+from spoolrender.host_blocks import block_states
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
@@ -206,7 +206,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "paused": pause_reason(layout),
         "queues": queues,
         "unserved": unserved,
-        "blocked_hosts": all_blocked(layout),
+        "blocked_hosts": [b.to_json() for b in block_states(layout, config, fs_now)],
     }
 
 
@@ -277,9 +277,15 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
     for b in status.get("blocked_hosts", []):
-        left = _age(float(b.get("until") or 0) - status["generated_at"])
-        lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
-                           f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
+        # Blocks are on the spool's clock (older status documents lack it: this host's).
+        left = _age(float(b.get("until") or 0) - status.get("spool_time", status["generated_at"]))
+        host = p(b.get("host"))
+        if b.get("applied", True):
+            lines.append(paint(f"BLOCKED host {host}: {p(b.get('reason'))}; it claims one job at a time as a probe "
+                               f"(for {left} more, or `spoolrender unblock {host}`)", "31"))  # fmt: skip
+        else:
+            lines.append(paint(f"NOT BLOCKED host {host}: {p(b.get('held_back'))}, although {p(b.get('reason'))} "
+                               f"(for {left} more, or `spoolrender unblock {host}`)", "33"))  # fmt: skip
     skews = {
         r["host"]: r["clock_offset_seconds"]
         for r in status["runners"]

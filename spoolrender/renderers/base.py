@@ -25,6 +25,10 @@ from typing import Any, Protocol
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import JobSpec
 
+# The error kind of a render that a signal from outside spoolrender ended (an operator's
+# kill, the OOM killer): not evidence against the host (spoolrender.hosts).
+KILLED = "killed"
+
 
 def _ignore_spawn(pgid: int | None) -> None:
     pass

@@ -44,6 +44,7 @@ from spoolrender.chunks.command_config import CommandChunks
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import (
+    KILLED,
     CancelToken,
     FrameSpan,
     JoinRequest,
@@ -292,7 +293,7 @@ class CommandRenderer(WholeRendersOnly):
         )
         message = f"{why}: {last}" if last else why
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
-        raise RenderError(message, transient=transient, kind="command-exit")
+        raise RenderError(message, transient=transient, kind="command-exit" if code > 0 else KILLED)
 
 
 def _no_progress(fraction: float | None, stage: str | None = None) -> None:

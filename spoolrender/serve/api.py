@@ -72,7 +72,7 @@ def status_document(config: SpoolConfig) -> dict[str, Any]:
 
 def metrics_text(config: SpoolConfig) -> str:
     """The spool gauges in the Prometheus text format (as ``status --prometheus``)."""
-    return spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds)
+    return spool_metrics_text(config)
 
 
 def list_jobs(
