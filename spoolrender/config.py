@@ -257,6 +257,7 @@ class SpoolConfig:
     host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
     host_block_seconds: float = defaults.HOST_BLOCK_S
     host_block_max_share: float = defaults.HOST_BLOCK_MAX_SHARE
+    host_probe_seconds: float = defaults.HOST_PROBE_S
     # The render cache (render_cache.py): off unless enabled here or by a job's `cache: true`.
     render_cache: bool = defaults.RENDER_CACHE
     render_cache_max_bytes: int = defaults.RENDER_CACHE_MAX_BYTES
@@ -375,6 +376,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "host_block_window_seconds": _positive_number,
     "host_block_seconds": _positive_number,
     "host_block_max_share": _share,
+    "host_probe_seconds": _non_negative_number,
     "render_cache": _bool,
     "render_cache_max_bytes": _byte_size,
     "split_seconds": _split_seconds,

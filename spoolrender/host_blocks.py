@@ -12,8 +12,9 @@ order the blocks were placed, from the spool's files alone (every host decides a
   waits for: another online host whose block is not applied must serve it too.
 
 A blocked host is not idle: its runners claim one job at a time (host-wide, a flock: the
-same host only) as a probe; when a probe job is done, the block is lifted. The quiet
-period ends it too (``until``), and ``spoolrender unblock HOST``.
+same host only) as a probe, one every ``host_probe_seconds``; when a probe job is done,
+the block is lifted. The quiet period ends it too (``until``), and ``spoolrender unblock
+HOST``.
 """
 
 from __future__ import annotations
@@ -173,6 +174,16 @@ class ProbeSlot:
         self._path = probe_lock_path(layout, host)
         self._fd: int | None = None
 
+    def due(self, since: float, fs_now: float, interval: float) -> bool:
+        """Whether the next probe may start: ``interval`` after the block began and after
+        the last probe ended (the lock file's mtime, on the spool's clock), so that a host
+        that is still broken burns one job's attempt per interval, not one a second."""
+        try:
+            last = max(since, os.stat(self._path).st_mtime)
+        except OSError:
+            last = since
+        return fs_now >= last + interval
+
     def take(self) -> bool:
         if self._fd is not None:
             return False  # one probe at a time, also within this runner
@@ -189,8 +200,12 @@ class ProbeSlot:
         self._fd = fd
         return True
 
-    def release(self) -> None:
+    def release(self, *, probed: bool = False) -> None:
+        """Free the slot; ``probed``: a probe ran (and failed), the next waits an interval."""
         if self._fd is not None:
+            if probed:
+                with contextlib.suppress(OSError):
+                    os.write(self._fd, b"x")  # a write: the spool's clock stamps the mtime
             with contextlib.suppress(OSError):
                 os.close(self._fd)  # closing the only description releases the flock
             self._fd = None

@@ -302,13 +302,19 @@ class Runner:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
         fs_now = self._spool_clock.now()
-        block = block_of(self.layout, self.config, HOSTNAME, self.clock.wall() if fs_now is None else fs_now)
+        block_now = self.clock.wall() if fs_now is None else fs_now
+        block = block_of(self.layout, self.config, HOSTNAME, block_now)
         self._note_block(block, fs_now)
         probing = False
         if self._blocked is not None and not paused:
             self.summary.blocked = True
             # A blocked host claims one job at a time, host-wide, as a probe (host_blocks.py).
-            probing = self._probe_job is None and self._probe_slot.take()
+            probing = (
+                block is not None
+                and self._probe_job is None
+                and self._probe_slot.due(block.since, block_now, self.config.host_probe_seconds)
+                and self._probe_slot.take()
+            )
             paused = not probing
         scan = self._scanner.scan(lambda: fs_now)
         self._waiting = scan.waiting
@@ -410,10 +416,11 @@ class Runner:
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
             end = None
         if claimed.key == self._probe_job:
-            if end is not None and end.outcome == "done":
+            success = end is not None and end.outcome == "done"
+            if success:
                 probe_succeeded(self.layout, HOSTNAME, claimed.job_id)
             self._probe_job = None
-            self._probe_slot.release()
+            self._probe_slot.release(probed=not success)
         if end is not None and (end.outcome.startswith(CHUNK_OUTCOME_PREFIX) or end.outcome == "split"):
             # It queued chunks or woke a job in retry/: list again now, not after an event
             # that a busy host may deliver after a drain has decided there is nothing left.

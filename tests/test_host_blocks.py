@@ -144,9 +144,12 @@ def test_status_and_metrics_say_why_and_until_when(spool: SpoolLayout, cfg: Spoo
     assert 'spoolrender_host_block_until_seconds{host="a"}' in metrics
 
 
-def test_one_probe_at_a_time_per_host(spool: SpoolLayout) -> None:
+def test_one_probe_at_a_time_per_host_and_one_per_interval(spool: SpoolLayout) -> None:
     first, second = ProbeSlot(spool, "a"), ProbeSlot(spool, "a")
+    now = time.time()
+    assert not first.due(now - 5, now, 10) and first.due(now - 10, now, 10)  # the block's start counts
     assert first.take() and not first.take() and not second.take()
     assert ProbeSlot(spool, "b").take()  # another host's probe is its own
-    first.release()
+    first.release(probed=True)  # it failed: the next probe waits an interval from now
+    assert not second.due(now - 3600, time.time(), 10) and second.due(now - 3600, time.time() + 10.1, 10)
     assert second.take()

@@ -137,7 +137,7 @@ def test_a_host_failing_many_jobs_is_blocked_probes_and_is_never_the_last_host(
     log = tmp_path / "hosts.log"
     set_config(
         spool, host_block_jobs=2, backoff_base_seconds=0.2, backoff_cap_seconds=0.4, retry_elsewhere_seconds=0.5,
-        commands=hosty(99),
+        host_probe_seconds=0.5, commands=hosty(99),
     )  # fmt: skip
     hosts = [Host("host-a", spool.root, log), Host("host-b", spool.root, log)]
     try:
@@ -187,7 +187,7 @@ def test_a_blocked_hosts_probe_job_done_lifts_the_block(spool: SpoolLayout, tmp_
     )
     set_config(
         spool, host_block_jobs=2, backoff_base_seconds=0.2, backoff_cap_seconds=0.4, retry_elsewhere_seconds=0.5,
-        commands={"hosty": ["sh", "-c", command, "sh", "{output}"]},
+        host_probe_seconds=0.5, commands={"hosty": ["sh", "-c", command, "sh", "{output}"]},
     )  # fmt: skip
     hosts = [Host("host-a", spool.root, log), Host("host-b", spool.root, log)]
     try:
