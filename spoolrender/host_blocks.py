@@ -6,10 +6,10 @@ order the blocks were placed, from the spool's files alone (every host decides a
 
 - its failures still count against the host (a job that failed the same way on another
   host since is the job's fault, and no longer counts);
-- fewer than ``host_block_max_share`` of the online hosts (rounded down) are blocked
-  already: one host of one or of two... never the only one, half of four at most;
 - the host is not the last online one serving a queue, or a queue and tags that a job
-  waits for: another online host whose block is not applied must serve it too.
+  waits for: another online host whose block is not applied must serve it too;
+- fewer than ``host_block_max_share`` of the online hosts (rounded down) are blocked
+  already: none of one host, one of two or three, two of four or five.
 
 A blocked host is not idle: its runners claim one job at a time (host-wide, a flock: the
 same host only) as a probe, one every ``host_probe_seconds``; when a probe job is done,
@@ -127,16 +127,14 @@ def block_states(layout: SpoolLayout, config: SpoolConfig, fs_now: float) -> lis
             cause, why = HELD_JOBS_FAULT, "its failed jobs failed the same way on other hosts too (the jobs' fault)"
         elif host not in online:
             cause, why = HELD_OFFLINE, "the host is offline"
-        elif len(held) >= most:
-            cause, why = (
-                HELD_SHARE,
-                (
-                    f"{len(held)} of {len(online)} online hosts are blocked already (at most "
-                    f"{config.host_block_max_share:.0%} of them, rounded down)"
-                ),
-            )
         elif (last := _last_server(host, held, online)) is not None:
             cause, why = HELD_LAST, f"it is the last online host serving {_describe(last)}"
+        elif len(held) >= most:
+            cause = HELD_SHARE
+            why = (
+                f"{len(held)} of {len(online)} online hosts are blocked already, the most allowed "
+                f"({config.host_block_max_share:.0%} of them, rounded down)"
+            )
         if cause == APPLIED:
             held.add(host)
         out.append(

@@ -61,15 +61,16 @@ def test_at_most_half_of_the_online_hosts_rounded_down_and_never_a_lone_host(
     now = time.time()
     online(spool, "a")
     block(spool, "a", now - 30)
-    assert causes(spool, cfg) == {"a": HELD_SHARE}  # one host of one: never
+    assert causes(spool, cfg) == {"a": HELD_LAST}  # one host of one: never
     for host in ("b", "c", "d"):
         online(spool, host)
     for i, host in enumerate(("b", "c")):
         block(spool, host, now - 20 + i)
-    # Four online, three marked: the two blocked first apply, the third is held back.
+    online(spool, "e", ("other",))  # a fifth host, of another queue: 5 // 2 is still 2
+    # Five online, three marked: the two blocked first apply, the third is held back.
     assert causes(spool, cfg) == {"a": APPLIED, "b": APPLIED, "c": HELD_SHARE}
     (held,) = [b for b in block_states(spool, cfg, time.time()) if not b.applied]
-    assert held.held_back == "2 of 4 online hosts are blocked already (at most 50% of them, rounded down)"
+    assert held.held_back == ("2 of 5 online hosts are blocked already, the most allowed (50% of them, rounded down)")
 
 
 def test_never_the_last_online_host_of_a_queue(spool: SpoolLayout, cfg: SpoolConfig) -> None:
@@ -133,14 +134,14 @@ def test_status_and_metrics_say_why_and_until_when(spool: SpoolLayout, cfg: Spoo
     doc = collect_status(cfg)
     by_host = {b["host"]: b for b in doc["blocked_hosts"]}
     assert by_host["a"]["applied"] and by_host["a"]["cause"] == APPLIED and by_host["a"]["held_back"] is None
-    assert not by_host["b"]["applied"] and by_host["b"]["cause"] == HELD_SHARE
+    assert not by_host["b"]["applied"] and by_host["b"]["cause"] == HELD_LAST
     assert abs(by_host["a"]["until"] - (now + 590)) < 1
     text = format_status(doc)
     assert "BLOCKED host a: 3 different jobs failed; it claims one job at a time as a probe (for 10m more" in text
-    assert "NOT BLOCKED host b: 1 of 2 online hosts are blocked already" in text
+    assert "NOT BLOCKED host b: it is the last online host serving queue 'default', although 3 diff" in text
     metrics = spool_metrics_text(cfg)
     assert 'spoolrender_host_blocked{cause="failures",host="a"} 1.0' in metrics
-    assert 'spoolrender_host_blocked{cause="share",host="b"} 0.0' in metrics
+    assert 'spoolrender_host_blocked{cause="last-server",host="b"} 0.0' in metrics
     assert 'spoolrender_host_block_until_seconds{host="a"}' in metrics
 
 

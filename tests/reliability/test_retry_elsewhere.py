@@ -135,14 +135,18 @@ def test_a_host_failing_many_jobs_is_blocked_probes_and_is_never_the_last_host(
     spool: SpoolLayout, tmp_path: Path
 ) -> None:
     log = tmp_path / "hosts.log"
+    # host-a fails every job; host-b renders each in a second, so that jobs wait for it and
+    # a blocked host-a has something to probe with.
+    slow_elsewhere = f"{ON_HOST_A}; sleep 1"
     set_config(
         spool, host_block_jobs=2, backoff_base_seconds=0.2, backoff_cap_seconds=0.4, retry_elsewhere_seconds=0.5,
-        host_probe_seconds=0.5, commands=hosty(99),
+        host_probe_seconds=0.5,
+        commands={"hosty": ["sh", "-c", slow_elsewhere, "sh", "{output}", "{attempt}", "99"]},
     )  # fmt: skip
     hosts = [Host("host-a", spool.root, log), Host("host-b", spool.root, log)]
     try:
         wait_until(lambda: beacons_of(spool, "host-a") == 1 and beacons_of(spool, "host-b") == 1, timeout=30)
-        for i in range(6):
+        for i in range(8):
             drop(spool, f"j{i}.yaml", attempts=10)
         blocked = spool.private / "hosts" / "host-a.blocked"
         wait_until(blocked.exists, timeout=60)
@@ -152,7 +156,7 @@ def test_a_host_failing_many_jobs_is_blocked_probes_and_is_never_the_last_host(
         assert entry["applied"] and entry["cause"] == "failures"
         # Blocked, host-a still probes (one job at a time); each fails here, so it stays blocked.
         wait_until(lambda: probes(log) >= 1, timeout=60)
-        wait_until(lambda: len(attempts(spool)) == 6, timeout=90)
+        wait_until(lambda: len(attempts(spool)) == 8, timeout=90)
         assert all(hs[-1] == "host-b" for hs in attempts(spool).values())
 
         # host-b goes away: host-a is the last online host and claims as usual again.
@@ -182,8 +186,10 @@ def test_a_blocked_hosts_probe_job_done_lifts_the_block(spool: SpoolLayout, tmp_
     log = tmp_path / "hosts.log"
     healed = tmp_path / "healed"
     # host-a fails until the file "healed" exists: a font installed by the operator.
+    # host-b takes a second a job, so that jobs wait for a probe of host-a.
     command = (
-        f'if [ "$(hostname)" = host-a ] && [ ! -e {healed} ]; then echo "font missing"; exit 75; fi; echo ok > "$1"'
+        f'if [ "$(hostname)" = host-a ] && [ ! -e {healed} ]; then echo "font missing"; exit 75; fi; '
+        '[ "$(hostname)" = host-a ] || sleep 1; echo ok > "$1"'
     )
     set_config(
         spool, host_block_jobs=2, backoff_base_seconds=0.2, backoff_cap_seconds=0.4, retry_elsewhere_seconds=0.5,
