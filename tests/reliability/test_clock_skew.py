@@ -119,7 +119,8 @@ def test_a_day_ahead_and_a_stepped_clock_neither_run_retries_early_nor_starve_th
         shown = status(layout.root, ahead_env)
         assert shown["retry"] and all(-1 <= r["due_in_seconds"] <= BACKOFF + 1 for r in shown["retry"])
         offsets = {r["host"]: r["clock_offset_seconds"] for r in shown["runners"]}
-        assert abs(offsets["host-ok"]) < 5 and abs(offsets["host-ahead"] - DAY) < 5, offsets
+        # host-ahead's beacon was written a day or (after the step) two days ahead.
+        assert abs(offsets["host-ok"]) < 5 and min(abs(offsets["host-ahead"] - d) for d in (DAY, 2 * DAY)) < 5, offsets
         wait_until(lambda: len(os.listdir(layout.done)) == len(jobs), timeout=90)
     finally:
         for h in hosts:
