@@ -143,10 +143,10 @@ class Runner:
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
-        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker)
-        self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         self._probe = probe_path(self.layout, self.runner_id)
         self._spool_clock = SpoolClock(self._probe, self.clock)
+        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker, self._spool_clock)
+        self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [

@@ -5,6 +5,7 @@ runners of other hosts would write them, on a real spool in a temp dir."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from dataclasses import replace
 from typing import Any
@@ -24,7 +25,7 @@ from spoolrender.host_blocks import (
 )
 from spoolrender.hosts import hosts_dir, marker_path, record_failure
 from spoolrender.layout import SpoolLayout
-from spoolrender.renderers.base import KILLED
+from spoolrender.renderers.base import KILLED, killing_signal
 from spoolrender.status import collect_status, format_status
 
 
@@ -143,6 +144,13 @@ def test_status_and_metrics_say_why_and_until_when(spool: SpoolLayout, cfg: Spoo
     assert 'spoolrender_host_blocked{cause="failures",host="a"} 1.0' in metrics
     assert 'spoolrender_host_blocked{cause="last-server",host="b"} 0.0' in metrics
     assert 'spoolrender_host_block_until_seconds{host="a"}' in metrics
+
+
+def test_a_kill_is_told_from_a_crash() -> None:
+    assert killing_signal(-signal.SIGKILL) == signal.SIGKILL
+    assert killing_signal(128 + signal.SIGKILL) == signal.SIGKILL  # sh -c 'render': its child was killed
+    assert killing_signal(-signal.SIGSEGV) is None and killing_signal(128 + signal.SIGABRT) is None
+    assert killing_signal(1) is None and killing_signal(75) is None
 
 
 def test_one_probe_at_a_time_per_host_and_one_per_interval(spool: SpoolLayout) -> None:

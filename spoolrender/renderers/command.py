@@ -52,6 +52,7 @@ from spoolrender.renderers.base import (
     RenderRequest,
     RenderResult,
     WholeRendersOnly,
+    killing_signal,
     terminate_group,
 )
 from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
@@ -293,7 +294,9 @@ class CommandRenderer(WholeRendersOnly):
         )
         message = f"{why}: {last}" if last else why
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
-        raise RenderError(message, transient=transient, kind="command-exit" if code > 0 else KILLED)
+        if killing_signal(code) is not None:  # an operator's kill or the OOM killer, not a failure of its own
+            raise RenderError(message, transient=True, kind=KILLED)
+        raise RenderError(message, transient=transient, kind="command-exit")
 
 
 def _no_progress(fraction: float | None, stage: str | None = None) -> None:
