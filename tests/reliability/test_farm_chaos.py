@@ -36,7 +36,7 @@ from spoolrender.layout import SpoolLayout, init_spool
 
 pytestmark = pytest.mark.skipif(_can_simulate() is not None, reason=str(_can_simulate()))
 
-JOBS = 160
+JOBS = 240
 LEASE = 4.0
 GOOD = ("host-a", "host-b", "host-c")
 DRAIN = "host-d"  # cron-style
