@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,13 +83,11 @@ def spool_due(job_dir: Path) -> float:
     return path.stat().st_mtime + float(record["due"]) - float(record["ended"])
 
 
-def status(spool: Path, env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "spoolrender.cli", "status", "--json", "--spool", str(spool)],
+def status(spool: Path, env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "spoolrender.cli", "status", *args, "--spool", str(spool)],
         capture_output=True, text=True, check=True, timeout=60, env={**os.environ, **env},
-    )  # fmt: skip
-    data: dict[str, Any] = json.loads(out.stdout)
-    return data
+    ).stdout  # fmt: skip
 
 
 def test_a_day_ahead_and_a_stepped_clock_neither_run_retries_early_nor_starve_them(tmp_path: Path) -> None:
@@ -116,11 +115,14 @@ def test_a_day_ahead_and_a_stepped_clock_neither_run_retries_early_nor_starve_th
         # Mid-backoff, host-ahead's clock is stepped forward another day.
         offset_file.write_text(repr(2 * DAY))
         # status on a host a day ahead shows due times as they are, on the spool's clock.
-        shown = status(layout.root, ahead_env)
+        shown: dict[str, Any] = json.loads(status(layout.root, ahead_env, "--json"))
         assert shown["retry"] and all(-1 <= r["due_in_seconds"] <= BACKOFF + 1 for r in shown["retry"])
         offsets = {r["host"]: r["clock_offset_seconds"] for r in shown["runners"]}
         # host-ahead's beacon was written a day or (after the step) two days ahead.
         assert abs(offsets["host-ok"]) < 5 and min(abs(offsets["host-ahead"] - d) for d in (DAY, 2 * DAY)) < 5, offsets
+        text = status(layout.root, ahead_env)
+        assert re.search(r"CLOCK host host-ahead: its wall clock is (24\.0h|2\.0d) ahead of the spool's", text), text
+        assert "CLOCK host host-ok" not in text
         wait_until(lambda: len(os.listdir(layout.done)) == len(jobs), timeout=90)
     finally:
         for h in hosts:
