@@ -23,7 +23,7 @@ from typing import Protocol
 
 class Clock(Protocol):
     def wall(self) -> float:
-        """Seconds since the epoch, for records and due times."""
+        """Seconds since the epoch, for records (due times are on the spool's clock: spool_now)."""
         ...
 
     def monotonic(self) -> float:
