@@ -84,7 +84,10 @@ def beacons_of(layout: SpoolLayout, host: str) -> int:
 
 def test_next_attempt_goes_to_another_host_and_a_lone_host_still_retries(spool: SpoolLayout, tmp_path: Path) -> None:
     log = tmp_path / "hosts.log"
-    # host-a fails attempt 1 only (hosty(2) in the fixture's config).
+    # host-a fails attempt 1 only (hosty(2) in the fixture's config). Retries due 5-10 s
+    # later: a loaded machine may take seconds to fail all four before the pause below,
+    # and alone, host-a takes a due retry of its own (seen with 2-4 s).
+    set_config(spool, backoff_base_seconds=10, backoff_cap_seconds=10)
     hosts = [Host("host-a", spool.root, log)]
     try:
         wait_until(lambda: beacons_of(spool, "host-a") == 1, timeout=30)
