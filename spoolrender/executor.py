@@ -334,7 +334,20 @@ class JobExecutor(SplitJobRuns):
     def _failure(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, error: dict[str, Any]
     ) -> RunEnd:
-        if error["transient"]:
+        if error["transient"] and attempt < spec.max_attempts:
+            delay = backoff_delay(
+                attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
+            )
+            end = self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
+        elif error["transient"]:
+            last = {**error, "message": f"{error['message']} (attempt {attempt} of {spec.max_attempts}, none left)"}
+            end = self._finish(claim, base, FAILED, error=last)
+        else:
+            return self._finish(claim, base, FAILED, error=error)
+        # Only a failure this run decided counts against the host: not one of a run taken
+        # over meanwhile (a host frozen past the lease that times out on waking), nor a
+        # discarded one.
+        if end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]):
             try:
                 # A split job's chunks count as that one job against the host.
                 now = None if self._spool_clock is None else self._spool_clock.now()
@@ -342,17 +355,7 @@ class JobExecutor(SplitJobRuns):
                 record_failure(self._layout, self._config, HOSTNAME, job, error["kind"], now or self._clock.wall())
             except (OSError, Timeout) as exc:  # host health must never stop a job's own record
                 log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
-        if error["transient"] and attempt < spec.max_attempts:
-            delay = backoff_delay(
-                attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
-            )
-            return self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
-        if error["transient"]:
-            error = {
-                **error,
-                "message": f"{error['message']} (attempt {attempt} of {spec.max_attempts}, none left)",
-            }
-        return self._finish(claim, base, FAILED, error=error)
+        return end
 
     def _discard(self, claim: Claim, base: dict[str, Any], problem: str) -> RunEnd:
         """The upload was not finished when the job was claimed: this run never counts."""
