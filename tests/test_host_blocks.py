@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import command_job, drop, entries, wait_for
 
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
+from spoolrender.heartbeat import HOSTNAME
 from spoolrender.host_blocks import (
     APPLIED,
     HELD_JOBS_FAULT,
@@ -25,6 +29,7 @@ from spoolrender.host_blocks import (
 )
 from spoolrender.hosts import hosts_dir, marker_path, record_failure
 from spoolrender.layout import SpoolLayout
+from spoolrender.records import RETRY, RunRecord, decide
 from spoolrender.renderers.base import KILLED, killing_signal
 from spoolrender.status import collect_status, format_status
 
@@ -162,3 +167,25 @@ def test_one_probe_at_a_time_per_host_and_one_per_interval(spool: SpoolLayout) -
     first.release(probed=True)  # it failed: the next probe waits an interval from now
     assert not second.due(now - 3600, time.time(), 10) and second.due(now - 3600, time.time() + 10.1, 10)
     assert second.take()
+
+
+def test_a_failure_of_a_run_taken_over_meanwhile_does_not_count(
+    spool: SpoolLayout, start_runner: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A host frozen past the lease wakes up and its render fails: the run was decided by a
+    recoverer meanwhile (here: written as one would), so the failure says nothing about
+    this host and is not counted."""
+    log = tmp_path / "runner.log"
+    start_runner(log=log)
+    go = tmp_path / "go"
+    drop(spool, "late.yaml", command_job(until_file=str(go), exit=75))
+    wait_for(lambda: len(entries(spool, "running")) == 1, timeout=60)
+    (name,) = entries(spool, "running")
+    taken = RunRecord(
+        run=1, outcome=RETRY, host="recoverer", pid=1, token=name.rsplit(".", 1)[1], ended=time.time(), attempt=1,
+        due=time.time() + 3600, error={"kind": "runner-died", "message": "judged dead", "transient": True},
+    )  # fmt: skip
+    assert decide(spool.running / name, taken)
+    go.touch()
+    wait_for(lambda: "another runner took it over" in log.read_text(), timeout=60)
+    assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
