@@ -3,6 +3,11 @@
 Tests pass a :class:`ManualClock` to exercise backoff and lease timing without sleeping.
 Liveness across hosts is judged on the observer's *monotonic* clock (how long it has seen
 a heartbeat unchanged), never by comparing two hosts' wall clocks.
+
+Due times (retry/ entry names, ``not_before``, backoff, retry-elsewhere) are on the spool
+filesystem's clock, the one clock every host sharing a spool sees alike: a file's mtime,
+stamped by the NFS or SFTP server on ``write()``. A host whose own wall clock is a day
+ahead, or is stepped mid-backoff, then neither runs a retry early nor starves it.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ import contextlib
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Protocol
 
 
 class Clock(Protocol):
     def wall(self) -> float:
-        """Seconds since the epoch, for records and due times."""
+        """Seconds since the epoch, for records (due times are on the spool's clock: spool_now)."""
         ...
 
     def monotonic(self) -> float:
@@ -79,3 +85,38 @@ def spool_now(probe: Path) -> float | None:
         with contextlib.suppress(OSError):
             return time.time()
         return None
+
+
+# A run record's ``details`` key: its decider's wall clock minus the spool's, seconds.
+CLOCK_OFFSET_KEY = "clock_offset_seconds"
+
+
+class SpoolClock:
+    """The spool filesystem's clock by one runner's probe file, and how far this host's
+    wall clock was from it at the last measurement (recorded with every decision, so a
+    record's wall times can be read on the spool's clock)."""
+
+    def __init__(self, probe: Path, clock: Clock) -> None:
+        self._probe = probe
+        self._clock = clock
+        self._offset: float | None = None
+
+    def now(self) -> float | None:
+        measured = spool_now(self._probe)
+        if measured is not None:
+            self._offset = self._clock.wall() - measured
+        return measured
+
+    def offset(self) -> float | None:
+        """This host's wall clock minus the spool's, seconds (None: never measured)."""
+        return self._offset
+
+
+def spool_time(directory: Path, label: str) -> float:
+    """The spool filesystem's "now" by a throwaway probe in ``directory`` (this host's
+    clock if the probe cannot be written), for one-off commands (status, retry, purge)."""
+    probe = directory / f"clock-{label}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    measured = spool_now(probe)
+    with contextlib.suppress(OSError):
+        probe.unlink()
+    return measured if measured is not None else time.time()

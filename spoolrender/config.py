@@ -96,6 +96,8 @@ class SpoolConfig:
     host_block_jobs: int = defaults.HOST_BLOCK_JOBS
     host_block_window_seconds: float = defaults.HOST_BLOCK_WINDOW_S
     host_block_seconds: float = defaults.HOST_BLOCK_S
+    host_block_max_share: float = defaults.HOST_BLOCK_MAX_SHARE
+    host_probe_seconds: float = defaults.HOST_PROBE_S
     # The render cache (render_cache.py): off unless enabled here or by a job's `cache: true`.
     render_cache: bool = defaults.RENDER_CACHE
     render_cache_max_bytes: int = defaults.RENDER_CACHE_MAX_BYTES

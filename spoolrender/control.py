@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spoolrender import defaults
-from spoolrender.clock import SystemClock, spool_now
+from spoolrender.clock import SystemClock, spool_time
 from spoolrender.compositions import cached_compositions, submit_problems
 from spoolrender.config import SpoolConfig
 from spoolrender.display import has_control_characters
@@ -192,6 +191,7 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
         if runs:
             priority = int(runs[-1].details.get("priority", priority))
         now = time.time()
+        due = spool_time(layout.private, "retry")  # "now" on the spool's clock, like every due time
         record = RunRecord(
             run=next_run_number(job_dir),
             outcome=RESET,
@@ -206,7 +206,7 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
         if not decide(job_dir, record):
             continue  # another `retry` is doing this one
         try:
-            rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), now, priority))
+            rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), due, priority))
         except FileNotFoundError:
             continue
         moved.append(name)
@@ -223,7 +223,7 @@ def make_due_now(config: SpoolConfig, job_id: str) -> list[str]:
     """
     layout = SpoolLayout(config.spool)
     layout.check()
-    now = time.time()
+    now = spool_time(layout.private, "retry")  # due times are on the spool's clock
     changed = []
     for name in sorted(list_names(layout.retry)):
         m = RETRY_NAME.fullmatch(name)
@@ -292,10 +292,7 @@ def purge(
     """
     layout = SpoolLayout(config.spool)
     layout.check()
-    probe = layout.private / f"clock-purge-{os.getpid()}"
-    now = spool_now(probe) or time.time()
-    with contextlib.suppress(OSError):
-        probe.unlink()
+    now = spool_time(layout.private, "purge")
     removed = []
     for state in states:
         directory = layout.state_dir(state)
@@ -349,7 +346,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                 except FileNotFoundError:
                     lost_race = True  # woken meanwhile; look again
                     continue
-                wake_parent(layout, where.path.name, parent_priority(where.path), clock.wall())
+                wake_parent(layout, where.path.name, parent_priority(where.path), spool_time(layout.private, "cancel"))
                 # A runner that claims it first fails it as cancelled itself, else the next
                 # pass here does; either way its chunks are stopped when it fails.
                 done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")

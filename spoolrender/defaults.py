@@ -140,6 +140,16 @@ RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the re
 HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
 HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
+# At most this share of the online hosts, rounded down, is blocked at once (none of one
+# host, one of two or three, two of four), and never the last online host of a queue:
+# a rule meant to route around a bad host must never stop the farm (host_blocks.py).
+HOST_BLOCK_MAX_SHARE = 0.5
+# A blocked host claims one job as a probe this long after its block began and after each
+# probe that failed; a probe done lifts the block.
+HOST_PROBE_S = 60.0
+# `status` names a host whose wall clock is this far from the spool filesystem's (a beacon's
+# own time against its mtime; write latency and whole-second mtimes on sshfs stay below it).
+CLOCK_SKEW_SHOWN_S = 10.0
 
 
 # --- render cache (render_cache.py; docs/render-cache.md) ---------------------------

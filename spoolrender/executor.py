@@ -14,7 +14,7 @@ import os
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from spoolrender.chunks.ledger import chunk_info
 from spoolrender.chunks.naming import parent_id
 from spoolrender.chunks.runs import SplitJobRuns
 from spoolrender.claim import Claim
-from spoolrender.clock import Clock
+from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
@@ -103,8 +103,10 @@ class JobExecutor(SplitJobRuns):
         threads: int,
         cache_metrics: CacheMetrics | None = None,
         spool_io: SpoolIOCondition | None = None,
+        spool_clock: SpoolClock | None = None,
     ) -> None:
         self._layout = layout
+        self._spool_clock = spool_clock
         self._config = config
         self._clock = clock
         self._rng = rng
@@ -424,23 +426,28 @@ class JobExecutor(SplitJobRuns):
         """A failed attempt: retried while it is transient and attempts are left.
         ``against_host``: a transient failure counts against this host (hosts.py), but for
         a full or failing spool, which is every host's."""
-        if error["transient"] and against_host:
-            try:
-                # A split job's chunks count as that one job against the host.
-                record_failure(self._layout, self._config, HOSTNAME, parent_id(claim.job_id), error["kind"])
-            except (OSError, Timeout) as exc:  # host health must never stop a job's own record
-                log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         if error["transient"] and attempt < spec.max_attempts:
             delay = backoff_delay(
                 attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
             )
-            return self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
-        if error["transient"]:
-            error = {
-                **error,
-                "message": f"{error['message']} (attempt {attempt} of {spec.max_attempts}, none left)",
-            }
-        return self._finish(claim, base, FAILED, error=error)
+            end = self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
+        elif error["transient"]:
+            last = {**error, "message": f"{error['message']} (attempt {attempt} of {spec.max_attempts}, none left)"}
+            end = self._finish(claim, base, FAILED, error=last)
+        else:
+            return self._finish(claim, base, FAILED, error=error)
+        # Only a failure this run decided counts against the host: not one of a run taken
+        # over meanwhile (a host frozen past the lease that times out on waking), nor a
+        # discarded one.
+        if against_host and end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]):
+            try:
+                # A split job's chunks count as that one job against the host.
+                now = None if self._spool_clock is None else self._spool_clock.now()
+                job = parent_id(claim.job_id)
+                record_failure(self._layout, self._config, HOSTNAME, job, error["kind"], now or self._clock.wall())
+            except (OSError, Timeout) as exc:  # host health must never stop a job's own record
+                log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
+        return end
 
     def _discard(self, claim: Claim, base: dict[str, Any], problem: str) -> RunEnd:
         """The upload was not finished when the job was claimed: this run never counts."""
@@ -470,6 +477,10 @@ class JobExecutor(SplitJobRuns):
                 outcome = FAILED
                 fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
+        offset = None if self._spool_clock is None else self._spool_clock.offset()
+        if offset is not None:
+            # Both clocks: ``started``/``ended``/``due`` are this host's; minus this, the spool's.
+            record = replace(record, details={**record.details, CLOCK_OFFSET_KEY: round(offset, 3)})
         try:
             won = self._spool_write(claim, f"recording run {claim.run} of job {claim.job_id}",
                                     lambda: decide(claim.job_dir, record))  # fmt: skip

@@ -8,12 +8,16 @@ blocklist and Sidekiq's retry-on-another-process do:
   host: runners on H leave the due retry alone for ``retry_elsewhere_seconds``, then take
   it if nobody else did (so a single-host spool still works, only that much later);
 - every transient failure is recorded per host in ``.spoolrender/hosts/<host>.json``
-  (written only by that host's runners, under a flock, so its times share one clock);
-  when ``host_block_jobs`` different jobs have failed there within
-  ``host_block_window_seconds``, the host is blocked: ``<host>.blocked`` says why and
-  until when (``host_block_seconds`` later, the quiet period). A blocked host's runners
-  claim nothing and say why in their log and beacon; ``status`` shows it;
-  ``spoolrender unblock HOST`` clears it at once.
+  (written only by that host's runners, under a flock); when ``host_block_jobs``
+  different jobs have failed there within ``host_block_window_seconds``, ``<host>.blocked``
+  says why and until when (``host_block_seconds`` later, the quiet period). Times are on
+  the spool filesystem's clock (spoolrender.clock), so every host reads them alike.
+
+Failures that say nothing about the host do not count: the job's own (invalid, its own
+out-of-memory), an operator's (cancelled, a render killed by a signal), a dead runner's
+(recorded by whoever recovered it), and a job that failed the same way on another host
+too (it times out or fails everywhere: the job's fault). Whether a block is applied, and
+the probe that lifts it, is :mod:`spoolrender.host_blocks`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import contextlib
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,18 @@ from filelock import FileLock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
 from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.renderers.base import KILLED
+from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY
 
 log = logging.getLogger(__name__)
 
 # Errors that say nothing about the host: the job itself, an operator, or a dead runner
 # (recorded by whoever recovered it, not by the host that died).
-NOT_THE_HOSTS_FAULT = ("invalid-job", "cancelled", "runner-died", "attempts-exhausted")
+NOT_THE_HOSTS_FAULT = (
+    "invalid-job", "cancelled", "runner-died", "attempts-exhausted", KILLED, OUT_OF_MEMORY,
+)  # fmt: skip
+BLOCKED_SUFFIX = ".blocked"
+FAILURES_SUFFIX = ".json"
 
 
 def hosts_dir(layout: SpoolLayout) -> Path:
@@ -48,6 +57,15 @@ def _safe(host: str) -> str:
     return host.replace("/", "_").lstrip(".") or "_"
 
 
+def marker_path(layout: SpoolLayout, host: str) -> Path:
+    return hosts_dir(layout) / f"{_safe(host)}{BLOCKED_SUFFIX}"
+
+
+def probe_lock_path(layout: SpoolLayout, host: str) -> Path:
+    """The flock a blocked host's runners take for their one probe job (host_blocks)."""
+    return hosts_dir(layout) / f".{_safe(host)}.probe"
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_bytes())
@@ -56,71 +74,101 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def record_failure(layout: SpoolLayout, config: SpoolConfig, host: str, job_id: str, kind: str) -> str | None:
-    """Count a transient failure of ``job_id`` on ``host`` (this host); the reason if it is now blocked."""
+def _failures(state: dict[str, Any] | None, now: float, window: float) -> list[list[Any]]:
+    """``[time, job, kind]`` entries of a host's history within the window."""
+    return [
+        f for f in (state or {}).get("failures", [])
+        if isinstance(f, list) and len(f) == 3 and isinstance(f[0], (int, float)) and now - f[0] <= window
+    ]  # fmt: skip
+
+
+def failed_elsewhere(layout: SpoolLayout, host: str, now: float, window: float) -> set[tuple[str, str]]:
+    """``(job, kind)`` of every failure recorded on another host within the window."""
+    out: set[tuple[str, str]] = set()
+    for name in list_names(hosts_dir(layout)):
+        if not name.endswith(FAILURES_SUFFIX) or name == f"{_safe(host)}{FAILURES_SUFFIX}":
+            continue
+        out.update((str(f[1]), str(f[2])) for f in _failures(_read(hosts_dir(layout) / name), now, window))
+    return out
+
+
+def hosts_fault(jobs: list[list[Any]], elsewhere: set[tuple[str, str]]) -> list[str]:
+    """The different jobs among ``[time, job, kind]`` failures that count against the host:
+    not those that failed the same way on another host (the job's own fault)."""
+    return sorted({str(f[1]) for f in jobs if (str(f[1]), str(f[2])) not in elsewhere})
+
+
+def record_failure(
+    layout: SpoolLayout, config: SpoolConfig, host: str, job_id: str, kind: str, now: float
+) -> str | None:
+    """Count a transient failure of ``job_id`` on ``host`` (this host) at ``now`` (the spool
+    filesystem's clock); the reason if the host is now to be blocked."""
     if kind in NOT_THE_HOSTS_FAULT:
         return None
     directory = hosts_dir(layout)
     directory.mkdir(parents=True, exist_ok=True)
     name = _safe(host)
-    now = time.time()
+    window = config.host_block_window_seconds
     # flock: only this host's runners write this file, and flock holds on one host.
     with FileLock(directory / f".{name}.lock"):
-        state = _read(directory / f"{name}.json") or {}
-        window = config.host_block_window_seconds
-        failures = [f for f in state.get("failures", []) if isinstance(f, list) and now - f[0] <= window]
+        failures = _failures(_read(directory / f"{name}{FAILURES_SUFFIX}"), now, window)
         failures.append([now, job_id, kind])
-        write_json_atomic(directory / f"{name}.json", {"host": host, "failures": failures}, durable=False)
-        jobs = sorted({str(f[1]) for f in failures})
-        if len(jobs) < config.host_block_jobs or blocked(layout, host) is not None:
+        write_json_atomic(directory / f"{name}{FAILURES_SUFFIX}", {"host": host, "failures": failures}, durable=False)
+        jobs = hosts_fault(failures, failed_elsewhere(layout, host, now, window))
+        if len(jobs) < config.host_block_jobs or blocked(layout, host, now) is not None:
             return None
-        kinds = sorted({str(f[2]) for f in failures})
+        counted = [f for f in failures if str(f[1]) in jobs]
+        kinds = sorted({str(f[2]) for f in counted})
         reason = (
             f"{len(jobs)} different jobs failed on this host in the last {window:g} s "
             f"({', '.join(kinds)}; e.g. {', '.join(jobs[:3])})"
         )
-        marker = {"host": host, "reason": reason, "since": now, "until": now + config.host_block_seconds}
-        write_json_atomic(directory / f"{name}.blocked", marker)
+        marker = {
+            "host": host, "reason": reason, "since": now, "until": now + config.host_block_seconds,
+            "failures": counted,
+        }  # fmt: skip
+        write_json_atomic(marker_path(layout, host), marker)
     log.error(
-        "host %s blocked: %s; it claims nothing for %g s, or until `spoolrender unblock %s`",
-        host, reason, config.host_block_seconds, host,
+        "host %s to be blocked: %s; while it is, it claims one job at a time as a probe (a success lifts "
+        "the block) for %g s, or until `spoolrender unblock %s`", host, reason, config.host_block_seconds, host,
     )  # fmt: skip
     return reason
 
 
-def blocked(layout: SpoolLayout, host: str, now: float | None = None) -> dict[str, Any] | None:
-    """The block marker of ``host`` while it holds (None once its quiet period has passed)."""
-    marker = _read(hosts_dir(layout) / f"{_safe(host)}.blocked")
-    if marker is None:
-        return None
-    if float(marker.get("until") or 0) <= (time.time() if now is None else now):
+def blocked(layout: SpoolLayout, host: str, now: float) -> dict[str, Any] | None:
+    """The block marker of ``host`` while its quiet period lasts (``now``: the spool's clock);
+    whether it is applied is :func:`spoolrender.host_blocks.block_states`."""
+    marker = _read(marker_path(layout, host))
+    if marker is None or float(marker.get("until") or 0) <= now:
         return None
     return marker
 
 
-def all_blocked(layout: SpoolLayout) -> list[dict[str, Any]]:
-    """Every host blocked now, for ``status``."""
-    now = time.time()
+def markers(layout: SpoolLayout, now: float) -> list[dict[str, Any]]:
+    """Every host's block marker whose quiet period lasts, oldest first."""
     out = []
     for name in sorted(list_names(hosts_dir(layout))):
-        if name.endswith(".blocked"):
-            marker = blocked(layout, name[: -len(".blocked")], now)
-            if marker is not None:
+        if name.endswith(BLOCKED_SUFFIX):
+            marker = _read(hosts_dir(layout) / name)
+            if marker is not None and float(marker.get("until") or 0) > now and isinstance(marker.get("host"), str):
                 out.append(marker)
-    return out
+    return sorted(out, key=lambda m: (float(m.get("since") or 0), str(m["host"])))
 
 
 def unblock(layout: SpoolLayout, host: str) -> bool:
-    """Clear ``host``'s block and its failure history; True if it was blocked."""
-    was = blocked(layout, host) is not None
-    for suffix in (".blocked", ".json"):
+    """Clear ``host``'s block and its failure history; True if it had a block marker."""
+    was = os.path.lexists(marker_path(layout, host))
+    for suffix in (BLOCKED_SUFFIX, FAILURES_SUFFIX):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(hosts_dir(layout) / f"{_safe(host)}{suffix}")
     return was
 
 
-def online_hosts(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> dict[str, list[dict[str, Any]]]:
-    """Beacons of online runners by host (a beacon rewritten within the lease, by the spool's clock)."""
+def online_hosts(
+    layout: SpoolLayout, fs_now: float, lease_seconds: float, *, with_blocked: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """Beacons of online runners by host (a beacon rewritten within the lease, by the spool's
+    clock); without hosts whose block is applied unless ``with_blocked``."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name in list_names(layout.runners):
         if not name.endswith(".json"):
@@ -131,7 +179,7 @@ def online_hosts(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> di
         except OSError:
             continue
         beacon = _read(path)
-        if beacon is None or age > lease_seconds or beacon.get("host_blocked"):
+        if beacon is None or age > lease_seconds or (beacon.get("host_blocked") and not with_blocked):
             continue
         out.setdefault(str(beacon.get("host")), []).append(beacon)
     return out

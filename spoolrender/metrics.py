@@ -17,7 +17,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, write_to_textfile
 
 from spoolrender import defaults
+from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
+from spoolrender.host_blocks import BlockState, block_states
 from spoolrender.layout import SpoolLayout
 from spoolrender.queues import ALL_QUEUES, queue_report
 from spoolrender.status import SpoolSnapshot, take_snapshot
@@ -59,7 +61,22 @@ class SpoolGauges:
             [*names, "queue"], registry=registry,
         )  # fmt: skip
 
-    def update(self, snap: SpoolSnapshot) -> None:
+        self.host_blocked = Gauge(
+            "spoolrender_host_blocked",
+            "Hosts with a block marker: 1 while applied (cause=failures: only probe jobs), 0 while held back "
+            "so as not to stop the farm (cause says why)", [*names, "host", "cause"], registry=registry,
+        )  # fmt: skip
+        self.host_block_until = Gauge(
+            "spoolrender_host_block_until_seconds", "End of a host's block (epoch seconds, the spool's clock)",
+            [*names, "host"], registry=registry,
+        )  # fmt: skip
+
+    def update(self, snap: SpoolSnapshot, blocks: list[BlockState]) -> None:
+        for gauge in (self.host_blocked, self.host_block_until):
+            gauge.clear()  # a block lifted must not linger
+        for b in blocks:
+            self.host_blocked.labels(**self._labels, host=b.host, cause=b.cause).set(1 if b.applied else 0)
+            self.host_block_until.labels(**self._labels, host=b.host).set(b.until)
         for state in defaults.STATE_DIRS:
             self.jobs.labels(**self._labels, state=state).set(snap.counts[state])
         # prometheus-client: a metric without label names is its own (only) child.
@@ -175,16 +192,21 @@ class RunnerMetrics:
     def set_busy(self, busy: int) -> None:
         self.busy.labels(**self._labels).set(busy)
 
-    def write_textfile(self, path: Path, layout: SpoolLayout, lease_seconds: float) -> None:
-        self.spool.update(take_snapshot(layout, lease_seconds))
+    def write_textfile(self, path: Path, config: SpoolConfig) -> None:
+        self.spool.update(*_spool_state(config))
         try:
             write_to_textfile(str(path), self.registry)
         except OSError as exc:
             raise SpoolrenderError(f"cannot write metrics to {path}: {exc}") from exc
 
 
-def spool_metrics_text(layout: SpoolLayout, lease_seconds: float) -> str:
+def _spool_state(config: SpoolConfig) -> tuple[SpoolSnapshot, list[BlockState]]:
+    snap = take_snapshot(SpoolLayout(config.spool), config.lease_seconds)
+    return snap, block_states(SpoolLayout(config.spool), config, snap.fs_now)
+
+
+def spool_metrics_text(config: SpoolConfig) -> str:
     """The spool gauges in the Prometheus text format (``status --prometheus``)."""
     registry = CollectorRegistry()
-    SpoolGauges(registry, {}).update(take_snapshot(layout, lease_seconds))
+    SpoolGauges(registry, {}).update(*_spool_state(config))
     return generate_latest(registry).decode("utf-8")

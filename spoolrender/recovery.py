@@ -29,7 +29,7 @@ import signal
 from pathlib import Path
 
 from spoolrender import defaults
-from spoolrender.clock import Clock
+from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, PublishError
 from spoolrender.failpoints import crash_point
@@ -77,9 +77,11 @@ class Recoverer:
         rng: random.Random,
         tracker: LivenessTracker | None = None,
         spool_io: SpoolIOCondition | None = None,
+        spool_clock: SpoolClock | None = None,
     ) -> None:
         self._spool_io = spool_io
         self._layout = layout
+        self._spool_clock = spool_clock
         self._config = config
         self._clock = clock
         self._rng = rng
@@ -274,8 +276,13 @@ class Recoverer:
             attempt=attempt,
             error=error,
             due=due,
-            details={"priority": priority, "ran_on": owner_host},
+            details={"priority": priority, "ran_on": owner_host, **self._clock_offset()},
         )
+
+    def _clock_offset(self) -> dict[str, float]:
+        """This host's wall clock minus the spool's, for the record (both clocks, see clock.py)."""
+        offset = None if self._spool_clock is None else self._spool_clock.offset()
+        return {} if offset is None else {CLOCK_OFFSET_KEY: round(offset, 3)}
 
 
 def _stop_orphaned_render(hb: Heartbeat) -> None:

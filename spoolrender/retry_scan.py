@@ -1,7 +1,8 @@
 """Which jobs waiting in retry/ are due and this runner's to claim, in queue order.
 
-An entry's name carries its due time and priority (layout.RETRY_NAME), so the listing is
-the retry queue in order. Its route (queue and requirements) and the host its last
+An entry's name carries its due time (on the spool filesystem's clock, see
+spoolrender.clock) and priority (layout.RETRY_NAME), so the listing is the retry queue in
+order. Its route (queue and requirements) and the host its last
 attempt failed on are read once per entry: the name changes with every move. A job that
 just failed transiently on this host is left to another host that could take it for
 ``retry_elsewhere_seconds`` (hosts.py), then taken if nobody did.
@@ -96,7 +97,10 @@ class RetryScan:
         ``routes`` collects every due job's route (this runner's or not), for the beacon.
         """
         self._others = None  # other hosts' beacons: read again once per listing
-        now = self._clock.wall()
+        # Due times are on the spool filesystem's clock (transitions.retry_due), and so is
+        # "now": a host whose wall clock is off or stepped neither runs a retry early nor
+        # starves it. The wait until then runs on the monotonic clock.
+        now = self._clock.wall() if fs_now is None else fs_now
         out: list[Candidate] = []
         wake: float | None = None
         names = list_names(self._layout.retry)

@@ -37,7 +37,7 @@ from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.runs import CHUNK_OUTCOME_PREFIX
 from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.claim import Claim, SpoolScanner, claim
-from spoolrender.clock import Clock, SystemClock, spool_now
+from spoolrender.clock import Clock, SpoolClock, SystemClock, spool_now
 from spoolrender.closers import CloserTracker
 from spoolrender.config import SpoolConfig
 from spoolrender.control import is_paused
@@ -46,7 +46,7 @@ from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, Spo
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
-from spoolrender.hosts import blocked as host_blocked
+from spoolrender.host_blocks import BlockState, ProbeSlot, block_of, probe_succeeded
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.publish import SCRATCH_DIR
@@ -123,6 +123,9 @@ class Runner:
         self._started_mono = self.clock.monotonic()
         self._blocked: str | None = None  # why this host is blocked (hosts.py), while it is
         self._beacon_told: float | None = None  # the spool I/O trouble the last beacon told of
+        self._block_held: str | None = None  # why this host's block is not applied (host_blocks.py)
+        self._probe_slot = ProbeSlot(self.layout, HOSTNAME)
+        self._probe_job: str | None = None  # the key of this runner's probe job while it runs
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
@@ -144,7 +147,11 @@ class Runner:
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
-        self._recoverer = Recoverer(self.layout, config, self.clock, self.rng, tracker, self._spool_io)
+        self._probe = probe_path(self.layout, self.runner_id)
+        self._spool_clock = SpoolClock(self._probe, self.clock)
+        self._recoverer = Recoverer(
+            self.layout, config, self.clock, self.rng, tracker, spool_io=self._spool_io, spool_clock=self._spool_clock
+        )
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
@@ -158,7 +165,8 @@ class Runner:
                 factory,
                 self.capacity.threads_per_job,
                 self.metrics.render_cache,
-                self._spool_io,
+                spool_io=self._spool_io,
+                spool_clock=self._spool_clock,
             )
             for _ in range(self.capacity.slots)
         ]
@@ -166,7 +174,6 @@ class Runner:
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
-        self._probe = probe_path(self.layout, self.runner_id)
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.
@@ -335,28 +342,28 @@ class Runner:
         swept = now >= self._next_sweep
         if swept:
             self._recoverer.sweep(set(self._active))
-            self._split_sweeper.sweep(spool_now(self._probe))
+            self._split_sweeper.sweep(self._spool_clock.now())
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
-        block = host_blocked(self.layout, HOSTNAME)
-        reason = None if block is None else str(block.get("reason"))
-        if reason != self._blocked:
-            if block is not None:
-                log.error(
-                    "host %s is blocked, not claiming: %s (for %.0f s more, or until `spoolrender unblock %s`)",
-                    HOSTNAME, reason, float(block.get("until") or 0) - self.clock.wall(), HOSTNAME,
-                )  # fmt: skip
-            else:
-                log.info("host %s is no longer blocked: claiming again", HOSTNAME)
-            self._blocked = reason
-            self._next_beacon = 0.0  # tell status at once
-        if reason is not None:
+        fs_now = self._spool_clock.now()
+        block_now = self.clock.wall() if fs_now is None else fs_now
+        block = block_of(self.layout, self.config, HOSTNAME, block_now)
+        self._note_block(block, fs_now)
+        probing = False
+        if self._blocked is not None and not paused:
             self.summary.blocked = True
-            paused = True  # from here on, a blocked host behaves like a paused spool
-        scan = self._scanner.scan(lambda: spool_now(self._probe))
+            # A blocked host claims one job at a time, host-wide, as a probe (host_blocks.py).
+            probing = (
+                block is not None
+                and self._probe_job is None
+                and self._probe_slot.due(block.since, block_now, self.config.host_probe_seconds)
+                and self._probe_slot.take()
+            )
+            paused = not probing
+        scan = self._scanner.scan(lambda: fs_now)
         self._waiting = scan.waiting
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused or limited:
@@ -379,13 +386,19 @@ class Runner:
             # Claimed or lost: either way not a candidate any more until the next listing.
             self._scanner.forget(candidate.name)
             if claimed is not None:
+                if probing:
+                    self._probe_job = claimed.key
+                    paused = True  # one probe at a time
+                    log.info("host %s is blocked: job %s is its probe", HOSTNAME, claimed.job_id)
                 self._start(claimed)
                 if self.max_jobs is not None and self.summary.claimed >= self.max_jobs:
                     limited = True
                     log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
+        if probing and self._probe_job is None:
+            self._probe_slot.release()  # nothing to probe with: another runner may
         if swept:
             # Housekeeping after claiming, so that it never delays a claim.
-            fs_now = spool_now(self._probe)
+            fs_now = self._spool_clock.now()
             if fs_now is not None:
                 expire_runners(self.layout, fs_now, self.config.lease_seconds)
         with self._lock:
@@ -407,6 +420,25 @@ class Runner:
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
         return timeout
+
+    def _note_block(self, block: BlockState | None, fs_now: float | None) -> None:
+        """Log a change of this host's block (applied or held back), and tell status at once."""
+        reason = None if block is None or not block.applied else block.reason
+        held = None if block is None or block.applied else block.held_back
+        if (reason, held) == (self._blocked, self._block_held):
+            return
+        if block is not None and reason is not None:
+            left = block.until - (self.clock.wall() if fs_now is None else fs_now)
+            log.error(
+                "host %s is blocked: %s; claiming one job at a time as a probe (for %.0f s more, or until "
+                "`spoolrender unblock %s`)", HOSTNAME, reason, left, HOSTNAME,
+            )  # fmt: skip
+        elif block is not None:
+            log.warning("host %s would be blocked (%s), but %s: claiming as usual", HOSTNAME, block.reason, held)
+        elif self._blocked is not None:
+            log.info("host %s is no longer blocked: claiming again", HOSTNAME)
+        self._blocked, self._block_held = reason, held
+        self._next_beacon = 0.0
 
     def _start(self, claimed: Claim) -> None:
         slot = self._free.pop(0)
@@ -440,6 +472,12 @@ class Runner:
             # recovered (as "runner died") once its lock is released or its lease ends.
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
             end = None
+        if claimed.key == self._probe_job:
+            success = end is not None and end.outcome == "done"
+            if success:
+                probe_succeeded(self.layout, HOSTNAME, claimed.job_id)
+            self._probe_job = None
+            self._probe_slot.release(probed=not success)
         if end is not None and (end.outcome.startswith(CHUNK_OUTCOME_PREFIX) or end.outcome == "split"):
             # It queued chunks or woke a job in retry/: list again now, not after an event
             # that a busy host may deliver after a drain has decided there is nothing left.
@@ -490,7 +528,7 @@ class Runner:
             return
         self.metrics.set_spool_io(self._spool_io.active, self._spool_io.total)
         try:
-            self.metrics.write_textfile(self._metrics_textfile, self.layout, self.config.lease_seconds)
+            self.metrics.write_textfile(self._metrics_textfile, self.config)
         except SpoolrenderError as exc:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
 

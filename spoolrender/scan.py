@@ -234,7 +234,8 @@ class SpoolScanner:
         self, spool_now: float | None, routes: list[tuple[Route, float]]
     ) -> tuple[list[Candidate], int, float | None]:
         mono = self._clock.monotonic()
-        wall = self._clock.wall()
+        # not_before is judged on the spool filesystem's clock, like retry due times.
+        now = self._clock.wall() if spool_now is None else spool_now
         settle = self._config.settle_seconds
         out: list[Candidate] = []
         waiting = 0
@@ -307,8 +308,8 @@ class SpoolScanner:
                 wake = until if wake is None else min(wake, until)
                 continue
             spec = seen.spec
-            if spec is not None and spec.not_before is not None and spec.not_before > wall:
-                until = mono + (spec.not_before - wall)
+            if spec is not None and spec.not_before is not None and spec.not_before > now:
+                until = mono + (spec.not_before - now)
                 wake = until if wake is None else min(wake, until)
                 continue
             priority = spec.priority if spec is not None else 0

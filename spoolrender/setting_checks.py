@@ -44,6 +44,14 @@ def non_negative_number(name: str, value: Any) -> float:
     return positive_number(name, value)
 
 
+def share(name: str, value: Any) -> float:
+    """A share of a whole, from 0 to 1 (``0.5``: half)."""
+    number = non_negative_number(name, value)
+    if number > 1:
+        raise ConfigError(f"{name}: expected a share from 0 to 1 (0.5: half), got {value!r}")
+    return number
+
+
 def positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: expected a whole number >= 1, got {value!r}")

@@ -156,7 +156,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("host_block_jobs", RETRIES, checks.positive_int, "whole number >= 1", str(defaults.HOST_BLOCK_JOBS),
         "This many different jobs failing on one host within `host_block_window_seconds` "
-        "block the host: its runners claim nothing for `host_block_seconds`.",
+        "block the host for `host_block_seconds`: its runners claim only one job at a time as a "
+        "probe, and a probe done lifts the block. Kills, a job's own out-of-memory and failures "
+        "seen the same way on another host do not count.",
         see="hosts.md",
     ),
     Setting(
@@ -167,6 +169,17 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("host_block_seconds", RETRIES, checks.positive_number, "seconds > 0", _g(defaults.HOST_BLOCK_S),
         "How long a host stays blocked (`spoolrender unblock HOST` ends it sooner).",
+        see="hosts.md",
+    ),
+    Setting("host_block_max_share", RETRIES, checks.share, "number from 0 to 1", _g(defaults.HOST_BLOCK_MAX_SHARE),
+        "The largest share of the online hosts a block may apply to (rounded down; 0.5: one of "
+        "two or three, two of four or five). A block never applies to the last online host of a "
+        "queue either: it is shown as held back, with the cause.",
+        see="hosts.md",
+    ),
+    Setting("host_probe_seconds", RETRIES, checks.non_negative_number, "seconds >= 0", _g(defaults.HOST_PROBE_S),
+        "A blocked host claims one job as a probe this long after its block began, and again "
+        "this long after each failed probe.",
         see="hosts.md",
     ),
     # --- capacity ------------------------------------------------------------------------

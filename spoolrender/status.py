@@ -8,10 +8,8 @@ so a host with a skewed clock still shows true heartbeat ages.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +19,11 @@ from spoolrender import defaults
 from spoolrender.beacons import runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import describe_chunks, split_info
-from spoolrender.clock import spool_now
+from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.hosts import all_blocked
+from spoolrender.host_blocks import block_states
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
@@ -68,12 +66,7 @@ class SpoolSnapshot:
 
 def spool_clock(layout: SpoolLayout) -> tuple[float, float]:
     """This host's "now" and the spool filesystem's (this host's if it cannot be measured)."""
-    now = time.time()
-    probe = layout.private / f"clock-status-{os.getpid()}-{threading.get_ident()}"
-    measured = spool_now(probe)
-    with contextlib.suppress(OSError):
-        probe.unlink()
-    return now, (measured if measured is not None else now)
+    return time.time(), spool_time(layout.private, "status")
 
 
 def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
@@ -109,6 +102,10 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         for identity in ("boot", "started"):  # only for telling dead runners (schema v1 has none)
             beacon.pop(identity, None)
         beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
+        # The beacon's own time (its host's wall clock) against its mtime (the spool's).
+        updated = beacon.get("updated")
+        offset = float(updated) - seen if isinstance(updated, (int, float)) and seen is not None else None
+        beacon["clock_offset_seconds"] = None if offset is None else round(offset, 1)
         beacon["online"] = age is not None and age <= lease_seconds
         runners.append(beacon)
     return SpoolSnapshot(
@@ -174,7 +171,8 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         for name in sorted(names["running"])
     ]
 
-    retry = [r for r in (retry_info(name, now) for name in sorted(names["retry"])) if r is not None]
+    # Due times are on the spool filesystem's clock (spoolrender.clock): so is "due in".
+    retry = [r for r in (retry_info(name, fs_now) for name in sorted(names["retry"])) if r is not None]
 
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
@@ -198,6 +196,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
         "generated_at": now,
+        "spool_time": fs_now,
         "counts": snap.counts,
         "oldest_incoming_age_seconds": None if snap.oldest_incoming_age is None else round(snap.oldest_incoming_age, 1),
         "running": running,
@@ -208,7 +207,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "paused": pause_reason(layout),
         "queues": queues,
         "unserved": unserved,
-        "blocked_hosts": all_blocked(layout),
+        "blocked_hosts": [b.to_json() for b in block_states(layout, config, fs_now)],
         "spool_io": spool_io_conditions(snap.runners),
     }
 
@@ -232,8 +231,9 @@ def describe_spool_io(condition: dict[str, Any]) -> str:
     )
 
 
-def retry_info(name: str, now: float) -> dict[str, Any] | None:
-    """One ``retry`` item of the status document (None: not a retry entry name)."""
+def retry_info(name: str, fs_now: float) -> dict[str, Any] | None:
+    """One ``retry`` item of the status document (None: not a retry entry name); ``due``
+    and ``fs_now`` are on the spool filesystem's clock, whatever this host's says."""
     m = RETRY_NAME.fullmatch(name)
     if m is None:
         return None
@@ -242,7 +242,7 @@ def retry_info(name: str, now: float) -> dict[str, Any] | None:
         "id": m.group("id"),
         "entry": name,
         "due": due,
-        "due_in_seconds": round(due - now, 1),
+        "due_in_seconds": round(due - fs_now, 1),
         "priority": priority_from_key(m.group("prio")),
     }
 
@@ -298,11 +298,26 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
     for b in status.get("blocked_hosts", []):
-        left = _age(float(b.get("until") or 0) - status["generated_at"])
-        lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
-                           f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
+        # Blocks are on the spool's clock (older status documents lack it: this host's).
+        left = _age(float(b.get("until") or 0) - status.get("spool_time", status["generated_at"]))
+        host = p(b.get("host"))
+        if b.get("applied", True):
+            lines.append(paint(f"BLOCKED host {host}: {p(b.get('reason'))}; it claims one job at a time as a probe "
+                               f"(for {left} more, or `spoolrender unblock {host}`)", "31"))  # fmt: skip
+        else:
+            lines.append(paint(f"NOT BLOCKED host {host}: {p(b.get('held_back'))}, although {p(b.get('reason'))} "
+                               f"(for {left} more, or `spoolrender unblock {host}`)", "33"))  # fmt: skip
     for condition in status.get("spool_io", []):
         lines.append(paint(p(describe_spool_io(condition)), "31"))
+    skews = {
+        r["host"]: r["clock_offset_seconds"]
+        for r in status["runners"]
+        if r.get("online") and abs(r.get("clock_offset_seconds") or 0) >= defaults.CLOCK_SKEW_SHOWN_S
+    }
+    for host, offset in sorted(skews.items()):
+        side = "ahead of" if offset > 0 else "behind"
+        lines.append(paint(f"CLOCK host {p(host)}: its wall clock is {_age(offset)} {side} the spool's "
+                           "(due times and blocks use the spool's clock)", "33"))  # fmt: skip
     for u in status.get("unserved", []):
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))

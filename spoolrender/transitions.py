@@ -19,7 +19,7 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import is_chunk_entry
-from spoolrender.chunks.moves import discard_chunks, finish_chunk, move_to_split
+from spoolrender.chunks.moves import decided_at, discard_chunks, finish_chunk, move_to_split
 from spoolrender.chunks.naming import is_chunk_name, ledger_dir
 from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
@@ -96,10 +96,22 @@ def attempt_hosts(runs: list[RunRecord]) -> list[dict[str, Any]]:
     return hosts
 
 
+def retry_due(job_dir: Path, record: RunRecord) -> float:
+    """When a RETRY/REQUEUE decision is due, on the spool filesystem's clock.
+
+    The decider chose a delay (``due - ended``, both read from its own wall clock a moment
+    apart, so its offset cancels); it runs from the decision's time by the spool's clock
+    (the record file's mtime). Every host, whatever its own clock says, then sees the same
+    due time, and a recoverer rolling the decision forward names the entry alike.
+    """
+    delay = 0.0 if record.due is None else max(0.0, record.due - record.ended)
+    return decided_at(job_dir, record) + delay
+
+
 def move_to_retry(
     layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
 ) -> Path:
-    due = record.due if record.due is not None else record.ended
+    due = retry_due(job_dir, record)
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
     target = layout.retry / retry_name(job_id, uid, due, priority)
     if record.outcome == RETRY and hooks:  # a requeue after a shutdown is no failure: no hook

@@ -97,20 +97,28 @@ def test_invalid_job_fails_and_queue_goes_on(spool: SpoolLayout) -> None:
     assert "field 'command'" in failure["reason"] and "field 'timeout'" in failure["reason"]
 
 
-def test_backoff_due_time_uses_injected_clock(spool: SpoolLayout) -> None:
-    write_spool_config(spool, {"backoff_base_seconds": 100, "backoff_cap_seconds": 1000})
-    clock = ManualClock(wall=time.time())
+def test_backoff_runs_on_the_spool_clock_whatever_the_hosts_wall_clock_says(spool: SpoolLayout) -> None:
+    # The runner's wall clock is a day ahead (an injected clock); the spool's is the files'.
+    write_spool_config(spool, {"backoff_base_seconds": 4, "backoff_cap_seconds": 4})
+    clock = ManualClock(wall=time.time() + 86400)
     drop(spool, "flaky.yaml", command_job(fail_until_attempt=2))
-    start = clock.wall()
     drain(spool, clock=clock, rng=random.Random(7))
     (name,) = entries(spool, "retry")
     m = RETRY_NAME.fullmatch(name)
     assert m is not None
-    delay = int(m.group("due")) / 1000 - start
-    assert 50 <= delay <= 100.01  # equal jitter: half of 100 s fixed, half random
-    assert drain(spool, clock=clock).claimed == 0  # not due yet
-    clock.advance(101)
-    assert drain(spool, clock=clock).done == 1
+    decided = (spool.retry / name / "run-0001.json").stat().st_mtime
+    # Due 2-4 s (equal jitter) after the decision by the spool's clock, not a day later.
+    assert 2 <= int(m.group("due")) / 1000 - decided <= 4.01
+    run = json.loads((spool.retry / name / "run-0001.json").read_text())
+    assert abs(run["details"]["clock_offset_seconds"] - 86400) < 5  # both clocks recorded
+    clock.jump_wall(86400)  # stepped another day forward mid-backoff: still not due
+    assert drain(spool, clock=clock).claimed == 0
+    deadline = time.monotonic() + 30
+    while not entries(spool, "done"):
+        assert time.monotonic() < deadline
+        drain(spool, clock=clock)
+        time.sleep(0.1)
+    assert time.time() >= int(m.group("due")) / 1000  # claimed once due on the spool's clock
 
 
 def test_backoff_doubles_and_caps() -> None:

@@ -298,10 +298,9 @@ def _status(args: argparse.Namespace) -> int:
 
     spool = _spool(args)
     if args.prometheus:
-        from spoolrender.layout import SpoolLayout
         from spoolrender.metrics import spool_metrics_text
 
-        sys.stdout.write(spool_metrics_text(SpoolLayout(spool.path), spool.config.lease_seconds))
+        sys.stdout.write(spool_metrics_text(spool.config))
         return EXIT_OK
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     stop = _stop_on_signals() if args.watch is not None else None

@@ -241,9 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "unblock", help="let a blocked host claim again", formatter_class=raw,
         description="A host where many different jobs failed recently (host_block_jobs within "
-        "host_block_window_seconds) is blocked: its runners claim nothing for host_block_seconds, and "
-        "`status` says why. Once you fixed the host (disk, fonts, driver), clear the block and its failure "
-        "history now.",
+        "host_block_window_seconds) is blocked: its runners claim one job at a time as a probe, every "
+        "host_probe_seconds, for host_block_seconds; a probe job done lifts the block. A block never applies "
+        "to the last online host of a queue, nor to more than host_block_max_share of the online hosts; "
+        "`status` says why a host is blocked or held back, and until when. Once you fixed the host (disk, "
+        "fonts, driver), clear the block and its failure history now.",
         epilog="example:\n  spoolrender unblock render-03\n",
     )  # fmt: skip
     p.add_argument("host", help="host name, as `status` shows it")

@@ -25,6 +25,19 @@ from typing import Any, Protocol
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import JobSpec
 
+# The error kind of a render that a signal from outside spoolrender ended (an operator's
+# kill, the OOM killer): not evidence against the host (spoolrender.hosts). Signals a
+# process sends itself when it crashes (SIGSEGV, SIGABRT, SIGBUS) are not kills.
+KILLED = "killed"
+KILL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def killing_signal(returncode: int) -> int | None:
+    """The kill signal (KILL_SIGNALS) that ended a process with ``returncode``: a negative
+    code (it died of it), or 128 + the signal (a shell reporting its child's death)."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
+    return number if number in KILL_SIGNALS else None
+
 
 def _ignore_spawn(pgid: int | None) -> None:
     pass

@@ -44,6 +44,7 @@ from spoolrender.chunks.command_config import CommandChunks
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import (
+    KILLED,
     CancelToken,
     FrameSpan,
     JoinRequest,
@@ -51,6 +52,7 @@ from spoolrender.renderers.base import (
     RenderRequest,
     RenderResult,
     WholeRendersOnly,
+    killing_signal,
     terminate_group,
 )
 from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
@@ -292,6 +294,8 @@ class CommandRenderer(WholeRendersOnly):
         )
         message = f"{why}: {last}" if last else why
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
+        if killing_signal(code) is not None:  # an operator's kill or the OOM killer, not a failure of its own
+            raise RenderError(message, transient=True, kind=KILLED)
         raise RenderError(message, transient=transient, kind="command-exit")
 
 

@@ -72,7 +72,7 @@ def status_document(config: SpoolConfig) -> dict[str, Any]:
 
 def metrics_text(config: SpoolConfig) -> str:
     """The spool gauges in the Prometheus text format (as ``status --prometheus``)."""
-    return spool_metrics_text(SpoolLayout(config.spool), config.lease_seconds)
+    return spool_metrics_text(config)
 
 
 def list_jobs(
@@ -125,7 +125,7 @@ def list_jobs(
                 item = running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
                 item["started_at"] = index.time(s, name)
             elif s == "retry":
-                item = retry_info(name, now) or {"id": name, "entry": name}
+                item = retry_info(name, fs_now) or {"id": name, "entry": name}
                 item["kind"] = index.kind(s, name)
             elif s == "split":
                 item = split_info(layout, config.output_root, name, now=now)

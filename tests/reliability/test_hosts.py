@@ -53,8 +53,13 @@ pytestmark = pytest.mark.skipif(_can_simulate() is not None, reason=str(_can_sim
 class Host:
     """A runner in its own hostname and pid namespace; SIGKILL kills the whole "host"."""
 
-    def __init__(self, name: str, spool: Path, log: Path, *, skew: str | None = None) -> None:
-        argv = [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
+    def __init__(
+        self, name: str, spool: Path, log: Path, *, skew: str | None = None, env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        argv = command or [sys.executable, "-m", "spoolrender.cli", "run", "-v", "--spool", str(spool)]
+        if env:
+            argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
         if skew:
             # libfaketime preloaded directly: the `faketime` wrapper's named semaphore is
             # keyed by pid and collides between pid namespaces (every runner is pid 1).
