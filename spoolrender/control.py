@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import sys
@@ -260,16 +259,6 @@ def resume(config: SpoolConfig) -> bool:
 
 
 # --- purge ------------------------------------------------------------------------------
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` (or plain seconds) as seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if m is None:
-        raise SpoolrenderError(f"invalid duration {text!r}: use e.g. 90s, 15m, 12h, 7d, 2w")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
 def purge(

@@ -29,7 +29,8 @@ def positive_number(name: str, value: Any) -> float:
         or not isinstance(value, int | float)
         or (isinstance(value, float) and not math.isfinite(value))
     ):
-        raise ConfigError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+        unit = " of seconds, without a unit (the name says seconds)" if name.endswith("_seconds") else ""
+        raise ConfigError(f"{name}: expected a number{unit}, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ConfigError(f"{name}: expected a number > 0, got {value!r}")
     try:

@@ -64,7 +64,7 @@ def test_max_runtime_stops_like_sigterm_and_exits_6(spool: SpoolLayout, start_ru
 
 
 def test_max_runtime_on_an_idle_long_running_runner(spool: SpoolLayout, start_runner: Start) -> None:
-    proc = start_runner("--max-runtime", "1.5")
+    proc = start_runner("--max-runtime", "1.5s")
     assert proc.wait(timeout=60) == 6
 
 

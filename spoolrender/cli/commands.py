@@ -61,7 +61,6 @@ def silence_stdout() -> None:
 
 def _purge_cache(args: argparse.Namespace) -> int:
     from spoolrender.clock import SystemClock
-    from spoolrender.control import parse_duration
     from spoolrender.heartbeat import LivenessTracker
     from spoolrender.layout import SpoolLayout
     from spoolrender.render_cache import RenderCache
@@ -72,9 +71,8 @@ def _purge_cache(args: argparse.Namespace) -> int:
     config = _config(args)
     layout = SpoolLayout(config.spool)
     layout.check()
-    older = None if args.older_than is None else parse_duration(args.older_than)
     cache = RenderCache(config.output_root, config.render_cache_max_bytes)
-    removed = cache.purge(older, dry_run=args.dry_run)
+    removed = cache.purge(args.older_than, dry_run=args.dry_run)
     if not args.dry_run:
         InFlight(cache.root, layout, config.lease_seconds, LivenessTracker(SystemClock())).clear_ended()
     for entry in removed:
@@ -196,12 +194,10 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "purge" and args.cache:
         return _purge_cache(args)
     if args.command == "purge":
-        from spoolrender.control import parse_duration
-
         if args.older_than is None:
             raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
         states = (args.state,) if args.state else ("done", "failed")
-        removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
+        removed = _spool(args).purge(args.older_than, states, dry_run=args.dry_run)
         for entry in removed:
             _say(entry)
         print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")

@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
             examples:
               spoolrender status
               spoolrender status --watch 2              refresh every 2 s (Ctrl-C to leave)
+              spoolrender status --watch 1m             every minute (at least 0.1 s)
               spoolrender status --json | jq .counts    schema: README, "status --json"
               spoolrender status --prometheus > /var/lib/prometheus/node-exporter/spool.prom.tmp
         """),
@@ -198,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable output (stable schema, see README)")
     fmt.add_argument("--prometheus", action="store_true", help="the spool gauges in Prometheus text format")
-    p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="refresh in place")
+    p.add_argument(
+        "--watch", nargs="?", type=watch_interval, const=2.0, metavar="SECONDS",
+        help="refresh in place every SECONDS (default 2; at least 0.1; 2m works too)",
+    )  # fmt: skip
     _add_common(p)
 
     p = sub.add_parser(
@@ -259,13 +263,17 @@ def build_parser() -> argparse.ArgumentParser:
         "their bytes). Do it after changing something the cache key cannot see (README, \"Render cache\").",
         epilog=textwrap.dedent("""\
             examples:
-              spoolrender purge --older-than 30d
+              spoolrender purge --older-than 30d          (the unit is required: 30 alone is refused)
               spoolrender purge --older-than 12h --state failed --dry-run
               spoolrender purge --cache                   empty the render cache
               spoolrender purge --cache --older-than 7d   only entries unused for a week
         """),
     )  # fmt: skip
-    p.add_argument("--older-than", metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w (required without --cache)")
+    p.add_argument(
+        "--older-than", type=age, metavar="DURATION",
+        help="a number with its unit: 90m, 12h, 30d, 2w (a bare 30 is refused: seconds or days?); "
+        "required without --cache",
+    )  # fmt: skip
     p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
     p.add_argument("--cache", action="store_true", help="purge the render cache instead of finished jobs")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
@@ -307,9 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen", default="127.0.0.1:8765", metavar="HOST:PORT",
         help="address to listen on (default 127.0.0.1:8765; [::1]:PORT for IPv6; port 0 picks a free one)",
     )  # fmt: skip
-    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--poll", type=seconds, default=1.0, metavar="SECONDS",
                    help="how often the event stream looks at the spool while a client listens (default 1)")  # fmt: skip
-    p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
+    p.add_argument("--keepalive", type=seconds, default=15.0, metavar="SECONDS",
                    help="comment line on idle event streams, so proxies keep them open (default 15)")  # fmt: skip
     p.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME",
@@ -317,11 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
         "only the address literal a client connected to (and localhost on loopback) is answered, on every "
         "--listen address, 0.0.0.0 and [::] included (DNS rebinding protection)",
     )  # fmt: skip
-    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--header-timeout", type=seconds, default=10.0, metavar="SECONDS",
                    help="a request's line and headers must arrive within this, in total (default 10)")  # fmt: skip
     p.add_argument("--max-per-client", type=int, default=16, metavar="N",
                    help="connections at once per client address (default 16; raise it behind a proxy)")  # fmt: skip
-    p.add_argument("--history-interval", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--history-interval", type=seconds, default=60.0, metavar="SECONDS",
                    help="one sample of the spool's history (the dashboard's plots; kept 48 h in "
                         ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
@@ -344,12 +352,37 @@ def positive_int(text: str) -> int:
 
 
 def duration(text: str) -> float:
-    from spoolrender.control import parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except SpoolrenderError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    """A DURATION flag: a number with its unit (``50m``), > 0."""
+    seconds = _parse(text, bare_seconds=False)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
     return seconds
+
+
+def age(text: str) -> float:
+    """An age flag (``--older-than``): a number with its unit, >= 0 (``0s``: everything)."""
+    return _parse(text, bare_seconds=False)
+
+
+def seconds(text: str) -> float:
+    """A SECONDS flag: a bare number is seconds (the name says so); a unit may be given (``2m``)."""
+    return _parse(text, bare_seconds=True)
+
+
+def watch_interval(text: str) -> float:
+    """``status --watch``'s interval: at least STATUS_WATCH_MIN_S (0 or less redrew in a tight loop)."""
+    from spoolrender.defaults import STATUS_WATCH_MIN_S
+
+    interval = _parse(text, bare_seconds=True)
+    if interval < STATUS_WATCH_MIN_S:
+        raise argparse.ArgumentTypeError(f"expected an interval of at least {STATUS_WATCH_MIN_S:g} s, got {text!r}")
+    return interval
+
+
+def _parse(text: str, *, bare_seconds: bool) -> float:
+    from spoolrender.durations import parse_duration
+
+    try:
+        return parse_duration(text, bare_seconds=bare_seconds)
+    except SpoolrenderError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
