@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from spoolrender import control, defaults
+from spoolrender import control, defaults, submission
 from spoolrender.compositions import Composition, list_compositions
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
@@ -154,7 +154,7 @@ class Spool:
         # re-run's done/ entry, a failed predecessor): the handle must not report them.
         job_id = job_id_of(self.config, data, name)
         earlier = frozenset(w.uid for w in find_job(self.config, job_id, incoming=False) if w.uid is not None)
-        path = control.submit(self.config, data, name, check=check, props_check=props_check)
+        path = submission.submit(self.config, data, name, check=check, props_check=props_check)
         return Job(self, job_id, incoming=path, earlier=earlier)
 
     def _job_bytes(self, job: Mapping[str, Any] | bytes | str | os.PathLike[str]) -> tuple[bytes, str | None]:
@@ -165,7 +165,7 @@ class Spool:
         if isinstance(job, str):
             return job.encode(), None
         path = os.fspath(job)
-        return control.read_submission(path, None, self.config.max_job_bytes)
+        return submission.read_submission(path, None, self.config.max_job_bytes)
 
     def compositions(self, project: str | None = None) -> list[Composition]:
         """The compositions (size, fps, duration, default props, props schema) of the

@@ -1,25 +1,20 @@
-"""Commands that change the queue from outside a runner: submit, retry, cancel, pause, purge."""
+"""Commands that change the queue from outside a runner: retry, cancel, pause, purge
+(submit: :mod:`spoolrender.submission`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-import stat
-import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_now
-from spoolrender.compositions import cached_compositions, submit_problems
 from spoolrender.config import SpoolConfig
-from spoolrender.display import has_control_characters
 from spoolrender.durable import rename_durable, write_atomic
-from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
+from spoolrender.errors import JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
-from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job
 from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
@@ -29,116 +24,8 @@ from spoolrender.layout import (
     priority_from_key,
     retry_name,
 )
-from spoolrender.lookup import LIVE_STATES, find_job
+from spoolrender.lookup import find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
-
-
-def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, props_check: bool = True) -> Path:
-    """Drop job ``data`` into incoming/ as ``name``, atomically; returns the new path.
-
-    With ``check`` the job is validated first and refused with every problem listed,
-    so a mistake is reported to the person submitting, not discovered in failed/ later:
-    that includes an id that is already queued, running, or done (unless ``rerun``),
-    which the runner would refuse anyway (the runner's id reservation stays the guard).
-    """
-    layout = SpoolLayout(config.spool)
-    layout.check()
-    if not name or "/" in name or not is_candidate_name(name) or has_control_characters(name):
-        raise SpoolrenderError(
-            f"invalid job file name {name!r} (no '/', no control characters, no leading '.', no .part/.tmp/~)"
-        )
-    if len(os.fsencode(name)) > 250:  # NAME_MAX is 255, and ".yaml" may be appended
-        raise SpoolrenderError(f"invalid job file name {name[:40]!r}...: longer than 250 bytes")
-    if not name.endswith(defaults.JOB_SUFFIXES):
-        name += ".yaml"
-    if len(data) > config.max_job_bytes:
-        raise JobInvalid([f"job file: over the limit of {config.max_job_bytes} bytes (max_job_bytes)"])
-    target = layout.incoming / name
-    if os.path.lexists(target):
-        raise SpoolrenderError(f"{target} already exists; choose another name (--name)")
-    if check:
-        spec = parse_job(data, name, config)
-        check_id_is_free(config, spec)
-        if props_check:
-            check_props(config, spec)
-    # Maildir's rule: written under a name the runner ignores (leading dot), fsynced,
-    # then renamed into place, so the runner never sees a partial file and the rename
-    # (IN_MOVED_TO) tells it at once that the job is complete; the directory is fsynced
-    # before we return, so the job is acknowledged only once its name is durable. Mode
-    # 0644 whatever the submitter's umask: the runner is often another user.
-    write_atomic(target, data, mode=0o644)
-    return target
-
-
-def check_props(config: SpoolConfig, spec: JobSpec) -> None:
-    """Refuse a Remotion job whose composition or props the project's cached listing
-    (``spoolrender compositions``) rejects. Without a listing of the project's current
-    content nothing is checked here: submit never bundles or starts a browser."""
-    if spec.renderer != "remotion" or spec.composition is None:
-        return
-    listing = cached_compositions(config.project_dir(spec.project), config.cache_dir)
-    if listing is None:
-        return
-    problems = submit_problems(listing, spec.composition, spec.props)
-    if problems:
-        raise JobInvalid(problems, job_id=spec.id)
-
-
-def check_id_is_free(config: SpoolConfig, spec: JobSpec) -> None:
-    """Refuse a job whose id is in retry/, running, or done (without ``rerun: true``).
-
-    From listings only (the cost of a submit must not grow with the backlog): a waiting
-    file in incoming/ that declares the same id under another name is refused by the
-    runner's id reservation when it is claimed, with the reason in its failure record.
-    """
-    for where in find_job(config, spec.id, incoming=False):
-        if where.state in LIVE_STATES:
-            raise JobInvalid([f"field 'id': {spec.id!r} is already queued or running ({where.entry})"])
-        if where.state == "done" and not spec.rerun:
-            raise JobInvalid(
-                [
-                    f"field 'id': {spec.id!r} was already rendered ({where.entry}); "
-                    "use another id, or set rerun: true to render it again"
-                ]
-            )
-
-
-def read_submission(source: str, name: str | None, max_bytes: int) -> tuple[bytes, str]:
-    """Bytes and incoming/ name for ``spoolrender submit FILE|-``, reading at most ``max_bytes + 1``.
-
-    A named file must be a regular file: it is opened non-blocking, so a FIFO (or a
-    device such as /dev/zero) is refused at once instead of blocking or reading forever.
-    Standard input is what the caller chose to pipe in; it is read until EOF or one byte
-    past the limit, whichever comes first, so an endless producer is cut off there.
-    """
-    if source == "-":
-        data = read_limited(sys.stdin.buffer, max_bytes, "standard input")
-        return data, name or f"stdin-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}.yaml"
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SpoolrenderError(f"cannot read {source}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise SpoolrenderError(f"cannot submit {source}: not a regular file (to pipe a job in, use `submit -`)")
-        data = read_limited(fh, max_bytes, source)
-    return data, name or Path(source).name
-
-
-def read_limited(stream: BinaryIO, max_bytes: int, what: str) -> bytes:
-    """Up to ``max_bytes`` from ``stream``; JobInvalid as soon as there is one byte more."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= max_bytes:
-        chunk = stream.read(min(1 << 16, max_bytes + 1 - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    if size > max_bytes:
-        raise JobInvalid([f"job file: {what} is over the limit of {max_bytes} bytes (max_job_bytes)"])
-    return b"".join(chunks)
 
 
 def retry_failed(config: SpoolConfig, job_id: str | None) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spoolrender.cli.exit_codes import (
+    EXIT_ERROR,
     EXIT_JOBS_FAILED,
     EXIT_MAX_JOBS,
     EXIT_MAX_RUNTIME,
@@ -24,7 +25,7 @@ from spoolrender.config import SpoolConfig, load_config
 from spoolrender.defaults import CONFIG_FILENAME
 from spoolrender.display import printable
 from spoolrender.durable import set_fsync
-from spoolrender.errors import SpoolrenderError
+from spoolrender.errors import JobInvalid, SpoolrenderError
 
 if TYPE_CHECKING:
     from spoolrender.api import Spool
@@ -139,13 +140,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
         return _init(args)
     if args.command == "submit":
-        from spoolrender.control import read_submission
-
-        spool = _spool(args)
-        data, name = read_submission(args.file, args.name, spool.config.max_job_bytes)
-        job = spool.submit(data, name=name, check=not args.no_check, props_check=not args.no_props_check)
-        _say(str(job.submitted_as))
-        return EXIT_OK
+        return _submit(args)
     if args.command == "compositions":
         return _compositions(args)
     if args.command == "run":
@@ -216,17 +211,63 @@ def dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)  # pragma: no cover
 
 
+def _submit(args: argparse.Namespace) -> int:
+    """Every file checked first, every problem of each listed; all queued only if all pass."""
+    from spoolrender import submission
+
+    if args.name is not None and len(args.files) > 1:
+        raise SpoolrenderError("--name names one job file; give it with a single FILE (or -)")
+    if args.files.count("-") > 1:
+        raise SpoolrenderError("standard input (-) can be read once; give - at most once")
+    config = _config(args)
+    ready: dict[str, submission.Submission] = {}  # by source, in the order given
+    refused = 0
+    for source in args.files:
+        try:
+            data, name = submission.read_submission(source, args.name, config.max_job_bytes)
+            prepared = submission.prepare(
+                config, data, name, check=not args.no_check, props_check=not args.no_props_check
+            )
+        except JobInvalid as exc:
+            refused += 1
+            _problems(f"{source}: job is invalid:", exc.problems)
+            continue
+        except SpoolrenderError as exc:
+            refused += 1
+            print(f"spoolrender: {printable(exc)}", file=sys.stderr)
+            continue
+        clash = next((other for other, s in ready.items() if s.target == prepared.target or (
+            prepared.job_id is not None and s.job_id == prepared.job_id)), None)  # fmt: skip
+        if clash is not None:
+            refused += 1
+            what = f"incoming/{prepared.target.name}, id {prepared.job_id}"
+            print(f"spoolrender: {printable(source)} and {printable(clash)} would be the same job ({printable(what)}); "
+                  "give each its own name and id", file=sys.stderr)  # fmt: skip
+            continue
+        ready[source] = prepared
+    if refused:
+        counted = f": {refused} of {len(args.files)} files refused" if len(args.files) > 1 else ""
+        print(f"nothing queued{counted}", file=sys.stderr)
+        return EXIT_ERROR
+    for prepared in ready.values():
+        for warning in prepared.warnings:
+            print(f"warning: {printable(warning)}", file=sys.stderr)
+        _say(str(submission.write(prepared)))
+    return EXIT_OK
+
+
+def _problems(heading: str, problems: list[str]) -> None:
+    print(printable(heading), file=sys.stderr)
+    for problem in problems:
+        print(f"  {printable(problem)}", file=sys.stderr)
+
+
 def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:
     """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
     limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
     if args.drain or limit is not None:
         try:
-            print(
-                f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
-                f"{summary.requeued} put back, {summary.failed} failed"
-                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(output_root)})",
-                flush=True,
-            )
+            print(f"{summary.describe()} (outputs under {printable(output_root)})", flush=True)
         except BrokenPipeError:
             silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
     if args.drain and summary.failed:

@@ -87,17 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
-        "submit", help="queue a job file atomically", formatter_class=raw,
-        description="Validate a job file and drop it into incoming/ (written under a hidden name, "
-        "fsynced, then renamed: a runner never sees half a job).",
+        "submit", help="queue job files atomically", formatter_class=raw,
+        description="Validate job files and drop them into incoming/ (each written under a hidden name, "
+        "fsynced, then renamed: a runner never sees half a job). Every file is checked first, and every "
+        "problem of every file is listed at once; the files are queued only if all of them pass, so a "
+        "script can fix what was listed and submit the same command again.",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender submit intro.yaml
+              spoolrender submit jobs/*.yaml              several files: all or nothing
               generate-job | spoolrender submit - --name recap-42.yaml
+              spoolrender submit --no-check odd.yaml      the runner still validates it
+              spoolrender submit --no-props-check promo.yaml
+            A directory is refused: name its files (jobs/*.yaml).
+            exit status: 0 every file queued (its path printed); 1 nothing queued: a file is
+            invalid, unreadable, or clashes with another (each problem on stderr); 2 usage.
         """),
     )  # fmt: skip
-    p.add_argument("file", help="job file (a regular file), or - for standard input; at most max_job_bytes")
-    p.add_argument("--name", help="file name in incoming/ (default: the file's name; for stdin a unique one)")
+    p.add_argument(
+        "files", nargs="+", metavar="FILE",
+        help="job file (a regular file), or - for standard input (once); each at most max_job_bytes",
+    )  # fmt: skip
+    p.add_argument("--name", help="file name in incoming/, for a single FILE (default: the file's name; "
+                   "for stdin a unique one)")  # fmt: skip
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
     p.add_argument(
         "--no-props-check", action="store_true",

@@ -25,7 +25,7 @@ from spoolrender import defaults
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import split_info
 from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, pause, resume, retry_failed, submit
+from spoolrender.control import cancel, pause, resume, retry_failed
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
@@ -52,6 +52,7 @@ from spoolrender.status import (
     running_info,
     spool_clock,
 )
+from spoolrender.submission import submit
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
