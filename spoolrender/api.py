@@ -196,12 +196,13 @@ class Spool:
         return control.cancel(self.config, job_id, by or f"{getpass.getuser()}@{socket.gethostname()}")
 
     def retry(self, job_id: str) -> list[str]:
-        """Failed: back to retry/ with fresh attempts; waiting in retry/: due now."""
-        return control.retry(self.config, job_id)
+        """Failed (cancelled too): back to retry/ with fresh attempts; waiting in retry/: due
+        now. Never before the job's ``not_before``. One line per entry changed."""
+        return [change.text for change in control.retry(self.config, job_id)]
 
     def retry_all_failed(self) -> list[str]:
         """Every failed job back to retry/ with fresh attempts; returns their ids."""
-        return control.retry_failed(self.config, None)
+        return control.retry_all_failed(self.config)
 
     # --- the spool ----------------------------------------------------------------------
 

@@ -7,14 +7,17 @@ import contextlib
 import os
 import shutil
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import rename_durable, write_atomic
-from spoolrender.errors import JobNotFound, SpoolrenderError
+from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.jobfile import job_fields, read_job_bytes
 from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
@@ -28,34 +31,64 @@ from spoolrender.lookup import find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
 
 
-def retry_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
-    """Send failed jobs (one id, or all with ``job_id=None``) back to retry/ with fresh attempts."""
-    moved = [name.rsplit(".", 1)[0] for name in _reset_failed(config, job_id)]
-    if job_id is not None and not moved:
-        raise JobNotFound(job_id, f"no failed job with id {job_id!r}")
-    return moved
+def retry_all_failed(config: SpoolConfig) -> list[str]:
+    """Send every failed job back to retry/ with fresh attempts; returns their ids."""
+    return [change.entry.removeprefix("failed/").rsplit(".", 1)[0] for change in _reset_failed(config, None)]
 
 
-def retry(config: SpoolConfig, job_id: str) -> list[str]:
-    """``spoolrender retry ID``: whatever "try it again" means for the job now.
+@dataclass(frozen=True)
+class RetryChange:
+    """What ``retry`` did to one entry of a job, for people (``text``) and the HTTP API."""
 
-    A failed job goes back to retry/ with fresh attempts; a job waiting in retry/ is
-    made due now (its attempts are kept). Returns one line per entry changed.
+    entry: str  # the entry as it was: "failed/<name>" or "retry/<name>"
+    due: float  # when the job is due now (epoch seconds)
+    text: str
+
+
+def retry(config: SpoolConfig, job_id: str) -> list[RetryChange]:
+    """``spoolrender retry ID`` (and the Python and HTTP APIs' retry): "try it again, as submitted".
+
+    A failed job, cancelled ones included, goes back to retry/ with fresh attempts, due
+    now; a cancel request is withdrawn with it (the retry is the operator's newer word).
+    A job waiting in retry/ is made due now (its attempts are kept). Either way a job
+    never runs before its ``not_before``: a scheduled job that was cancelled and retried
+    waits for its time again, and retry does not move a schedule forward (submit the job
+    with another not_before for that).
     """
-    # retry/ first: a failed entry moved there below is due now already.
-    lines = make_due_now(config, job_id)
-    lines += [f"failed/{name}: back to retry/, due now, with fresh attempts" for name in _reset_failed(config, job_id)]
-    if not lines:
+    # retry/ first: a failed entry moved there below is due already.
+    changes = make_due_now(config, job_id)
+    changes += _reset_failed(config, job_id)
+    if not changes:
         found = find_job(config, job_id)
         if not found:
             raise JobNotFound(job_id)
         states = ", ".join(sorted({w.state for w in found}))
         raise SpoolrenderError(f"job {job_id!r} is {states}: nothing to retry (only failed or retry-waiting jobs)")
-    return lines
+    return changes
 
 
-def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
-    """Names in failed/ (one id's, or all) moved back to retry/ with a reset record."""
+def _not_before(config: SpoolConfig, job_dir: Path) -> float | None:
+    """The ``not_before`` of the job file in ``job_dir`` (None: none, or unreadable)."""
+    try:
+        data = read_job_bytes(job_dir / defaults.JOB_FILENAME, config.max_job_bytes)
+        value = job_fields(data, defaults.JOB_FILENAME, config).values["not_before"]
+    except (OSError, JobInvalid):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _when(due: float, now: float, not_before: float | None) -> str:
+    if not_before is not None and due == not_before and due > now:
+        return f"due {utc_text(due)} (its not_before)"
+    return "due now"
+
+
+def utc_text(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
+    """Entries in failed/ (one id's, or all) moved back to retry/ with a reset record."""
     layout = SpoolLayout(config.spool)
     layout.check()
     moved = []
@@ -69,6 +102,13 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
         if runs:
             priority = int(runs[-1].details.get("priority", priority))
         now = time.time()
+        not_before = _not_before(config, job_dir)
+        due = max(now, not_before or now)
+        # The cancel request goes first: a runner claiming the job from retry/ would fail
+        # it as cancelled again at once. Withdrawn before the reset is decided, so a crash
+        # in between leaves a failed job without it, which the next retry moves as usual.
+        with contextlib.suppress(FileNotFoundError):
+            (job_dir / defaults.CANCEL_FILENAME).unlink()
         record = RunRecord(
             run=next_run_number(job_dir),
             outcome=RESET,
@@ -83,15 +123,16 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
         if not decide(job_dir, record):
             continue  # another `retry` is doing this one
         try:
-            rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), now, priority))
+            rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), due, priority))
         except FileNotFoundError:
             continue
-        moved.append(name)
+        text = f"failed/{name}: back to retry/, {_when(due, now, not_before)}, with fresh attempts"
+        moved.append(RetryChange(f"failed/{name}", due, text))
     return moved
 
 
-def make_due_now(config: SpoolConfig, job_id: str) -> list[str]:
-    """Make the retry/ entries of ``job_id`` due now; one line per entry for the operator.
+def make_due_now(config: SpoolConfig, job_id: str) -> list[RetryChange]:
+    """Make the retry/ entries of ``job_id`` due now (or at their ``not_before``, if later).
 
     The due time is only a part of the entry's name (the listing is the queue), so one
     rename within retry/ re-queues it: a runner that claims the old name first wins (our
@@ -106,15 +147,22 @@ def make_due_now(config: SpoolConfig, job_id: str) -> list[str]:
         m = RETRY_NAME.fullmatch(name)
         if m is None or m.group("id") != job_id:
             continue
-        if int(m.group("due")) / 1000 <= now:
-            changed.append(f"retry/{name}: already due; the next runner to look claims it")
+        was_due = int(m.group("due")) / 1000
+        not_before = _not_before(config, layout.retry / name)
+        due = max(now, not_before or now)
+        if was_due <= due:
+            already = "already due; the next runner to look claims it"
+            if was_due > now and not_before is not None:
+                already = f"not made due now: its not_before is {utc_text(not_before)} (retry never runs a job early)"
+            changed.append(RetryChange(f"retry/{name}", was_due, f"retry/{name}: {already}"))
             continue
-        target = retry_name(job_id, m.group("uid"), now, priority_from_key(m.group("prio")))
+        target = retry_name(job_id, m.group("uid"), due, priority_from_key(m.group("prio")))
         try:
             rename_durable(layout.retry / name, layout.retry / target)
         except FileNotFoundError:
             continue  # claimed meanwhile: it is running now
-        changed.append(f"retry/{name}: due now (was due later), attempts kept")
+        text = f"retry/{name}: {_when(due, now, not_before)} (was due later), attempts kept"
+        changed.append(RetryChange(f"retry/{name}", due, text))
     return changed
 
 

@@ -203,7 +203,7 @@ def dispatch(args: argparse.Namespace) -> int:
             moved = spool.retry_all_failed()
             _say(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
         else:
-            for line in spool.retry(args.id):
+            for line in spool.retry(args.id):  # the lines of control.retry
                 _say(line)
         return EXIT_OK
     if args.command == "serve":

@@ -293,9 +293,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "retry", help="give failed jobs fresh attempts", formatter_class=raw,
-        description="Move failed jobs back to retry/, due now, with their attempt count reset. A job "
-        "waiting in retry/ for its next attempt is made due now (its attempts are kept).",
-        epilog="examples:\n  spoolrender retry intro-42\n  spoolrender retry --all-failed\n",
+        description="Move failed jobs back to retry/, due now, with their attempt count reset. A cancelled "
+        "job is a failed job: retrying it withdraws the cancel, and it renders again. A job waiting in "
+        "retry/ for its next attempt is made due now (its attempts are kept). A job never runs before its "
+        "not_before: a scheduled job that was cancelled and is retried waits for its time again, and "
+        "retry does not move a schedule forward. The HTTP API's POST /jobs/ID/retry and the Python "
+        "API's Spool.retry do the same.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender retry intro-42
+              spoolrender retry --all-failed
+        """),
     )  # fmt: skip
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("id", nargs="?", help="job id")
