@@ -35,7 +35,7 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
-from spoolrender.queues import list_incoming, queue_report
+from spoolrender.queues import list_incoming, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 
 RECENT_FAILURES = 10
@@ -192,7 +192,11 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
 
     split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])]
 
-    queues, unserved = queue_report(snap.runners, fs_now)
+    listed = None
+    if not any(r["online"] and isinstance(r.get("waiting"), list) for r in snap.runners):
+        # No runner reports what waits: count the listing, so queues show before any runner starts.
+        listed = listed_groups(layout.incoming, names["incoming"], defaults.STATUS_QUEUE_READS, config.max_job_bytes)
+    queues, unserved = queue_report(snap.runners, fs_now, listed)
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
@@ -280,10 +284,15 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         left = _age(float(b.get("until") or 0) - status["generated_at"])
         lines.append(paint(f"BLOCKED host {p(b.get('host'))}: {p(b.get('reason'))} (for {left} more, or "
                            f"`spoolrender unblock {p(b.get('host'))}`)", "31"))  # fmt: skip
-    for u in status.get("unserved", []):
+    online = [r for r in status["runners"] if r["online"]]
+    if not online:
+        waiting = sum(c.get(state, 0) for state in ("incoming", "retry", "split"))
+        lines.append(paint(f"NO RUNNER ONLINE: {waiting} job(s) waiting; nothing runs until `spoolrender run` "
+                           "starts on a host of this spool", "31"))  # fmt: skip
+    for u in status.get("unserved", []) if online else []:  # without runners, the line above says it
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))
-    if len(status.get("queues", {})) > 1 or any(q != "default" and q != "*" for q in status.get("queues", {})):
+    if len(status.get("queues", {})) > 1 or any(q != "default" for q in status.get("queues", {})):
         rows = [
             [p(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
             for name, q in status["queues"].items()
@@ -328,9 +337,10 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
             for r in status["runners"]
         ]  # fmt: skip
         lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
+    else:
+        lines += ["", paint("RUNNERS", "1"), "  none: start one with `spoolrender run` (or `run --drain` from cron)"]
     # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
     # growing delay, listed here so that someone can fix or remove them.
-    online = [r for r in status["runners"] if r["online"]]
     blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
     if blocked:
         rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]

@@ -367,7 +367,8 @@ def test_status_cuts_long_reasons_at_a_word_with_an_ellipsis() -> None:
             {"id": "z", "kind": "k", "reason": "short and whole", "entry": "z.1", "failed_at": 0},
         ],
     }  # fmt: skip
-    rows = format_status(status).splitlines()[-3:]
+    lines = format_status(status).splitlines()
+    rows = lines[lines.index("RECENT FAILURES") + 2 :][:3]
     cut = rows[0].split("  k  ", 1)[1].strip()
     assert cut.endswith("…") and len(cut) <= 120
     assert reason.startswith(cut[:-1]) and reason[len(cut) - 1] == " "  # whole words only
