@@ -20,7 +20,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.beacons import runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.chunks.progress import describe_chunks, split_info
+from spoolrender.chunks.progress import describe_chunks, joining_info, split_info
 from spoolrender.clock import spool_now
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -173,7 +173,16 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         for name in sorted(names["running"])
     ]
 
-    retry = [r for r in (retry_info(name, now) for name in sorted(names["retry"])) if r is not None]
+    retry, joining = [], []
+    for name in sorted(names["retry"]):
+        woken = joining_info(layout, config.output_root, name, now=now)  # split jobs due for their join
+        item = retry_info(name, now) if woken is None else None
+        joining += [] if woken is None else [woken]
+        retry += [] if item is None else [item]
+    counts = dict(snap.counts)
+    if joining:  # they wait for their chunks' join, not for a retry: counted with split/
+        counts["retry"] -= len(joining)
+        counts["split"] = counts.get("split", 0) + len(joining)
 
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
@@ -190,7 +199,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
             }
         )
 
-    split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])]
+    split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])] + joining
 
     listed = None
     if not any(r["online"] and isinstance(r.get("waiting"), list) for r in snap.runners):
@@ -201,7 +210,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
         "generated_at": now,
-        "counts": snap.counts,
+        "counts": counts,
         "oldest_incoming_age_seconds": None if snap.oldest_incoming_age is None else round(snap.oldest_incoming_age, 1),
         "running": running,
         "retry": retry,
@@ -319,7 +328,8 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status.get("split"):
         rows = [
             [p(s["id"]), describe_chunks(s["chunks"]) if s["chunks"] else "?",
-             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%", _age(s["eta_seconds"])]
+             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%",
+             "join next" if s.get("joining") else _age(s["eta_seconds"])]
             for s in status["split"]
         ]  # fmt: skip
         lines += ["", paint("SPLIT (rendering in chunks)", "1"), *_table(["ID", "CHUNKS", "PROGRESS", "ETA"], rows)]
