@@ -145,7 +145,9 @@ class Spool:
         is already queued, running or done (without ``rerun``), raises
         :class:`~spoolrender.errors.JobInvalid` listing every problem. With ``props_check``
         too, a Remotion job's composition and props are checked against the cached listing
-        of :meth:`compositions` when the project is unchanged since it was made.
+        of :meth:`compositions` when the project is unchanged since it was made. A
+        Remotion job on a spool without a usable Remotion project is queued, and the
+        reason it will fail is logged as a warning (logger ``spoolrender.submission``).
         """
         data, default_name = self._job_bytes(job)
         name = name or default_name or _declared_id(data) or f"api-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}"

@@ -30,6 +30,7 @@ from spoolrender.errors import JobInvalid, SpoolrenderError
 if TYPE_CHECKING:
     from spoolrender.api import Spool
     from spoolrender.runner import RunSummary
+    from spoolrender.submission import Submission
 
 
 def _spool_path(args: argparse.Namespace) -> Path:
@@ -220,7 +221,7 @@ def _submit(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         raise SpoolrenderError("standard input (-) can be read once; give - at most once")
     config = _config(args)
-    ready: dict[str, submission.Submission] = {}  # by source, in the order given
+    ready: dict[str, Submission] = {}  # by source, in the order given
     refused = 0
     for source in args.files:
         try:
@@ -230,14 +231,13 @@ def _submit(args: argparse.Namespace) -> int:
             )
         except JobInvalid as exc:
             refused += 1
-            _problems(f"{source}: job is invalid:", exc.problems)
+            print_problems(f"{source}: job is invalid:", exc.problems)
             continue
         except SpoolrenderError as exc:
             refused += 1
             print(f"spoolrender: {printable(exc)}", file=sys.stderr)
             continue
-        clash = next((other for other, s in ready.items() if s.target == prepared.target or (
-            prepared.job_id is not None and s.job_id == prepared.job_id)), None)  # fmt: skip
+        clash = next((other for other, s in ready.items() if _same_job(s, prepared)), None)
         if clash is not None:
             refused += 1
             what = f"incoming/{prepared.target.name}, id {prepared.job_id}"
@@ -256,7 +256,13 @@ def _submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _problems(heading: str, problems: list[str]) -> None:
+def _same_job(a: Submission, b: Submission) -> bool:
+    """Two files of one `submit` that would be one job file in incoming/, or one id."""
+    return a.target == b.target or (a.job_id is not None and a.job_id == b.job_id)
+
+
+def print_problems(heading: str, problems: list[str]) -> None:
+    """A JobInvalid for people, on stderr: the heading, then one indented line per problem."""
     print(printable(heading), file=sys.stderr)
     for problem in problems:
         print(f"  {printable(problem)}", file=sys.stderr)
