@@ -15,12 +15,12 @@ from spoolrender.errors import SpoolrenderError
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 EXAMPLES = "90s, 15m, 12h, 30d, 2w"
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
+DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
 
 
 def parse_duration(text: str, *, bare_seconds: bool = False) -> float:
     """``text`` as seconds; a bare number only with ``bare_seconds`` (the name says seconds)."""
-    m = _DURATION.fullmatch(text)
+    m = DURATION.fullmatch(text)
     if m is None:
         form = "a number of seconds (2, 0.5) or " if bare_seconds else ""
         raise SpoolrenderError(f"invalid duration {text!r}: use {form}a number and a unit, e.g. {EXAMPLES}")
