@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from spoolrender import control, defaults
+from spoolrender import control, defaults, submission
 from spoolrender.compositions import Composition, list_compositions
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
@@ -168,7 +168,9 @@ class Spool:
         is already queued, running or done (without ``rerun``), raises
         :class:`~spoolrender.errors.JobInvalid` listing every problem. With ``props_check``
         too, a Remotion job's composition and props are checked against the cached listing
-        of :meth:`compositions` when the project is unchanged since it was made.
+        of :meth:`compositions` when the project is unchanged since it was made. A
+        Remotion job on a spool without a usable Remotion project is queued, and the
+        reason it will fail is logged as a warning (logger ``spoolrender.submission``).
         """
         data, default_name = self._job_bytes(job)
         name = name or default_name or _declared_id(data) or f"api-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}"
@@ -177,7 +179,7 @@ class Spool:
         # re-run's done/ entry, a failed predecessor): the handle must not report them.
         job_id = job_id_of(self.config, data, name)
         earlier = frozenset(w.uid for w in find_job(self.config, job_id, incoming=False) if w.uid is not None)
-        path = control.submit(self.config, data, name, check=check, props_check=props_check)
+        path = submission.submit(self.config, data, name, check=check, props_check=props_check)
         return Job(self, job_id, incoming=path, earlier=earlier)
 
     def _job_bytes(self, job: Mapping[str, Any] | bytes | str | os.PathLike[str]) -> tuple[bytes, str | None]:
@@ -188,7 +190,7 @@ class Spool:
         if isinstance(job, str):
             return job.encode(), None
         path = os.fspath(job)
-        return control.read_submission(path, None, self.config.max_job_bytes)
+        return submission.read_submission(path, None, self.config.max_job_bytes)
 
     def compositions(self, project: str | None = None) -> list[Composition]:
         """The compositions (size, fps, duration, default props, props schema) of the
@@ -219,12 +221,13 @@ class Spool:
         return control.cancel(self.config, job_id, by or f"{getpass.getuser()}@{socket.gethostname()}")
 
     def retry(self, job_id: str) -> list[str]:
-        """Failed: back to retry/ with fresh attempts; waiting in retry/: due now."""
-        return control.retry(self.config, job_id)
+        """Failed (cancelled too): back to retry/ with fresh attempts; waiting in retry/: due
+        now. Never before the job's ``not_before``. One line per entry changed."""
+        return [change.text for change in control.retry(self.config, job_id)]
 
     def retry_all_failed(self) -> list[str]:
         """Every failed job back to retry/ with fresh attempts; returns their ids."""
-        return control.retry_failed(self.config, None)
+        return control.retry_all_failed(self.config)
 
     # --- the spool ----------------------------------------------------------------------
 

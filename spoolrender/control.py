@@ -1,25 +1,23 @@
-"""Commands that change the queue from outside a runner: submit, retry, cancel, pause, purge."""
+"""Commands that change the queue from outside a runner: retry, cancel, pause, purge
+(submit: :mod:`spoolrender.submission`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
 import shutil
-import stat
-import sys
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
 
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_time
-from spoolrender.compositions import cached_compositions, submit_problems
 from spoolrender.config import SpoolConfig
-from spoolrender.display import has_control_characters
 from spoolrender.durable import rename_durable, write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
-from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job
+from spoolrender.jobfile import job_fields, read_job_bytes
 from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
@@ -29,155 +27,68 @@ from spoolrender.layout import (
     priority_from_key,
     retry_name,
 )
-from spoolrender.lookup import LIVE_STATES, find_job
+from spoolrender.lookup import find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
-from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
 
 
-def submit(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, props_check: bool = True) -> Path:
-    """Drop job ``data`` into incoming/ as ``name``, atomically; returns the new path.
+def retry_all_failed(config: SpoolConfig) -> list[str]:
+    """Send every failed job back to retry/ with fresh attempts; returns their ids."""
+    return [change.entry.removeprefix("failed/").rsplit(".", 1)[0] for change in _reset_failed(config, None)]
 
-    With ``check`` the job is validated first and refused with every problem listed,
-    so a mistake is reported to the person submitting, not discovered in failed/ later:
-    that includes an id that is already queued, running, or done (unless ``rerun``),
-    which the runner would refuse anyway (the runner's id reservation stays the guard).
+
+@dataclass(frozen=True)
+class RetryChange:
+    """What ``retry`` did to one entry of a job, for people (``text``) and the HTTP API."""
+
+    entry: str  # the entry as it was: "failed/<name>" or "retry/<name>"
+    due: float  # when the job is due now (epoch seconds)
+    text: str
+
+
+def retry(config: SpoolConfig, job_id: str) -> list[RetryChange]:
+    """``spoolrender retry ID`` (and the Python and HTTP APIs' retry): "try it again, as submitted".
+
+    A failed job, cancelled ones included, goes back to retry/ with fresh attempts, due
+    now; a cancel request is withdrawn with it (the retry is the operator's newer word).
+    A job waiting in retry/ is made due now (its attempts are kept). Either way a job
+    never runs before its ``not_before``: a scheduled job that was cancelled and retried
+    waits for its time again, and retry does not move a schedule forward (submit the job
+    with another not_before for that).
     """
-    layout = SpoolLayout(config.spool)
-    layout.check()
-    if not name or "/" in name or not is_candidate_name(name) or has_control_characters(name):
-        raise SpoolrenderError(
-            f"invalid job file name {name!r} (no '/', no control characters, no leading '.', no .part/.tmp/~)"
-        )
-    if len(os.fsencode(name)) > 250:  # NAME_MAX is 255, and ".yaml" may be appended
-        raise SpoolrenderError(f"invalid job file name {name[:40]!r}...: longer than 250 bytes")
-    if not name.endswith(defaults.JOB_SUFFIXES):
-        name += ".yaml"
-    if len(data) > config.max_job_bytes:
-        raise JobInvalid([f"job file: over the limit of {config.max_job_bytes} bytes (max_job_bytes)"])
-    target = layout.incoming / name
-    if os.path.lexists(target):
-        raise SpoolrenderError(f"{target} already exists; choose another name (--name)")
-    if check:
-        spec = parse_job(data, name, config)
-        check_id_is_free(config, spec)
-        if props_check:
-            check_props(config, spec)
-    # Maildir's rule: written under a name the runner ignores (leading dot), fsynced,
-    # then renamed into place, so the runner never sees a partial file and the rename
-    # (IN_MOVED_TO) tells it at once that the job is complete; the directory is fsynced
-    # before we return, so the job is acknowledged only once its name is durable. Mode
-    # 0644 whatever the submitter's umask: the runner is often another user.
-    try:
-        write_atomic(target, data, mode=0o644)
-    except OSError as exc:
-        if is_spool_io(exc):
-            raise spool_io_error(
-                exc, f"cannot queue {name}: the spool's filesystem {condition(exc)} ({strerror(exc)}) at "
-                f"{layout.incoming}; nothing was queued, submit it again once that is fixed",
-            ) from exc  # fmt: skip
-        raise SpoolrenderError(f"cannot queue {name}: {target}: {exc.strerror or exc}") from exc
-    return target
-
-
-def check_props(config: SpoolConfig, spec: JobSpec) -> None:
-    """Refuse a Remotion job whose composition or props the project's cached listing
-    (``spoolrender compositions``) rejects. Without a listing of the project's current
-    content nothing is checked here: submit never bundles or starts a browser."""
-    if spec.renderer != "remotion" or spec.composition is None:
-        return
-    listing = cached_compositions(config.project_dir(spec.project), config.cache_dir)
-    if listing is None:
-        return
-    problems = submit_problems(listing, spec.composition, spec.props)
-    if problems:
-        raise JobInvalid(problems, job_id=spec.id)
-
-
-def check_id_is_free(config: SpoolConfig, spec: JobSpec) -> None:
-    """Refuse a job whose id is in retry/, running, or done (without ``rerun: true``).
-
-    From listings only (the cost of a submit must not grow with the backlog): a waiting
-    file in incoming/ that declares the same id under another name is refused by the
-    runner's id reservation when it is claimed, with the reason in its failure record.
-    """
-    for where in find_job(config, spec.id, incoming=False):
-        if where.state in LIVE_STATES:
-            raise JobInvalid([f"field 'id': {spec.id!r} is already queued or running ({where.entry})"])
-        if where.state == "done" and not spec.rerun:
-            raise JobInvalid(
-                [
-                    f"field 'id': {spec.id!r} was already rendered ({where.entry}); "
-                    "use another id, or set rerun: true to render it again"
-                ]
-            )
-
-
-def read_submission(source: str, name: str | None, max_bytes: int) -> tuple[bytes, str]:
-    """Bytes and incoming/ name for ``spoolrender submit FILE|-``, reading at most ``max_bytes + 1``.
-
-    A named file must be a regular file: it is opened non-blocking, so a FIFO (or a
-    device such as /dev/zero) is refused at once instead of blocking or reading forever.
-    Standard input is what the caller chose to pipe in; it is read until EOF or one byte
-    past the limit, whichever comes first, so an endless producer is cut off there.
-    """
-    if source == "-":
-        data = read_limited(sys.stdin.buffer, max_bytes, "standard input")
-        return data, name or f"stdin-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}.yaml"
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SpoolrenderError(f"cannot read {source}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise SpoolrenderError(f"cannot submit {source}: not a regular file (to pipe a job in, use `submit -`)")
-        data = read_limited(fh, max_bytes, source)
-    return data, name or Path(source).name
-
-
-def read_limited(stream: BinaryIO, max_bytes: int, what: str) -> bytes:
-    """Up to ``max_bytes`` from ``stream``; JobInvalid as soon as there is one byte more."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= max_bytes:
-        chunk = stream.read(min(1 << 16, max_bytes + 1 - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    if size > max_bytes:
-        raise JobInvalid([f"job file: {what} is over the limit of {max_bytes} bytes (max_job_bytes)"])
-    return b"".join(chunks)
-
-
-def retry_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
-    """Send failed jobs (one id, or all with ``job_id=None``) back to retry/ with fresh attempts."""
-    moved = [name.rsplit(".", 1)[0] for name in _reset_failed(config, job_id)]
-    if job_id is not None and not moved:
-        raise JobNotFound(job_id, f"no failed job with id {job_id!r}")
-    return moved
-
-
-def retry(config: SpoolConfig, job_id: str) -> list[str]:
-    """``spoolrender retry ID``: whatever "try it again" means for the job now.
-
-    A failed job goes back to retry/ with fresh attempts; a job waiting in retry/ is
-    made due now (its attempts are kept). Returns one line per entry changed.
-    """
-    # retry/ first: a failed entry moved there below is due now already.
-    lines = make_due_now(config, job_id)
-    lines += [f"failed/{name}: back to retry/, due now, with fresh attempts" for name in _reset_failed(config, job_id)]
-    if not lines:
+    # retry/ first: a failed entry moved there below is due already.
+    changes = make_due_now(config, job_id)
+    changes += _reset_failed(config, job_id)
+    if not changes:
         found = find_job(config, job_id)
         if not found:
             raise JobNotFound(job_id)
         states = ", ".join(sorted({w.state for w in found}))
         raise SpoolrenderError(f"job {job_id!r} is {states}: nothing to retry (only failed or retry-waiting jobs)")
-    return lines
+    return changes
 
 
-def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
-    """Names in failed/ (one id's, or all) moved back to retry/ with a reset record."""
+def _not_before(config: SpoolConfig, job_dir: Path) -> float | None:
+    """The ``not_before`` of the job file in ``job_dir`` (None: none, or unreadable)."""
+    try:
+        data = read_job_bytes(job_dir / defaults.JOB_FILENAME, config.max_job_bytes)
+        value = job_fields(data, defaults.JOB_FILENAME, config).values["not_before"]
+    except (OSError, JobInvalid):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _when(due: float, now: float, not_before: float | None) -> str:
+    if not_before is not None and due == not_before and due > now:
+        return f"due {utc_text(due)} (its not_before)"
+    return "due now"
+
+
+def utc_text(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
+    """Entries in failed/ (one id's, or all) moved back to retry/ with a reset record."""
     layout = SpoolLayout(config.spool)
     layout.check()
     moved = []
@@ -190,15 +101,22 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
         priority = defaults.DEFAULT_PRIORITY
         if runs:
             priority = int(runs[-1].details.get("priority", priority))
-        now = time.time()
-        due = spool_time(layout.private, "retry")  # "now" on the spool's clock, like every due time
+        wall = time.time()
+        now = spool_time(layout.private, "retry")  # "now" on the spool's clock, like every due time
+        not_before = _not_before(config, job_dir)
+        due = max(now, not_before or now)
+        # The cancel request goes first: a runner claiming the job from retry/ would fail
+        # it as cancelled again at once. Withdrawn before the reset is decided, so a crash
+        # in between leaves a failed job without it, which the next retry moves as usual.
+        with contextlib.suppress(FileNotFoundError):
+            (job_dir / defaults.CANCEL_FILENAME).unlink()
         record = RunRecord(
             run=next_run_number(job_dir),
             outcome=RESET,
             host=HOSTNAME,
             pid=os.getpid(),
             token=new_token(),
-            ended=now,
+            ended=wall,
             details={"by": "spoolrender retry"},
         )
         # The reset is recorded (exclusively) before the move, so a runner claiming the
@@ -209,12 +127,13 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[str]:
             rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), due, priority))
         except FileNotFoundError:
             continue
-        moved.append(name)
+        text = f"failed/{name}: back to retry/, {_when(due, now, not_before)}, with fresh attempts"
+        moved.append(RetryChange(f"failed/{name}", due, text))
     return moved
 
 
-def make_due_now(config: SpoolConfig, job_id: str) -> list[str]:
-    """Make the retry/ entries of ``job_id`` due now; one line per entry for the operator.
+def make_due_now(config: SpoolConfig, job_id: str) -> list[RetryChange]:
+    """Make the retry/ entries of ``job_id`` due now (or at their ``not_before``, if later).
 
     The due time is only a part of the entry's name (the listing is the queue), so one
     rename within retry/ re-queues it: a runner that claims the old name first wins (our
@@ -229,15 +148,22 @@ def make_due_now(config: SpoolConfig, job_id: str) -> list[str]:
         m = RETRY_NAME.fullmatch(name)
         if m is None or m.group("id") != job_id:
             continue
-        if int(m.group("due")) / 1000 <= now:
-            changed.append(f"retry/{name}: already due; the next runner to look claims it")
+        was_due = int(m.group("due")) / 1000
+        not_before = _not_before(config, layout.retry / name)
+        due = max(now, not_before or now)
+        if was_due <= due:
+            already = "already due; the next runner to look claims it"
+            if was_due > now and not_before is not None:
+                already = f"not made due now: its not_before is {utc_text(not_before)} (retry never runs a job early)"
+            changed.append(RetryChange(f"retry/{name}", was_due, f"retry/{name}: {already}"))
             continue
-        target = retry_name(job_id, m.group("uid"), now, priority_from_key(m.group("prio")))
+        target = retry_name(job_id, m.group("uid"), due, priority_from_key(m.group("prio")))
         try:
             rename_durable(layout.retry / name, layout.retry / target)
         except FileNotFoundError:
             continue  # claimed meanwhile: it is running now
-        changed.append(f"retry/{name}: due now (was due later), attempts kept")
+        text = f"retry/{name}: {_when(due, now, not_before)} (was due later), attempts kept"
+        changed.append(RetryChange(f"retry/{name}", due, text))
     return changed
 
 
@@ -269,16 +195,6 @@ def resume(config: SpoolConfig) -> bool:
 
 
 # --- purge ------------------------------------------------------------------------------
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` (or plain seconds) as seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if m is None:
-        raise SpoolrenderError(f"invalid duration {text!r}: use e.g. 90s, 15m, 12h, 7d, 2w")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
 def purge(

@@ -99,6 +99,10 @@ BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 3600.0
 GRACE_S = 30.0  # SIGTERM: running jobs get this long before they are cancelled
 KILL_GRACE_S = 5.0  # SIGTERM to a render's process group, then SIGKILL after this
+# `status` with no runner online reads this many waiting files for their queue: and requires:
+# (a runner's beacon has the counts otherwise); a deeper backlog's others count where dropped.
+STATUS_QUEUE_READS = 1000
+STATUS_WATCH_MIN_S = 0.1  # `status --watch`: shorter redraws faster than anyone reads, on a shared host
 # Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.

@@ -34,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.publish import fsync_file, output_exists, remove_scratch, remove_tree, scratch_dir
+from spoolrender.publish import fsync_file, output_taken_problem, remove_scratch, remove_tree, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
@@ -218,13 +218,9 @@ class JobExecutor(SplitJobRuns):
             return self._run_chunk(claim, base, spec, attempt, chunk)
         try:
             reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun, origin=spec.id_origin)
-            if not spec.rerun and output_exists(self._config.output_root, spec.output):
-                raise JobInvalid(
-                    [
-                        f"field 'output': {str(spec.output)!r} already exists under the output root; "
-                        "choose another output or set rerun: true to replace it"
-                    ]
-                )
+            taken = output_taken_problem(self._config.output_root, spec.output, rerun=spec.rerun)
+            if taken is not None:
+                raise JobInvalid([taken])
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         except PublishError as exc:

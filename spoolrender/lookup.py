@@ -244,7 +244,12 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
     info["attempts"] = attempts_used(runs)
     info["runs"] = [r.__dict__ for r in runs]
     info["logs"] = sorted(str(where.path / p.name) for p in job_dir.glob("run-*.log"))
-    for name, key in ((defaults.RESULT_FILENAME, "result"), (defaults.FAILURE_FILENAME, "failure")):
+    # failure.json stays in the directory of a failed job that was retried, as history (its
+    # runs say the same); it is the job's outcome only while the job is in failed/.
+    outcomes = [(defaults.RESULT_FILENAME, "result")]
+    if where.state == "failed":
+        outcomes.append((defaults.FAILURE_FILENAME, "failure"))
+    for name, key in outcomes:
         with contextlib.suppress(OSError, ValueError):
             info[key] = json.loads((job_dir / name).read_text())
     if where.state in ("running", "retry", "split") and where.uid is not None:

@@ -134,6 +134,16 @@ def _open_parent(output_root: Path, rel: PurePosixPath, *, create: bool) -> int 
         raise PublishError(f"output path {str(rel)!r}: {exc.strerror}", transient=exc.errno != errno.EACCES) from exc
 
 
+def output_taken_problem(output_root: Path, rel: PurePosixPath, *, rerun: bool) -> str | None:
+    """Why a job may not publish to ``rel`` (something has its name, and no ``rerun``), or None."""
+    if rerun or not output_exists(output_root, rel):
+        return None
+    return (
+        f"field 'output': {str(rel)!r} already exists under the output root; "
+        "choose another output or set rerun: true to replace it"
+    )
+
+
 def output_exists(output_root: Path, rel: PurePosixPath) -> bool:
     """True if something already has ``rel``'s name under the output root."""
     fd = _open_parent(output_root, rel, create=False)

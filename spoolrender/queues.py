@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import list_names
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -110,38 +111,83 @@ def _subscription(beacon: dict[str, Any]) -> Subscription:
     return Subscription(tuple(str(q) for q in queues), frozenset(str(t) for t in beacon.get("tags") or ()))
 
 
-def queue_report(runners: list[dict[str, Any]], now: float) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+def listed_groups(incoming: Path, names: list[str], read_limit: int, max_bytes: int) -> list[dict[str, Any]]:
+    """Waiting jobs counted by route from a listing of incoming/, for when no runner reports them.
+
+    A job's queue is its queue directory, else its ``queue:`` field; its tags its
+    ``requires:``. Only the first ``read_limit`` files are read for those fields (status
+    must stay fast on a deep backlog); the others count under their directory's queue, or
+    the default one, without tags. Retry entries are left out: runners report those.
+    """
+    from spoolrender.jobfile import load_yaml_mapping, read_job_bytes  # only without runners
+
+    routes: list[tuple[Route, float]] = []
+    for i, name in enumerate(names):
+        path = incoming / name
+        try:
+            arrived = path.lstat().st_mtime
+        except FileNotFoundError:
+            continue  # claimed meanwhile
+        declared: Any = None
+        requires: Any = ()
+        if i < read_limit:
+            try:
+                doc = load_yaml_mapping(read_job_bytes(path, max_bytes))
+                declared, requires = doc.get("queue"), doc.get("requires") or ()
+            except (OSError, SpoolrenderError):
+                pass  # unreadable or invalid: a runner fails it; counted where it was dropped
+        queue = queue_dir_of(name) or (declared if name_problem("queue", declared) is None else None)
+        tags = [requires] if isinstance(requires, str) else requires if isinstance(requires, list) else []
+        routes.append((route(queue, [t for t in tags if name_problem("tag", t) is None]), arrived))
+    return waiting_groups(routes)
+
+
+def _entry(queues: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    return queues.setdefault(name, {"waiting": 0, "unserved": 0, "oldest_age_seconds": None, "runners": 0})
+
+
+def queue_report(
+    runners: list[dict[str, Any]], now: float, listed: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """Per-queue waiting counts and the jobs nobody online can serve, from runner beacons.
 
     The waiting counts come from the freshest online beacon (every runner sees the same
-    spool); a group is unserved when no online runner's queues and tags admit it.
+    spool), else from ``listed`` (:func:`listed_groups`: before any runner started, or
+    while none is online). A queue's ``runners`` are the online runners that serve it,
+    by its name or through ``*``; ``*`` itself is no queue and has no row. A group is
+    unserved when no online runner's queues and tags admit it.
     """
     online = [b for b in runners if b.get("online")]
+    subscriptions = [_subscription(b) for b in online]
     seen = [b for b in online if isinstance(b.get("waiting"), list)]
     latest = max(seen, key=lambda b: float(b.get("updated") or 0), default=None)
+    groups = latest["waiting"] if latest is not None else listed or []
     queues: dict[str, dict[str, Any]] = {}
     unserved: list[dict[str, Any]] = []
-    for b in online:
-        for q in b.get("queues") or [ALL_QUEUES]:
-            entry = queues.setdefault(str(q), {"waiting": 0, "unserved": 0, "oldest_age_seconds": None, "runners": 0})
-            entry["runners"] += 1
-    for group in latest["waiting"] if latest is not None else []:
+    for sub in subscriptions:
+        for q in sub.queues:
+            if q != ALL_QUEUES:
+                _entry(queues, q)
+    for group in groups:
         r = route(str(group.get("queue")), [str(t) for t in group.get("requires") or ()])
         count = int(group.get("count") or 0)
-        entry = queues.setdefault(r.queue, {"waiting": 0, "unserved": 0, "oldest_age_seconds": None, "runners": 0})
+        entry = _entry(queues, r.queue)
         entry["waiting"] += count
         age = max(0.0, now - float(group.get("oldest") or now))
         if entry["oldest_age_seconds"] is None or age > entry["oldest_age_seconds"]:
             entry["oldest_age_seconds"] = round(age, 1)
-        if any(_subscription(b).rank(r) is not None for b in online):
+        if any(sub.rank(r) is not None for sub in subscriptions):
             continue
         entry["unserved"] += count
-        by_queue = [b for b in online if _subscription(b).rank(Route(r.queue)) is not None]
-        if not by_queue:
+        if not online:
+            reason = "no runner is online"
+        elif not any(sub.rank(Route(r.queue)) is not None for sub in subscriptions):
             reason = f"no online runner serves queue {r.queue!r}"
         else:
             reason = f"no online runner of queue {r.queue!r} has tag(s) {', '.join(r.requires)}"
         unserved.append({"queue": r.queue, "requires": list(r.requires), "count": count, "reason": reason})
+    for name, entry in queues.items():
+        entry["runners"] = sum(sub.rank(Route(name)) is not None for sub in subscriptions)
     return dict(sorted(queues.items())), unserved
 
 

@@ -85,6 +85,21 @@ class RunSummary:
     # drain that found the spool's filesystem failing: full, read-only...).
     stopped_by: str = "signal"
 
+    def describe(self) -> str:
+        """One line for people: ``drained: 48 claimed, 45 done, 1 to retry, 0 put back, 2 failed``."""
+        text = (
+            f"{self.stopped_by}: {self.claimed} claimed, {self.done} done, {self.retried} to retry, "
+            f"{self.requeued} put back, {self.failed} failed"
+        )
+        extra = [f"{n} {what}" for n, what in ((self.lost, "lost to another runner"), (self.split, "split into chunks"),
+                                                (self.chunks, "chunk runs")) if n]  # fmt: skip
+        text += "".join(f", {e}" for e in extra)
+        if self.paused:
+            text += " (spool paused)"
+        if self.blocked:
+            text += " (this host blocked)"
+        return text
+
 
 class Runner:
     def __init__(
@@ -278,7 +293,7 @@ class Runner:
                     self._metrics_textfile.unlink()
             for executor in self._executors:
                 executor.close()
-        log.info("runner %s stopped: %s", self.runner_id, self.summary)
+        log.info("runner %s stopped: %s", self.runner_id, self.summary.describe())
         return self.summary
 
     def _loop(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender.config_yaml import yaml11_bool
+from spoolrender.durations import DURATION
 from spoolrender.errors import ConfigError
 from spoolrender.queues import ALL_QUEUES, name_problem
 
@@ -29,13 +30,20 @@ def positive_number(name: str, value: Any) -> float:
         or not isinstance(value, int | float)
         or (isinstance(value, float) and not math.isfinite(value))
     ):
-        raise ConfigError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+        unit = " of seconds, without a unit (the name says seconds)" if _has_a_unit(value) else ""
+        raise ConfigError(f"{name}: expected a number{unit}, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ConfigError(f"{name}: expected a number > 0, got {value!r}")
     try:
         return float(value)
     except OverflowError as exc:
         raise ConfigError(f"{name}: {str(value)[:20]}... is too large") from exc
+
+
+def _has_a_unit(value: Any) -> bool:
+    """``"2m"``: a duration typed with its unit where a number of seconds belongs."""
+    m = DURATION.fullmatch(value) if isinstance(value, str) else None
+    return m is not None and bool(m.group(2))
 
 
 def non_negative_number(name: str, value: Any) -> float:

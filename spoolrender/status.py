@@ -18,7 +18,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.beacons import runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.chunks.progress import describe_chunks, split_info
+from spoolrender.chunks.progress import describe_chunks, joining_info, split_info
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -33,7 +33,7 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
-from spoolrender.queues import list_incoming, queue_report
+from spoolrender.queues import list_incoming, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 
 RECENT_FAILURES = 10
@@ -172,7 +172,16 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
     ]
 
     # Due times are on the spool filesystem's clock (spoolrender.clock): so is "due in".
-    retry = [r for r in (retry_info(name, fs_now) for name in sorted(names["retry"])) if r is not None]
+    retry, joining = [], []
+    for name in sorted(names["retry"]):
+        woken = joining_info(layout, config.output_root, name, now=now)  # split jobs due for their join
+        item = retry_info(name, fs_now) if woken is None else None
+        joining += [] if woken is None else [woken]
+        retry += [] if item is None else [item]
+    counts = dict(snap.counts)
+    if joining:  # they wait for their chunks' join, not for a retry: counted with split/
+        counts["retry"] -= len(joining)
+        counts["split"] = counts.get("split", 0) + len(joining)
 
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
@@ -189,15 +198,19 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
             }
         )
 
-    split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])]
+    split = [split_info(layout, config.output_root, name, now=now) for name in sorted(names["split"])] + joining
 
-    queues, unserved = queue_report(snap.runners, fs_now)
+    listed = None
+    if not any(r["online"] and isinstance(r.get("waiting"), list) for r in snap.runners):
+        # No runner reports what waits: count the listing, so queues show before any runner starts.
+        listed = listed_groups(layout.incoming, names["incoming"], defaults.STATUS_QUEUE_READS, config.max_job_bytes)
+    queues, unserved = queue_report(snap.runners, fs_now, listed)
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
         "generated_at": now,
         "spool_time": fs_now,
-        "counts": snap.counts,
+        "counts": counts,
         "oldest_incoming_age_seconds": None if snap.oldest_incoming_age is None else round(snap.oldest_incoming_age, 1),
         "running": running,
         "retry": retry,
@@ -318,10 +331,15 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         side = "ahead of" if offset > 0 else "behind"
         lines.append(paint(f"CLOCK host {p(host)}: its wall clock is {_age(offset)} {side} the spool's "
                            "(due times and blocks use the spool's clock)", "33"))  # fmt: skip
-    for u in status.get("unserved", []):
+    online = [r for r in status["runners"] if r["online"]]
+    if not online:
+        waiting = sum(c.get(state, 0) for state in ("incoming", "retry", "split"))
+        lines.append(paint(f"NO RUNNER ONLINE: {waiting} job(s) waiting; nothing runs until `spoolrender run` "
+                           "starts on a host of this spool", "31"))  # fmt: skip
+    for u in status.get("unserved", []) if online else []:  # without runners, the line above says it
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))
-    if len(status.get("queues", {})) > 1 or any(q != "default" and q != "*" for q in status.get("queues", {})):
+    if len(status.get("queues", {})) > 1 or any(q != "default" for q in status.get("queues", {})):
         rows = [
             [p(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
             for name, q in status["queues"].items()
@@ -348,7 +366,8 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     if status.get("split"):
         rows = [
             [p(s["id"]), describe_chunks(s["chunks"]) if s["chunks"] else "?",
-             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%", _age(s["eta_seconds"])]
+             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%",
+             "join next" if s.get("joining") else _age(s["eta_seconds"])]
             for s in status["split"]
         ]  # fmt: skip
         lines += ["", paint("SPLIT (rendering in chunks)", "1"), *_table(["ID", "CHUNKS", "PROGRESS", "ETA"], rows)]
@@ -366,9 +385,10 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
             for r in status["runners"]
         ]  # fmt: skip
         lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
+    else:
+        lines += ["", paint("RUNNERS", "1"), "  none: start one with `spoolrender run` (or `run --drain` from cron)"]
     # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
     # growing delay, listed here so that someone can fix or remove them.
-    online = [r for r in status["runners"] if r["online"]]
     blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
     if blocked:
         rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]

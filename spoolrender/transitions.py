@@ -182,6 +182,9 @@ def complete_publish(
     )
     crash_point("after-publish")
     runs = read_runs(job_dir)
+    # A job rendered in chunks took from its split to its join's end, not the join alone.
+    splits = [r.started for r in runs if r.outcome == SPLIT and r.started is not None]
+    started = splits[-1] if splits and record.started is not None else record.started
     result = {
         "id": job_id,
         "uid": uid,
@@ -190,9 +193,9 @@ def complete_publish(
         "attempts": attempts_used(runs),
         "host": record.host,
         "attempt_hosts": attempt_hosts(runs),
-        "started": record.started,
+        "started": started,
         "finished": record.ended,
-        "duration_seconds": None if record.started is None else round(record.ended - record.started, 3),
+        "duration_seconds": None if started is None else round(record.ended - started, 3),
         "details": record.details,
         "runs": [r.__dict__ for r in runs],
         # The render cache, when the job used it: hit (and from which job), miss or stored.

@@ -105,7 +105,7 @@ def test_bad_config_is_a_clear_error(spool: SpoolLayout) -> None:
 
 def test_submitted_job_is_readable_whatever_the_umask(spool: SpoolLayout) -> None:
     from spoolrender.config import load_config
-    from spoolrender.control import submit
+    from spoolrender.submission import submit
 
     old = os.umask(0o077)
     try:

@@ -9,7 +9,7 @@ first line is ``# spoolrender.yaml`` is a config, other ```yaml a job, ```json j
 one case, with an id such as ``docs/configuration.md:42-yaml`` (page, line of the fence,
 language). How each kind is checked:
 
-- ``job``: submitted with the function ``spoolrender submit`` calls (control.submit: the
+- ``job``: submitted with the function ``spoolrender submit`` calls (submission.submit: the
   job-file parser, the id check, the props check) into a temp spool whose spoolrender.yaml
   is the page's most recent ``config`` block above it, else the file ``spoolrender init``
   writes. A ``config-fragment`` never configures a job.

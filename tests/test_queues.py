@@ -151,3 +151,37 @@ def test_queues_and_tags_from_the_spool_config(spool: SpoolLayout, start_runner:
     proc = start_runner("--drain")
     assert proc.wait(timeout=120) == 0
     assert waiting(spool) == ["d.yaml"] and os.listdir(spool.done)[0].startswith("g.")
+
+
+def test_queues_table_counts_the_runners_that_serve_each_queue_and_speaks_up_without_any(
+    spool: SpoolLayout, start_runner: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spoolrender.cli import main
+
+    drop(spool, "a.yaml", {**command_job(), "requires": ["gpu"]})
+    drop(spool, "b.yaml", {**command_job(), "requires": ["gpu"], "queue": "nightly"})
+    drop_in_queue(spool, "urgent", "u.yaml", {**command_job(), "requires": ["gpu"]})
+    # Before any runner started: the queues from the listing, and a warning that nothing runs.
+    assert main(["status", "--spool", str(spool.root)]) == 0
+    text = capsys.readouterr().out
+    assert "NO RUNNER ONLINE: 3 job(s) waiting; nothing runs until `spoolrender run` starts" in text
+    assert "RUNNERS\n  none: start one with `spoolrender run`" in text
+    assert "UNSERVED:" not in text  # said once, by the line above
+    assert main(["status", "--json", "--spool", str(spool.root)]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert {q: (v["waiting"], v["runners"], v["unserved"]) for q, v in before["queues"].items()} == {
+        "default": (1, 0, 1), "nightly": (1, 0, 1), "urgent": (1, 0, 1),
+    }  # fmt: skip
+    assert {u["reason"] for u in before["unserved"]} == {"no runner is online"}
+
+    start_runner()  # serves * (every queue), has no tags: takes none of them
+    wait_for(lambda: any(r["online"] and r.get("waiting") for r in status_json(spool)["runners"]), timeout=60)
+    after = status_json(spool)
+    assert "*" not in after["queues"]
+    assert {q: (v["waiting"], v["runners"]) for q, v in after["queues"].items()} == {
+        "default": (1, 1), "nightly": (1, 1), "urgent": (1, 1),
+    }  # fmt: skip
+    assert {u["reason"] for u in after["unserved"]} == {f"no online runner of queue {q!r} has tag(s) gpu"
+                                                       for q in ("default", "nightly", "urgent")}  # fmt: skip
+    text = cli(spool, "status").stdout
+    assert "NO RUNNER ONLINE" not in text and "  default  1        " in text

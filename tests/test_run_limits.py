@@ -29,6 +29,9 @@ def test_max_jobs_stops_claiming_lets_the_jobs_finish_and_exits_5(
     assert len(entries(spool, "incoming")) == 2  # never claimed: left for the next worker
     text = log.read_text()
     assert "--max-jobs 3 reached" in text and "max-jobs: 3 claimed, 3 done" in text
+    # The runner's own last log line says the same for people, never a dataclass repr.
+    assert "stopped: max-jobs: 3 claimed, 3 done, 0 to retry, 0 put back, 0 failed\n" in text
+    assert "RunSummary(" not in text
 
 
 def test_max_jobs_with_drain_reports_failures_first(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
@@ -64,7 +67,7 @@ def test_max_runtime_stops_like_sigterm_and_exits_6(spool: SpoolLayout, start_ru
 
 
 def test_max_runtime_on_an_idle_long_running_runner(spool: SpoolLayout, start_runner: Start) -> None:
-    proc = start_runner("--max-runtime", "1.5")
+    proc = start_runner("--max-runtime", "1.5s")
     assert proc.wait(timeout=60) == 6
 
 

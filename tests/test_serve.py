@@ -500,7 +500,10 @@ def test_writes_with_the_token(guarded: tuple[SpoolLayout, Server]) -> None:
     assert unnamed.status == 201 and unnamed.json()["entry"].startswith("incoming/api-")
 
     retried = server.request("POST", "/jobs/bad/retry", headers=right)
-    assert retried.status == 200 and retried.json() == {"id": "bad", "state": "retry", "moved": 1}
+    answer = retried.json()
+    assert retried.status == 200 and (answer["id"], answer["state"], answer["moved"]) == ("bad", "retry", 1)
+    (change,) = answer["changes"]  # as `spoolrender retry bad` says it
+    assert "back to retry/, due now, with fresh attempts" in change and answer["due"] <= time.time()
     assert entries(layout, "failed") == [] and len(entries(layout, "retry")) == 1
 
     cancelled = server.request("POST", "/jobs/waiting/cancel", headers=right)

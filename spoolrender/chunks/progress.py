@@ -3,17 +3,21 @@
 Chunk entries are never listed as jobs; the job waiting in split/ is, with how many of
 its chunks are done, running, waiting (and failed or missing), the share of its frames
 rendered (running chunks by their heartbeat's progress) and an ETA from the pace so far.
-The ETA covers the chunks; the join comes after it.
+The ETA covers the chunks; the join comes after it. Once its chunks need nothing more the
+job is woken into retry/ for its join, and is shown as split, ``joining``, until then.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from spoolrender.chunks.ledger import chunk_states, progress_of, read_plan
+from spoolrender.chunks.naming import ledger_dir
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import FINAL_NAME, SpoolLayout
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, SpoolLayout, final_name
+from spoolrender.records import SPLIT, read_runs
 
 
 def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
@@ -24,6 +28,24 @@ def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float)
     progress = chunk_progress(layout, output_root, name, now=now)
     if progress is not None:
         info.update(progress)
+    return info
+
+
+def joining_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any] | None:
+    """The ``split`` item of retry/ entry ``name`` if it is a split job woken for its join
+    (its chunks need nothing more), else None: nothing failed, it waits for its chunks'
+    join, not for a retry. A join that failed and waits to be tried again is a retry."""
+    m = RETRY_NAME.fullmatch(name)
+    if m is None:
+        return None
+    key = final_name(m.group("id"), m.group("uid"))
+    if not os.path.isdir(ledger_dir(layout, key)):  # one stat per retry entry: most were never split
+        return None
+    runs = read_runs(layout.retry / name)
+    if not runs or runs[-1].outcome != SPLIT:
+        return None
+    info = split_info(layout, output_root, key, now=now)
+    info.update(entry=name, joining=True)
     return info
 
 

@@ -25,11 +25,12 @@ from spoolrender.config import SpoolConfig, load_config
 from spoolrender.defaults import CONFIG_FILENAME
 from spoolrender.display import printable
 from spoolrender.durable import set_fsync
-from spoolrender.errors import SpoolrenderError
+from spoolrender.errors import JobInvalid, SpoolrenderError
 
 if TYPE_CHECKING:
     from spoolrender.api import Spool
     from spoolrender.runner import RunSummary
+    from spoolrender.submission import Submission
 
 
 def _spool_path(args: argparse.Namespace) -> Path:
@@ -62,7 +63,6 @@ def silence_stdout() -> None:
 
 def _purge_cache(args: argparse.Namespace) -> int:
     from spoolrender.clock import SystemClock
-    from spoolrender.control import parse_duration
     from spoolrender.heartbeat import LivenessTracker
     from spoolrender.layout import SpoolLayout
     from spoolrender.render_cache import RenderCache
@@ -73,9 +73,8 @@ def _purge_cache(args: argparse.Namespace) -> int:
     config = _config(args)
     layout = SpoolLayout(config.spool)
     layout.check()
-    older = None if args.older_than is None else parse_duration(args.older_than)
     cache = RenderCache(config.output_root, config.render_cache_max_bytes)
-    removed = cache.purge(older, dry_run=args.dry_run)
+    removed = cache.purge(args.older_than, dry_run=args.dry_run)
     if not args.dry_run:
         InFlight(cache.root, layout, config.lease_seconds, LivenessTracker(SystemClock())).clear_ended()
     for entry in removed:
@@ -142,13 +141,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
         return _init(args)
     if args.command == "submit":
-        from spoolrender.control import read_submission
-
-        spool = _spool(args)
-        data, name = read_submission(args.file, args.name, spool.config.max_job_bytes)
-        job = spool.submit(data, name=name, check=not args.no_check, props_check=not args.no_props_check)
-        _say(str(job.submitted_as))
-        return EXIT_OK
+        return _submit(args)
     if args.command == "compositions":
         return _compositions(args)
     if args.command == "run":
@@ -197,12 +190,10 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "purge" and args.cache:
         return _purge_cache(args)
     if args.command == "purge":
-        from spoolrender.control import parse_duration
-
         if args.older_than is None:
             raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
         states = (args.state,) if args.state else ("done", "failed")
-        removed = _spool(args).purge(parse_duration(args.older_than), states, dry_run=args.dry_run)
+        removed = _spool(args).purge(args.older_than, states, dry_run=args.dry_run)
         for entry in removed:
             _say(entry)
         print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
@@ -213,7 +204,7 @@ def dispatch(args: argparse.Namespace) -> int:
             moved = spool.retry_all_failed()
             _say(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
         else:
-            for line in spool.retry(args.id):
+            for line in spool.retry(args.id):  # the lines of control.retry
                 _say(line)
         return EXIT_OK
     if args.command == "serve":
@@ -221,17 +212,68 @@ def dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)  # pragma: no cover
 
 
+def _submit(args: argparse.Namespace) -> int:
+    """Every file checked first, every problem of each listed; all queued only if all pass."""
+    from spoolrender import submission
+
+    if args.name is not None and len(args.files) > 1:
+        raise SpoolrenderError("--name names one job file; give it with a single FILE (or -)")
+    if args.files.count("-") > 1:
+        raise SpoolrenderError("standard input (-) can be read once; give - at most once")
+    config = _config(args)
+    ready: dict[str, Submission] = {}  # by source, in the order given
+    refused = 0
+    for source in args.files:
+        try:
+            data, name = submission.read_submission(source, args.name, config.max_job_bytes)
+            prepared = submission.prepare(
+                config, data, name, check=not args.no_check, props_check=not args.no_props_check
+            )
+        except JobInvalid as exc:
+            refused += 1
+            print_problems(f"{source}: job is invalid:", exc.problems)
+            continue
+        except SpoolrenderError as exc:
+            refused += 1
+            print(f"spoolrender: {printable(exc)}", file=sys.stderr)
+            continue
+        clash = next((other for other, s in ready.items() if _same_job(s, prepared)), None)
+        if clash is not None:
+            refused += 1
+            what = f"incoming/{prepared.target.name}, id {prepared.job_id}"
+            print(f"spoolrender: {printable(source)} and {printable(clash)} would be the same job ({printable(what)}); "
+                  "give each its own name and id", file=sys.stderr)  # fmt: skip
+            continue
+        ready[source] = prepared
+    if refused:
+        counted = f": {refused} of {len(args.files)} files refused" if len(args.files) > 1 else ""
+        print(f"nothing queued{counted}", file=sys.stderr)
+        return EXIT_ERROR
+    for prepared in ready.values():
+        for warning in prepared.warnings:
+            print(f"warning: {printable(warning)}", file=sys.stderr)
+        _say(str(submission.write(prepared)))
+    return EXIT_OK
+
+
+def _same_job(a: Submission, b: Submission) -> bool:
+    """Two files of one `submit` that would be one job file in incoming/, or one id."""
+    return a.target == b.target or (a.job_id is not None and a.job_id == b.job_id)
+
+
+def print_problems(heading: str, problems: list[str]) -> None:
+    """A JobInvalid for people, on stderr: the heading, then one indented line per problem."""
+    print(printable(heading), file=sys.stderr)
+    for problem in problems:
+        print(f"  {printable(problem)}", file=sys.stderr)
+
+
 def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:
     """The exit status of `run`: why it stopped, failures first for --drain (see --help)."""
     limit = {"max-jobs": EXIT_MAX_JOBS, "max-runtime": EXIT_MAX_RUNTIME}.get(summary.stopped_by)
     if args.drain or limit is not None:
         try:
-            print(
-                f"{summary.stopped_by}: {summary.claimed} claimed, {summary.done} done, {summary.retried} to retry, "
-                f"{summary.requeued} put back, {summary.failed} failed"
-                f"{' (spool paused)' if summary.paused else ''} (outputs under {printable(output_root)})",
-                flush=True,
-            )
+            print(f"{summary.describe()} (outputs under {printable(output_root)})", flush=True)
         except BrokenPipeError:
             silence_stdout()  # a closed pipe must not turn a failed drain's status into 0
     if args.drain and summary.failed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from spoolrender.cli.commands import dispatch, silence_stdout
+from spoolrender.cli.commands import dispatch, print_problems, silence_stdout
 from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from spoolrender.cli.log_output import setup_logging
 from spoolrender.cli.parser import build_parser
@@ -19,9 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return dispatch(args)
     except JobInvalid as exc:
-        print("job is invalid:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {printable(problem)}", file=sys.stderr)
+        print_problems("job is invalid:", exc.problems)
         return EXIT_ERROR
     except SpoolrenderError as exc:
         print(f"spoolrender: {printable(exc)}", file=sys.stderr)

@@ -87,17 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser(
-        "submit", help="queue a job file atomically", formatter_class=raw,
-        description="Validate a job file and drop it into incoming/ (written under a hidden name, "
-        "fsynced, then renamed: a runner never sees half a job).",
+        "submit", help="queue job files atomically", formatter_class=raw,
+        description="Validate job files and drop them into incoming/ (each written under a hidden name, "
+        "fsynced, then renamed: a runner never sees half a job). Every file is checked first, and every "
+        "problem of every file is listed at once; the files are queued only if all of them pass, so a "
+        "script can fix what was listed and submit the same command again.",
         epilog=textwrap.dedent("""\
             examples:
               spoolrender submit intro.yaml
+              spoolrender submit jobs/*.yaml              several files: all or nothing
               generate-job | spoolrender submit - --name recap-42.yaml
+              spoolrender submit --no-check odd.yaml      the runner still validates it
+              spoolrender submit --no-props-check promo.yaml
+            A directory is refused: name its files (jobs/*.yaml).
+            exit status: 0 every file queued (its path printed); 1 nothing queued: a file is
+            invalid, unreadable, or clashes with another (each problem on stderr); 2 usage.
         """),
     )  # fmt: skip
-    p.add_argument("file", help="job file (a regular file), or - for standard input; at most max_job_bytes")
-    p.add_argument("--name", help="file name in incoming/ (default: the file's name; for stdin a unique one)")
+    p.add_argument(
+        "files", nargs="+", metavar="FILE",
+        help="job file (a regular file), or - for standard input (once); each at most max_job_bytes",
+    )  # fmt: skip
+    p.add_argument("--name", help="file name in incoming/, for a single FILE (default: the file's name; "
+                   "for stdin a unique one)")  # fmt: skip
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
     p.add_argument(
         "--no-props-check", action="store_true",
@@ -191,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
             examples:
               spoolrender status
               spoolrender status --watch 2              refresh every 2 s (Ctrl-C to leave)
+              spoolrender status --watch 1m             every minute (at least 0.1 s)
               spoolrender status --json | jq .counts    schema: docs/operations.md, "status --json"
               spoolrender status --prometheus > /var/lib/prometheus/node-exporter/spool.prom.tmp
         """),
@@ -198,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable output (stable schema: docs/operations.md)")
     fmt.add_argument("--prometheus", action="store_true", help="the spool gauges in Prometheus text format")
-    p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="refresh in place")
+    p.add_argument(
+        "--watch", nargs="?", type=watch_interval, const=2.0, metavar="SECONDS",
+        help="refresh in place every SECONDS (default 2; at least 0.1; 2m works too)",
+    )  # fmt: skip
     _add_common(p)
 
     p = sub.add_parser(
@@ -261,13 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
         "their bytes). Do it after changing something the cache key cannot see (docs/render-cache.md).",
         epilog=textwrap.dedent("""\
             examples:
-              spoolrender purge --older-than 30d
+              spoolrender purge --older-than 30d          (the unit is required: 30 alone is refused)
               spoolrender purge --older-than 12h --state failed --dry-run
               spoolrender purge --cache                   empty the render cache
               spoolrender purge --cache --older-than 7d   only entries unused for a week
         """),
     )  # fmt: skip
-    p.add_argument("--older-than", metavar="DURATION", help="e.g. 90m, 12h, 30d, 2w (required without --cache)")
+    p.add_argument(
+        "--older-than", type=age, metavar="DURATION",
+        help="a number with its unit: 90m, 12h, 30d, 2w (a bare 30 is refused: seconds or days?); "
+        "required without --cache",
+    )  # fmt: skip
     p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
     p.add_argument("--cache", action="store_true", help="purge the render cache instead of finished jobs")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
@@ -275,9 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "retry", help="give failed jobs fresh attempts", formatter_class=raw,
-        description="Move failed jobs back to retry/, due now, with their attempt count reset. A job "
-        "waiting in retry/ for its next attempt is made due now (its attempts are kept).",
-        epilog="examples:\n  spoolrender retry intro-42\n  spoolrender retry --all-failed\n",
+        description="Move failed jobs back to retry/, due now, with their attempt count reset. A cancelled "
+        "job is a failed job: retrying it withdraws the cancel, and it renders again. A job waiting in "
+        "retry/ for its next attempt is made due now (its attempts are kept). A job never runs before its "
+        "not_before: a scheduled job that was cancelled and is retried waits for its time again, and "
+        "retry does not move a schedule forward. The HTTP API's POST /jobs/ID/retry and the Python "
+        "API's Spool.retry do the same.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender retry intro-42
+              spoolrender retry --all-failed
+        """),
     )  # fmt: skip
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("id", nargs="?", help="job id")
@@ -309,9 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen", default="127.0.0.1:8765", metavar="HOST:PORT",
         help="address to listen on (default 127.0.0.1:8765; [::1]:PORT for IPv6; port 0 picks a free one)",
     )  # fmt: skip
-    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--poll", type=seconds, default=1.0, metavar="SECONDS",
                    help="how often the event stream looks at the spool while a client listens (default 1)")  # fmt: skip
-    p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
+    p.add_argument("--keepalive", type=seconds, default=15.0, metavar="SECONDS",
                    help="comment line on idle event streams, so proxies keep them open (default 15)")  # fmt: skip
     p.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME",
@@ -319,11 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
         "only the address literal a client connected to (and localhost on loopback) is answered, on every "
         "--listen address, 0.0.0.0 and [::] included (DNS rebinding protection)",
     )  # fmt: skip
-    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--header-timeout", type=seconds, default=10.0, metavar="SECONDS",
                    help="a request's line and headers must arrive within this, in total (default 10)")  # fmt: skip
     p.add_argument("--max-per-client", type=int, default=16, metavar="N",
                    help="connections at once per client address (default 16; raise it behind a proxy)")  # fmt: skip
-    p.add_argument("--history-interval", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--history-interval", type=seconds, default=60.0, metavar="SECONDS",
                    help="one sample of the spool's history (the dashboard's plots; kept 48 h in "
                         ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
@@ -346,12 +374,37 @@ def positive_int(text: str) -> int:
 
 
 def duration(text: str) -> float:
-    from spoolrender.control import parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except SpoolrenderError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    """A DURATION flag: a number with its unit (``50m``), > 0."""
+    seconds = _parse(text, bare_seconds=False)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
     return seconds
+
+
+def age(text: str) -> float:
+    """An age flag (``--older-than``): a number with its unit, >= 0 (``0s``: everything)."""
+    return _parse(text, bare_seconds=False)
+
+
+def seconds(text: str) -> float:
+    """A SECONDS flag: a bare number is seconds (the name says so); a unit may be given (``2m``)."""
+    return _parse(text, bare_seconds=True)
+
+
+def watch_interval(text: str) -> float:
+    """``status --watch``'s interval: at least STATUS_WATCH_MIN_S (0 or less redrew in a tight loop)."""
+    from spoolrender.defaults import STATUS_WATCH_MIN_S
+
+    interval = _parse(text, bare_seconds=True)
+    if interval < STATUS_WATCH_MIN_S:
+        raise argparse.ArgumentTypeError(f"expected an interval of at least {STATUS_WATCH_MIN_S:g} s, got {text!r}")
+    return interval
+
+
+def _parse(text: str, *, bare_seconds: bool) -> float:
+    from spoolrender.durations import parse_duration
+
+    try:
+        return parse_duration(text, bare_seconds=bare_seconds)
+    except SpoolrenderError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

@@ -16,7 +16,7 @@ from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.jobfile.loading import load_yaml_mapping
 from spoolrender.jobfile.naming import ID_PATTERN, id_from_filename, is_candidate_name, output_path_problem
 from spoolrender.jobfile.reading import read_job_bytes
-from spoolrender.jobfile.spec import JobSpec, parse_job
+from spoolrender.jobfile.spec import JobSpec, job_fields, parse_job
 
 __all__ = [
     "ID_PATTERN",
@@ -26,6 +26,7 @@ __all__ = [
     "JobSpec",
     "id_from_filename",
     "is_candidate_name",
+    "job_fields",
     "load_yaml_mapping",
     "output_path_problem",
     "parse_job",

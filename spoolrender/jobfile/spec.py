@@ -76,9 +76,18 @@ def parse_job(data: bytes, filename: str, config: SpoolConfig) -> JobSpec:
     The JobInvalid of a file that loads carries the id the job is filed under: its
     ``id:`` when that is readable (whatever else is wrong), else the file name's.
     """
-    fields = Fields(load_yaml_mapping(data), filename, config)
-    check_fields(fields)
+    fields = job_fields(data, filename, config)
     values = fields.values
     if fields.problems:
         raise JobInvalid(fields.problems, job_id=values["id"])
     return JobSpec(**{**values, "output": PurePosixPath(values["output"])}, id_origin=fields.id_origin)
+
+
+def job_fields(data: bytes, filename: str, config: SpoolConfig) -> Fields:
+    """Every field of job bytes checked: ``problems`` lists what is wrong, and ``values``
+    holds each field's value (its default where the file's is wrong), so that checks
+    beyond the file's own (submit's props check, the id's) can still run and be listed
+    with the rest. JobInvalid only for bytes that do not load as a mapping at all."""
+    fields = Fields(load_yaml_mapping(data), filename, config)
+    check_fields(fields)
+    return fields

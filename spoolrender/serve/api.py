@@ -25,7 +25,7 @@ from spoolrender import defaults
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import split_info
 from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, pause, resume, retry_failed, submit
+from spoolrender.control import cancel, pause, resume, retry
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
@@ -52,6 +52,7 @@ from spoolrender.status import (
     running_info,
     spool_clock,
 )
+from spoolrender.submission import submit
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -353,15 +354,16 @@ def submit_job(config: SpoolConfig, data: bytes, name: str | None) -> dict[str, 
 
 
 def retry_job(config: SpoolConfig, job_id: str) -> dict[str, Any]:
-    """``POST /jobs/{id}/retry``: a failed job back to retry/ with fresh attempts."""
-    found = find_entries(config, job_id)
-    if not any(w.state == "failed" for w in found):
-        raise ApiError(409, f"job {job_id!r} is {found[0].state}, not failed: nothing to retry")
+    """``POST /jobs/{id}/retry``: as ``spoolrender retry`` (control.retry): a failed job back to
+    retry/ with fresh attempts, a retry-waiting one due now; never before its not_before."""
+    find_entries(config, job_id)  # 404 for an unknown id
     try:
-        moved = retry_failed(config, job_id)
-    except SpoolrenderError as exc:  # another retry won the race
+        changes = retry(config, job_id)
+    except SpoolrenderError as exc:  # not failed nor waiting, or another retry won the race
         raise ApiError(409, str(exc)) from exc
-    return {"id": job_id, "state": "retry", "moved": len(moved)}
+    moved = sum(c.entry.startswith("failed/") for c in changes)  # the rest were waiting in retry/ already
+    return {"id": job_id, "state": "retry", "moved": moved, "due": min(c.due for c in changes),
+            "changes": [c.text for c in changes]}  # fmt: skip
 
 
 def cancel_job(config: SpoolConfig, job_id: str, who: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from spoolrender import control, defaults
+from spoolrender import defaults, submission
 from spoolrender.config import load_config
 from spoolrender.errors import ConfigError, JobInvalid, SpoolrenderError
 from spoolrender.layout import init_spool
@@ -227,7 +227,7 @@ def job_problem(example: Example) -> str | None:
             why = _config_message(exc, layout.root)
             return f"{example.location}: its spool's config ({where}) does not load: {why}"
         try:
-            control.submit(config, example.text.encode("utf-8"), JOB_FILE_NAME)
+            submission.submit(config, example.text.encode("utf-8"), JOB_FILE_NAME)
         except JobInvalid as exc:
             return f"{example.location}: invalid job: " + "; ".join(exc.problems)
         except SpoolrenderError as exc:
