@@ -98,7 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("settle_seconds", SPOOL, checks.non_negative_number, "seconds >= 0", _g(defaults.SETTLE_S),
         "A job file unchanged this long counts as completely uploaded where no local writer "
-        "check or close event can tell (writers on other hosts).",
+        "check or close event can tell (writers on other hosts). On a network mount it is "
+        "judged as the server sees the file: each settled upload is revalidated past the "
+        "client's caches before its claim.",
         see="uploads.md",
     ),
     Setting("poll_seconds", SPOOL, checks.positive_number, "seconds > 0", _g(defaults.POLL_INTERVAL_S),
