@@ -72,7 +72,12 @@ def test_dashboard_counts_and_live_progress(spool: SpoolLayout, start_runner: An
         reason = page.evaluate("document.querySelector('#failures td.reason').textContent")
         assert "props.title is missing <b>bold?</b>" in reason  # as text...
         assert page.evaluate("document.querySelector('#failures td.reason b')") is None  # ...never as HTML
-        runner_row = page.evaluate("document.querySelector('#runners tbody tr').textContent")
+        # The runner's beacon says it is busy at its next heartbeat, which a loaded machine
+        # may deliver after the progress the test waited for: wait for the row to say so.
+        runner_row = page.wait_for(
+            "(t => t.includes('1/1') && t.includes('online') ? t : '')"
+            "(document.querySelector('#runners tbody tr')?.textContent ?? '')"
+        )
         assert "1/1" in runner_row and "online" in runner_row
 
         # The bar moves as the runner renders: value and drawn width, with no reload.
