@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import command_job, drop, entries, wait_for
+
+from spoolrender.clock import SystemClock
 
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
@@ -28,9 +32,11 @@ from spoolrender.host_blocks import (
     block_states,
 )
 from spoolrender.hosts import hosts_dir, marker_path, record_failure
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import RETRY, RunRecord, decide
+from spoolrender.layout import SpoolLayout, new_token, retry_name
+from spoolrender.queues import Subscription
+from spoolrender.records import RETRY, RUNNER_DIED, SPOOL_IO, RunRecord, decide
 from spoolrender.renderers.base import KILLED, killing_signal
+from spoolrender.retry_scan import RetryScan
 from spoolrender.status import collect_status, format_status
 
 
@@ -188,4 +194,23 @@ def test_a_failure_of_a_run_taken_over_meanwhile_does_not_count(
     assert decide(spool.running / name, taken)
     go.touch()
     wait_for(lambda: "another runner took it over" in log.read_text(), timeout=60)
+    assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
+
+
+def test_only_a_failure_of_the_hosts_own_sends_its_retry_elsewhere(spool: SpoolLayout, cfg: SpoolConfig) -> None:
+    """A retry that a full or failing spool stopped (its free requeues used up, or recorded
+    so by a recoverer) or a dead runner's is every host's to take at once; a render that
+    failed here is left to the other online host first (retry_elsewhere_seconds)."""
+    online(spool, "other")
+    due = time.time() - 1
+    for kind in (SPOOL_IO, RUNNER_DIED, "command-exit"):
+        job_dir = spool.retry / retry_name(kind, new_token(), due, 0)
+        job_dir.mkdir()
+        (job_dir / "job.yaml").write_text(yaml.safe_dump(command_job()))
+        error = {"kind": kind, "message": "stopped", "transient": True}
+        assert decide(job_dir, RunRecord(1, RETRY, HOSTNAME, 1, new_token(), due, attempt=1, due=due, error=error))
+    scan = RetryScan(spool, replace(cfg, retry_elsewhere_seconds=600), SystemClock(), Subscription(), threading.Lock())
+    candidates, _ = scan.scan([], time.time())
+    assert sorted(c.job_id for c in candidates) == sorted((SPOOL_IO, RUNNER_DIED))
+    assert record_failure(spool, cfg, HOSTNAME, "full", SPOOL_IO, time.time()) is None
     assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
