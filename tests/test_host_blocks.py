@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import command_job, drop, entries, wait_for
+from conftest import command_job, drop, entries, wait_for, write_spool_config
 
 from spoolrender.clock import SystemClock
 
@@ -214,3 +214,26 @@ def test_only_a_failure_of_the_hosts_own_sends_its_retry_elsewhere(spool: SpoolL
     assert sorted(c.job_id for c in candidates) == sorted((SPOOL_IO, RUNNER_DIED))
     assert record_failure(spool, cfg, HOSTNAME, "full", SPOOL_IO, time.time()) is None
     assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
+
+
+def test_a_sealed_job_edited_while_it_renders_does_not_count_against_the_host(
+    spool: SpoolLayout, start_runner: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Run 1 fails here (counted); the job, sealed by it, is edited during run 2, whose
+    render then fails transiently: refused as job-changed, which says nothing of the host."""
+    write_spool_config(spool, {"backoff_base_seconds": 3, "backoff_cap_seconds": 3})
+    go = tmp_path / "go"
+    go.touch()
+    start_runner()
+    drop(spool, "edited.yaml", command_job(until_file=str(go), exit=75, content="original"))
+    wait_for(lambda: len(entries(spool, "retry")) == 1, timeout=60)
+    go.unlink()
+    wait_for(lambda: any(spool.running.glob("*/job.yaml")), timeout=60)
+    (running,) = spool.running.glob("*/job.yaml")
+    running.write_text(running.read_text().replace("original", "tampered"))
+    go.touch()
+    wait_for(lambda: len(entries(spool, "failed")) == 1, timeout=60)
+    failure = json.loads((spool.failed / entries(spool, "failed")[0] / "failure.json").read_text())
+    assert failure["kind"] == "job-changed"
+    failures = json.loads((hosts_dir(spool) / f"{HOSTNAME}.json").read_text())["failures"]
+    assert [f[2] for f in failures] == ["command-exit"]  # run 1's only
