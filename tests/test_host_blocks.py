@@ -237,3 +237,19 @@ def test_a_sealed_job_edited_while_it_renders_does_not_count_against_the_host(
     assert failure["kind"] == "job-changed"
     failures = json.loads((hosts_dir(spool) / f"{HOSTNAME}.json").read_text())["failures"]
     assert [f[2] for f in failures] == ["command-exit"]  # run 1's only
+
+
+def test_a_chunk_done_lifts_the_block_and_a_neutral_probe_end_does_not_delay_the_next(spool: SpoolLayout) -> None:
+    since = time.time() - 10
+    for outcome in ("requeue", "lost", "split", "chunk-requeue"):
+        slot = ProbeSlot(spool, "a")
+        assert slot.due(since, time.time(), 10) and slot.take()
+        slot.ended("job", outcome)  # says nothing of the host: the next probe may start now
+    assert slot.due(since, time.time(), 10)
+    assert slot.take()
+    slot.ended("job", "chunk-failed")
+    assert not slot.due(since, time.time(), 10)
+    block(spool, "a", since)
+    assert slot.take()
+    slot.ended("job", "chunk-done")  # a chunk of the probe job rendered: the host works
+    assert not marker_path(spool, "a").exists()
