@@ -18,7 +18,6 @@ import yaml
 from conftest import command_job, drop, entries, wait_for, write_spool_config
 
 from spoolrender.clock import SystemClock
-
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
 from spoolrender.heartbeat import HOSTNAME
