@@ -82,8 +82,8 @@ def spool_now(probe: Path) -> float | None:
             os.close(fd)
         return os.stat(probe).st_mtime
     except OSError:
-        with contextlib.suppress(OSError):
-            return time.time()
+        # Not this host's clock instead: callers that can do without the spool's clock fall
+        # back themselves, and SpoolClock keeps its last offset rather than record ~0.
         return None
 
 

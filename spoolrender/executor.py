@@ -84,6 +84,7 @@ class RunEnd:
     outcome: str  # done, failed, retry, requeue, lost
     attempts: int | None
     duration: float | None
+    error_kind: str | None = None  # the recorded error's kind (a run may end otherwise than asked)
 
 
 class JobExecutor(SplitJobRuns):
@@ -434,8 +435,9 @@ class JobExecutor(SplitJobRuns):
             return self._finish(claim, base, FAILED, error=error)
         # Only a failure this run decided counts against the host: not one of a run taken
         # over meanwhile (a host frozen past the lease that times out on waking), nor a
-        # discarded one.
-        if against_host and end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]):
+        # discarded one, nor one refused as a changed job (a sealed job edited meanwhile).
+        counted = end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]) and end.error_kind == error["kind"]
+        if against_host and counted:
             try:
                 # A split job's chunks count as that one job against the host.
                 now = None if self._spool_clock is None else self._spool_clock.now()
@@ -494,6 +496,7 @@ class JobExecutor(SplitJobRuns):
             outcome=_METRIC_OF[outcome],
             attempts=None if record.attempt is None else record.attempt,
             duration=None if record.started is None else record.ended - record.started,
+            error_kind=None if record.error is None else record.error.get("kind"),
         )
         try:
             target = self._spool_write(
@@ -522,7 +525,7 @@ class JobExecutor(SplitJobRuns):
             duration=None if end.duration is None else round(end.duration, 3),
             kind=err.get("kind"), reason=err.get("message"),
         )  # fmt: skip
-        return RunEnd(target.parent.name, end.outcome, end.attempts, end.duration)
+        return replace(end, state=target.parent.name)
 
     def _lost(self, claim: Claim) -> RunEnd:
         decided = None

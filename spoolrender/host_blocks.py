@@ -12,9 +12,10 @@ order the blocks were placed, from the spool's files alone (every host decides a
   already: none of one host, one of two or three, two of four or five.
 
 A blocked host is not idle: its runners claim one job at a time (host-wide, a flock: the
-same host only) as a probe, one every ``host_probe_seconds``; when a probe job is done,
-the block is lifted. The quiet period ends it too (``until``), and ``spoolrender unblock
-HOST``.
+same host only) as a probe, one every ``host_probe_seconds``; when a probe job (or a
+chunk of one) is done, the block is lifted. A probe that neither rendered nor failed
+(requeued, taken over, split into chunks) says nothing of the host: the next one need not
+wait. The quiet period ends a block too (``until``), and ``spoolrender unblock HOST``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ HELD_SHARE = "share"  # host_block_max_share of the online hosts are blocked alr
 HELD_LAST = "last-server"  # it is the last online host serving a queue
 HELD_OFFLINE = "offline"
 CAUSES = (APPLIED, HELD_JOBS_FAULT, HELD_SHARE, HELD_LAST, HELD_OFFLINE)
+# A probe job's RunEnd.outcome (a chunk's is "chunk-" + it): rendered, or a neutral end (a
+# requeue for a shutdown, a spool I/O stop or an unfinished upload; taken over; split).
+PROBE_PASSED = ("done", "chunk-done")
+PROBE_NEUTRAL = ("requeue", "lost", "split", "chunk-requeue", "chunk-lost")
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ class ProbeSlot:
     """
 
     def __init__(self, layout: SpoolLayout, host: str) -> None:
+        self._layout = layout
+        self._host = host
         self._path = probe_lock_path(layout, host)
         self._fd: int | None = None
 
@@ -177,9 +184,11 @@ class ProbeSlot:
         the last probe ended (the lock file's mtime, on the spool's clock), so that a host
         that is still broken burns one job's attempt per interval, not one a second."""
         try:
-            last = max(since, os.stat(self._path).st_mtime)
+            st = os.stat(self._path)
         except OSError:
-            last = since
+            st = None
+        # Still empty: made by a take(), no probe has failed yet (a failed one writes).
+        last = since if st is None or st.st_size == 0 else max(since, st.st_mtime)
         return fs_now >= last + interval
 
     def take(self) -> bool:
@@ -197,6 +206,13 @@ class ProbeSlot:
             return False
         self._fd = fd
         return True
+
+    def ended(self, job_id: str, outcome: str | None) -> None:
+        """The probe job's run ended (``outcome``: RunEnd.outcome; None: not recorded): a
+        success lifts the block, a neutral end frees the slot at once, else the next waits."""
+        if outcome in PROBE_PASSED:
+            probe_succeeded(self._layout, self._host, job_id)
+        self.release(probed=outcome not in PROBE_PASSED + PROBE_NEUTRAL)
 
     def release(self, *, probed: bool = False) -> None:
         """Free the slot; ``probed``: a probe ran (and failed), the next waits an interval."""

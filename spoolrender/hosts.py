@@ -13,10 +13,11 @@ blocklist and Sidekiq's retry-on-another-process do:
   says why and until when (``host_block_seconds`` later, the quiet period). Times are on
   the spool filesystem's clock (spoolrender.clock), so every host reads them alike.
 
-Failures that say nothing about the host do not count: the job's own (invalid, its own
-out-of-memory), an operator's (cancelled, a render killed by a signal), a dead runner's
-(recorded by whoever recovered it), and a job that failed the same way on another host
-too (it times out or fails everywhere: the job's fault). Whether a block is applied, and
+Failures that say nothing about the host do not count, nor keep its job's retry from it:
+the job's own (invalid, its own out-of-memory), an operator's (cancelled, a render killed
+by a signal), a dead runner's (recorded by whoever recovered it), a full or failing spool
+(every host's), and a job that failed the same way on another host too (it times out or
+fails everywhere: the job's fault). Whether a block is applied, and
 the probe that lifts it, is :mod:`spoolrender.host_blocks`.
 """
 
@@ -34,15 +35,17 @@ from filelock import FileLock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
 from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.records import RUNNER_DIED, SPOOL_IO
 from spoolrender.renderers.base import KILLED
 from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY
 
 log = logging.getLogger(__name__)
 
-# Errors that say nothing about the host: the job itself, an operator, or a dead runner
-# (recorded by whoever recovered it, not by the host that died).
+# Errors that say nothing about the host: the job itself, an operator, a dead runner
+# (recorded by whoever recovered it, not by the host that died), or a full or failing
+# spool (every host's; also once its free requeues are used up, and as a recoverer records it).
 NOT_THE_HOSTS_FAULT = (
-    "invalid-job", "cancelled", "runner-died", "attempts-exhausted", KILLED, OUT_OF_MEMORY,
+    "invalid-job", "cancelled", RUNNER_DIED, "attempts-exhausted", KILLED, OUT_OF_MEMORY, SPOOL_IO,
 )  # fmt: skip
 BLOCKED_SUFFIX = ".blocked"
 FAILURES_SUFFIX = ".json"

@@ -46,7 +46,7 @@ from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, Spo
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
-from spoolrender.host_blocks import BlockState, ProbeSlot, block_of, probe_succeeded
+from spoolrender.host_blocks import BlockState, ProbeSlot, block_of
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
 from spoolrender.publish import SCRATCH_DIR
@@ -488,11 +488,8 @@ class Runner:
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
             end = None
         if claimed.key == self._probe_job:
-            success = end is not None and end.outcome == "done"
-            if success:
-                probe_succeeded(self.layout, HOSTNAME, claimed.job_id)
+            self._probe_slot.ended(claimed.job_id, None if end is None else end.outcome)
             self._probe_job = None
-            self._probe_slot.release(probed=not success)
         if end is not None and (end.outcome.startswith(CHUNK_OUTCOME_PREFIX) or end.outcome == "split"):
             # It queued chunks or woke a job in retry/: list again now, not after an event
             # that a busy host may deliver after a drain has decided there is nothing left.

@@ -53,11 +53,13 @@ def non_negative_number(name: str, value: Any) -> float:
 
 
 def share(name: str, value: Any) -> float:
-    """A share of a whole, from 0 to 1 (``0.5``: half)."""
-    number = non_negative_number(name, value)
-    if number > 1:
-        raise ConfigError(f"{name}: expected a share from 0 to 1 (0.5: half), got {value!r}")
-    return number
+    """A share of a whole, from 0 to 1 (``0.5``: half); 0 is allowed, a unit or a percent
+    sign is not. Its own check: the number checks' messages speak of seconds and of > 0."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= 1:  # NaN and infinities fail the range too
+        got = repr(value) if number else f"{type(value).__name__} {value!r}"
+        raise ConfigError(f"{name}: expected a share from 0 to 1 (0.5: half), got {got}")
+    return float(value)
 
 
 def positive_int(name: str, value: Any) -> int:

@@ -314,6 +314,11 @@ def test_spool_is_not_a_setting(tmp_path: Path) -> None:
         ("output_root", "", "output_root: expected a path, got ''"),
         ("output_root", 5, "output_root: expected a path, got 5"),
         ("cache_dir", ["a"], "cache_dir: expected a path, got ['a']"),
+        # A share has its own message: no "seconds" hint, and 0 is allowed.
+        ("host_block_max_share", "2m", "host_block_max_share: expected a share from 0 to 1 (0.5: half), got str '2m'"),
+        ("host_block_max_share", -0.5, "host_block_max_share: expected a share from 0 to 1 (0.5: half), got -0.5"),
+        ("host_block_max_share", 1.5, "host_block_max_share: expected a share from 0 to 1 (0.5: half), got 1.5"),
+        ("host_block_max_share", True, "host_block_max_share: expected a share from 0 to 1 (0.5: half), got bool True"),
     ],
 )
 def test_invalid_values(tmp_path: Path, key: str, value: Any, want: str) -> None:
@@ -340,7 +345,10 @@ def test_invalid_env_values(tmp_path: Path, key: str, text: str) -> None:
     assert message.startswith(f"{key}: expected ")
 
 
-@pytest.mark.parametrize(("key", "value"), [("settle_seconds", 0), ("backoff_base_seconds", 0), ("grace_seconds", 0)])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("settle_seconds", 0), ("backoff_base_seconds", 0), ("grace_seconds", 0), ("host_block_max_share", 0)],
+)
 def test_zero_allowed_where_non_negative(tmp_path: Path, key: str, value: int) -> None:
     cfg = load_config(tmp_path, overrides={key: value}, environ={})
     assert getattr(cfg, key) == 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import command_job, drop, entries, wait_for
+import yaml
+from conftest import command_job, drop, entries, wait_for, write_spool_config
 
+from spoolrender.clock import SystemClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
 from spoolrender.heartbeat import HOSTNAME
@@ -28,9 +31,11 @@ from spoolrender.host_blocks import (
     block_states,
 )
 from spoolrender.hosts import hosts_dir, marker_path, record_failure
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import RETRY, RunRecord, decide
+from spoolrender.layout import SpoolLayout, new_token, retry_name
+from spoolrender.queues import Subscription
+from spoolrender.records import RETRY, RUNNER_DIED, SPOOL_IO, RunRecord, decide
 from spoolrender.renderers.base import KILLED, killing_signal
+from spoolrender.retry_scan import RetryScan
 from spoolrender.status import collect_status, format_status
 
 
@@ -189,3 +194,61 @@ def test_a_failure_of_a_run_taken_over_meanwhile_does_not_count(
     go.touch()
     wait_for(lambda: "another runner took it over" in log.read_text(), timeout=60)
     assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
+
+
+def test_only_a_failure_of_the_hosts_own_sends_its_retry_elsewhere(spool: SpoolLayout, cfg: SpoolConfig) -> None:
+    """A retry that a full or failing spool stopped (its free requeues used up, or recorded
+    so by a recoverer) or a dead runner's is every host's to take at once; a render that
+    failed here is left to the other online host first (retry_elsewhere_seconds)."""
+    online(spool, "other")
+    due = time.time() - 1
+    for kind in (SPOOL_IO, RUNNER_DIED, "command-exit"):
+        job_dir = spool.retry / retry_name(kind, new_token(), due, 0)
+        job_dir.mkdir()
+        (job_dir / "job.yaml").write_text(yaml.safe_dump(command_job()))
+        error = {"kind": kind, "message": "stopped", "transient": True}
+        assert decide(job_dir, RunRecord(1, RETRY, HOSTNAME, 1, new_token(), due, attempt=1, due=due, error=error))
+    scan = RetryScan(spool, replace(cfg, retry_elsewhere_seconds=600), SystemClock(), Subscription(), threading.Lock())
+    candidates, _ = scan.scan([], time.time())
+    assert sorted(c.job_id for c in candidates) == sorted((SPOOL_IO, RUNNER_DIED))
+    assert record_failure(spool, cfg, HOSTNAME, "full", SPOOL_IO, time.time()) is None
+    assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
+
+
+def test_a_sealed_job_edited_while_it_renders_does_not_count_against_the_host(
+    spool: SpoolLayout, start_runner: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Run 1 fails here (counted); the job, sealed by it, is edited during run 2, whose
+    render then fails transiently: refused as job-changed, which says nothing of the host."""
+    write_spool_config(spool, {"backoff_base_seconds": 3, "backoff_cap_seconds": 3})
+    go = tmp_path / "go"
+    go.touch()
+    start_runner()
+    drop(spool, "edited.yaml", command_job(until_file=str(go), exit=75, content="original"))
+    wait_for(lambda: len(entries(spool, "retry")) == 1, timeout=60)
+    go.unlink()
+    wait_for(lambda: any(spool.running.glob("*/job.yaml")), timeout=60)
+    (running,) = spool.running.glob("*/job.yaml")
+    running.write_text(running.read_text().replace("original", "tampered"))
+    go.touch()
+    wait_for(lambda: len(entries(spool, "failed")) == 1, timeout=60)
+    failure = json.loads((spool.failed / entries(spool, "failed")[0] / "failure.json").read_text())
+    assert failure["kind"] == "job-changed"
+    failures = json.loads((hosts_dir(spool) / f"{HOSTNAME}.json").read_text())["failures"]
+    assert [f[2] for f in failures] == ["command-exit"]  # run 1's only
+
+
+def test_a_chunk_done_lifts_the_block_and_a_neutral_probe_end_does_not_delay_the_next(spool: SpoolLayout) -> None:
+    since = time.time() - 10
+    for outcome in ("requeue", "lost", "split", "chunk-requeue"):
+        slot = ProbeSlot(spool, "a")
+        assert slot.due(since, time.time(), 10) and slot.take()
+        slot.ended("job", outcome)  # says nothing of the host: the next probe may start now
+    assert slot.due(since, time.time(), 10)
+    assert slot.take()
+    slot.ended("job", "chunk-failed")
+    assert not slot.due(since, time.time(), 10)
+    block(spool, "a", since)
+    assert slot.take()
+    slot.ended("job", "chunk-done")  # a chunk of the probe job rendered: the host works
+    assert not marker_path(spool, "a").exists()
