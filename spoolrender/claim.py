@@ -16,6 +16,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spoolrender import defaults
 from spoolrender.candidates import Candidate, ScanResult
@@ -54,6 +55,9 @@ class Claim:
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
     sealed: bool = False  # an earlier run was decided: the job file may not change any more
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
+    # What this run has learnt of the job (priority, queue, seal...): the details of its
+    # record, also when a spool error ends the run before it is decided (executor.execute).
+    details: dict[str, Any] = field(default_factory=dict)
     # Free bytes of the output and spool filesystems (by st_dev) when this run started: did
     # a full disk stop it, or did it fill the disk itself (spool_io.filled_by_run)?
     room_at_start: dict[int, int] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from spoolrender.layout import (
     retry_name,
 )
 from spoolrender.lookup import find_job
-from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs
+from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
 
 
 def retry_all_failed(config: SpoolConfig) -> list[str]:
@@ -77,6 +77,20 @@ def _not_before(config: SpoolConfig, job_dir: Path) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def job_priority(config: SpoolConfig, job_dir: Path) -> int:
+    """The priority of the job in ``job_dir``: as its runs recorded it, else its job file's
+    (a job cancelled before any run read it), else the default."""
+    priority = recorded_priority(read_runs(job_dir))
+    if priority is not None:
+        return priority
+    try:
+        data = read_job_bytes(job_dir / defaults.JOB_FILENAME, config.max_job_bytes)
+        value = job_fields(data, defaults.JOB_FILENAME, config).values["priority"]
+    except (OSError, JobInvalid):
+        return defaults.DEFAULT_PRIORITY
+    return int(value) if isinstance(value, int) else defaults.DEFAULT_PRIORITY
+
+
 def _when(due: float, now: float, not_before: float | None) -> str:
     if not_before is not None and due == not_before and due > now:
         return f"due {utc_text(due)} (its not_before)"
@@ -97,10 +111,7 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
         if m is None or (job_id is not None and m.group("id") != job_id):
             continue
         job_dir = layout.failed / name
-        runs = read_runs(job_dir)
-        priority = defaults.DEFAULT_PRIORITY
-        if runs:
-            priority = int(runs[-1].details.get("priority", priority))
+        priority = job_priority(config, job_dir)
         wall = time.time()
         now = spool_time(layout.private, "retry")  # "now" on the spool's clock, like every due time
         not_before = _not_before(config, job_dir)
@@ -148,6 +159,10 @@ def make_due_now(config: SpoolConfig, job_id: str) -> list[RetryChange]:
         m = RETRY_NAME.fullmatch(name)
         if m is None or m.group("id") != job_id:
             continue
+        # As for a failed job: a cancel request left in the entry (a cancelled split job
+        # woken, a run that failed before it saw the cancel) would fail it again at once.
+        with contextlib.suppress(FileNotFoundError):
+            (layout.retry / name / defaults.CANCEL_FILENAME).unlink()
         was_due = int(m.group("due")) / 1000
         not_before = _not_before(config, layout.retry / name)
         due = max(now, not_before or now)
@@ -292,6 +307,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                     run=claimed.run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=claimed.token,
                     ended=clock.wall(), started=claimed.started, attempt=None,
                     error={"kind": "cancelled", "message": message, "transient": False},
+                    details={"priority": job_priority(config, claimed.job_dir)},  # kept by a later retry
                 )  # fmt: skip
                 if decide(claimed.job_dir, record):
                     target = carry_out(

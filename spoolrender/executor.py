@@ -145,7 +145,7 @@ class JobExecutor(SplitJobRuns):
                     raise
                 # Reading, reserving the id, preparing: the spool failed before the run could
                 # be decided. Not the job's fault: back to retry/, no attempt used.
-                return self._spool_io_requeue(claim, _base(claim, None), exc)
+                return self._spool_io_requeue(claim, {**_base(claim, None), "details": claim.details}, exc)
         except FileNotFoundError:
             if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
                 raise
@@ -191,7 +191,8 @@ class JobExecutor(SplitJobRuns):
             spec = parse_job(data, claim.source_name, self._config)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
-        base["details"] = {
+        # The claim holds the same dict: a spool error before the run is decided keeps them.
+        base["details"] = claim.details = {
             "priority": spec.priority,
             "output": str(spec.output),
             "renderer": spec.renderer,

@@ -22,7 +22,7 @@ from spoolrender.errors import SpoolrenderError
 from spoolrender.host_blocks import BlockState, block_states
 from spoolrender.layout import SpoolLayout
 from spoolrender.queues import ALL_QUEUES, queue_report
-from spoolrender.status import SpoolSnapshot, take_snapshot
+from spoolrender.status import SpoolSnapshot, job_counts, take_snapshot
 
 # Renders take seconds to hours.
 DURATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
@@ -71,14 +71,15 @@ class SpoolGauges:
             [*names, "host"], registry=registry,
         )  # fmt: skip
 
-    def update(self, snap: SpoolSnapshot, blocks: list[BlockState]) -> None:
+    def update(self, layout: SpoolLayout, snap: SpoolSnapshot, blocks: list[BlockState]) -> None:
         for gauge in (self.host_blocked, self.host_block_until):
             gauge.clear()  # a block lifted must not linger
         for b in blocks:
             self.host_blocked.labels(**self._labels, host=b.host, cause=b.cause).set(1 if b.applied else 0)
             self.host_block_until.labels(**self._labels, host=b.host).set(b.until)
+        counts, _ = job_counts(layout, snap)  # as status counts them: joining split jobs with split/
         for state in defaults.STATE_DIRS:
-            self.jobs.labels(**self._labels, state=state).set(snap.counts[state])
+            self.jobs.labels(**self._labels, state=state).set(counts[state])
         # prometheus-client: a metric without label names is its own (only) child.
         backlog = self.backlog_age.labels(**self._labels) if self._labels else self.backlog_age
         backlog.set(snap.oldest_incoming_age or 0.0)
@@ -200,9 +201,10 @@ class RunnerMetrics:
             raise SpoolrenderError(f"cannot write metrics to {path}: {exc}") from exc
 
 
-def _spool_state(config: SpoolConfig) -> tuple[SpoolSnapshot, list[BlockState]]:
-    snap = take_snapshot(SpoolLayout(config.spool), config.lease_seconds)
-    return snap, block_states(SpoolLayout(config.spool), config, snap.fs_now)
+def _spool_state(config: SpoolConfig) -> tuple[SpoolLayout, SpoolSnapshot, list[BlockState]]:
+    layout = SpoolLayout(config.spool)
+    snap = take_snapshot(layout, config.lease_seconds)
+    return layout, snap, block_states(layout, config, snap.fs_now)
 
 
 def spool_metrics_text(config: SpoolConfig) -> str:

@@ -117,6 +117,16 @@ def read_run(job_dir: Path, run: int) -> RunRecord | None:
         return None
 
 
+def recorded_priority(runs: list[RunRecord]) -> int | None:
+    """The job's priority as its last run that knew it recorded it (None: none did); a
+    run decided before its job file was read (a cancel, a dead owner) records none."""
+    for record in reversed(runs):
+        value = record.details.get("priority")
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def attempts_used(runs: list[RunRecord]) -> int:
     """Attempts counted against max_attempts: runs since the last reset that used one."""
     used = 0

@@ -18,7 +18,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.beacons import runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.chunks.progress import describe_chunks, joining_info, split_info
+from spoolrender.chunks.progress import describe_chunks, joining_info, joining_key, split_info
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
@@ -160,6 +160,17 @@ def read_failure(job_dir: Path) -> tuple[str | None, str | None]:
         return None, None
 
 
+def job_counts(layout: SpoolLayout, snap: SpoolSnapshot) -> tuple[dict[str, int], dict[str, str]]:
+    """Jobs per state as ``status``, the metrics and serve's history count them, and the
+    retry/ entries that are split jobs woken for their join (entry -> job key, sorted):
+    they wait for their chunks' join, not for a retry, so they count with split/."""
+    joining = {name: key for name in sorted(snap.names["retry"]) if (key := joining_key(layout, name)) is not None}
+    counts = dict(snap.counts)
+    counts["retry"] -= len(joining)
+    counts["split"] = counts.get("split", 0) + len(joining)
+    return counts, joining
+
+
 def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -> dict[str, Any]:
     """The ``status --json`` document, from ``snapshot`` (taken now if not given)."""
     layout = SpoolLayout(config.spool)
@@ -172,16 +183,9 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
     ]
 
     # Due times are on the spool filesystem's clock (spoolrender.clock): so is "due in".
-    retry, joining = [], []
-    for name in sorted(names["retry"]):
-        woken = joining_info(layout, config.output_root, name, now=now)  # split jobs due for their join
-        item = retry_info(name, fs_now) if woken is None else None
-        joining += [] if woken is None else [woken]
-        retry += [] if item is None else [item]
-    counts = dict(snap.counts)
-    if joining:  # they wait for their chunks' join, not for a retry: counted with split/
-        counts["retry"] -= len(joining)
-        counts["split"] = counts.get("split", 0) + len(joining)
+    counts, joining_keys = job_counts(layout, snap)
+    joining = [joining_info(layout, config.output_root, name, key, now=now) for name, key in joining_keys.items()]
+    retry = [item for name in sorted(names["retry"]) if name not in joining_keys and (item := retry_info(name, fs_now))]
 
     failures = []
     failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]

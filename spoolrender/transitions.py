@@ -34,6 +34,7 @@ from spoolrender.records import (
     FAILED,
     PUBLISHING,
     REQUEUE,
+    RESET,
     RETRY,
     RUNNER_DIED,
     SPLIT,
@@ -182,8 +183,10 @@ def complete_publish(
     )
     crash_point("after-publish")
     runs = read_runs(job_dir)
-    # A job rendered in chunks took from its split to its join's end, not the join alone.
-    splits = [r.started for r in runs if r.outcome == SPLIT and r.started is not None]
+    # A job rendered in chunks took from its split to its join's end, not the join alone;
+    # a split before the last `spoolrender retry` (RESET) belongs to an earlier try.
+    since_reset = runs[max((i + 1 for i, r in enumerate(runs) if r.outcome == RESET), default=0) :]
+    splits = [r.started for r in since_reset if r.outcome == SPLIT and r.started is not None]
     started = splits[-1] if splits and record.started is not None else record.started
     result = {
         "id": job_id,

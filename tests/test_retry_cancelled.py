@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from chunk_jobs import FRAMES_CONFIG, frames_job, video
 from conftest import command_job, drop, entries, wait_for, write_spool_config
 
-from spoolrender import Spool
+from spoolrender import Spool, defaults
 from spoolrender.cli import main
 from spoolrender.config import load_config
-from spoolrender.layout import RETRY_NAME, SpoolLayout
+from spoolrender.layout import RETRY_NAME, SpoolLayout, priority_key, retry_name
 from spoolrender.lookup import format_description
+from spoolrender.records import read_runs
 from spoolrender.runner import Runner
 from spoolrender.serve.api import retry_job
 
@@ -95,3 +98,29 @@ def test_a_cancelled_chunked_job_renders_whole_when_retried(spool: SpoolLayout) 
             break
     assert (spool.root / "output" / "long.mp4").read_text() == video(40)
     assert entries(spool, "failed") == []
+
+
+def test_a_job_cancelled_in_incoming_keeps_its_priority_when_retried(spool: SpoolLayout) -> None:
+    drop(spool, "urgent.yaml", {**command_job(), "priority": 7})
+    api = Spool(spool.root)
+    api.cancel("urgent")
+    (failed,) = entries(spool, "failed")
+    assert [r.details.get("priority") for r in read_runs(spool.failed / failed)] == [7]
+    api.retry("urgent")
+    (waiting,) = entries(spool, "retry")
+    m = RETRY_NAME.fullmatch(waiting)
+    assert m is not None and m.group("prio") == priority_key(7)
+
+
+def test_retry_of_a_waiting_job_withdraws_its_cancel_request(spool: SpoolLayout) -> None:
+    """A job in retry/ still holding a cancel request (a cancelled split job woken for its
+    join, a run that failed before its heartbeat saw the cancel): retried, it renders."""
+    entry = spool.retry / retry_name("later", "0123456789ab", time.time() + 3600, 0)
+    entry.mkdir()
+    (entry / defaults.JOB_FILENAME).write_text(yaml.safe_dump(command_job()), encoding="utf-8")
+    (entry / defaults.CANCEL_FILENAME).write_text("cancelled by test\n", encoding="utf-8")
+    Spool(spool.root).retry("later")
+    (waiting,) = entries(spool, "retry")
+    assert not (spool.retry / waiting / defaults.CANCEL_FILENAME).exists()
+    drain(spool)
+    assert len(entries(spool, "done")) == 1 and entries(spool, "failed") == []

@@ -35,7 +35,7 @@ from spoolrender.failpoints import crash_point
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
 from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
-from spoolrender.records import PUBLISHING, RunRecord, read_runs, run_path
+from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,8 @@ def parent_priority(job_dir: Path) -> int:
         runs = read_runs(job_dir)
     except OSError:
         return defaults.DEFAULT_PRIORITY
-    return int(runs[-1].details.get("priority", defaults.DEFAULT_PRIORITY)) if runs else defaults.DEFAULT_PRIORITY
+    priority = recorded_priority(runs)
+    return defaults.DEFAULT_PRIORITY if priority is None else priority
 
 
 def discard_chunks(layout: SpoolLayout, output_root: Path, key: str) -> None:

@@ -17,7 +17,7 @@ from spoolrender.chunks.ledger import chunk_states, progress_of, read_plan
 from spoolrender.chunks.naming import ledger_dir
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, SpoolLayout, final_name
-from spoolrender.records import SPLIT, read_runs
+from spoolrender.records import REQUEUE, SPLIT, read_runs
 
 
 def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
@@ -31,19 +31,29 @@ def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float)
     return info
 
 
-def joining_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any] | None:
-    """The ``split`` item of retry/ entry ``name`` if it is a split job woken for its join
-    (its chunks need nothing more), else None: nothing failed, it waits for its chunks'
-    join, not for a retry. A join that failed and waits to be tried again is a retry."""
+def joining_key(layout: SpoolLayout, name: str) -> str | None:
+    """The split job's key (``<id>.<uid>``) if retry/ entry ``name`` is a split job woken for
+    its join (its chunks need nothing more), else None: nothing failed, it waits for its
+    chunks' join, not for a retry. A join that failed and waits to be tried again is a retry;
+    a join run stopped without a decision (REQUEUE: shutdown, spool I/O) still waits for its join."""
     m = RETRY_NAME.fullmatch(name)
     if m is None:
         return None
     key = final_name(m.group("id"), m.group("uid"))
     if not os.path.isdir(ledger_dir(layout, key)):  # one stat per retry entry: most were never split
         return None
-    runs = read_runs(layout.retry / name)
-    if not runs or runs[-1].outcome != SPLIT:
+    try:
+        runs = read_runs(layout.retry / name)
+    except FileNotFoundError:  # claimed (or moved on) since the listing: not waiting here any more
         return None
+    decided = [r for r in runs if r.outcome != REQUEUE]
+    if not decided or decided[-1].outcome != SPLIT:
+        return None
+    return key
+
+
+def joining_info(layout: SpoolLayout, output_root: Path, name: str, key: str, *, now: float) -> dict[str, Any]:
+    """The ``split`` item of retry/ entry ``name``, split job ``key`` waiting for its join."""
     info = split_info(layout, output_root, key, now=now)
     info.update(entry=name, joining=True)
     return info

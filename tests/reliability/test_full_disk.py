@@ -9,6 +9,7 @@ a drain say what is wrong in one sentence (never "this filesystem type cannot ho
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -23,12 +24,14 @@ import pytest
 import yaml
 from browser.cdp import CHROMIUM, Chromium
 from browser.server import running_server
-from conftest import FAST, command_job, drop, spoolrender_cmd, wait_for
+from conftest import FAST, command_job, drop, entries, spoolrender_cmd, wait_for
 from small_disk import fill, free, mount_small_ext4
 
-from spoolrender import defaults
+from spoolrender import defaults, executor
 from spoolrender.clock import ManualClock
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.config import load_config
+from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, priority_key
+from spoolrender.runner import Runner
 from spoolrender.spool_io import SpoolIOCondition, next_delay
 
 CPU_SHARE_MAX = 0.20  # of one core, over a window while the disk is full (was 0.45-0.75)
@@ -222,3 +225,22 @@ def test_backoff_goes_on_doubling_while_the_disk_flickers() -> None:
     spool_io.succeeded()
     clock.advance(defaults.SPOOL_IO_RETRY_MAX_S)  # clear for the whole maximum wait
     assert spool_io.failed(full, "claiming") == defaults.SPOOL_IO_RETRY_MIN_S
+
+
+def test_a_spool_error_before_the_run_is_decided_keeps_the_jobs_priority(
+    spool: SpoolLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full spool while the id is reserved (the job file already read): the job goes back
+    to retry/ with its own priority. The failing write is injected (one function raising
+    ENOSPC) because filling a disk at exactly that step cannot be arranged here; the tests
+    above fill real ones."""
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(executor, "reserve_id", full)
+    drop(spool, "urgent.yaml", {**command_job(), "priority": 7})
+    Runner(load_config(spool.root, environ={}, overrides={"slots": 1}), drain=True, max_jobs=1).run()
+    (name,) = entries(spool, "retry")
+    m = RETRY_NAME.fullmatch(name)
+    assert m is not None and m.group("prio") == priority_key(7)
