@@ -185,7 +185,15 @@ def test_permanent_remotion_errors_fail_with_remotions_message(rspool: SpoolLayo
     assert leftovers(rspool) == []
 
 
-def test_timeout_cancels_mid_render_and_retries_cleanly(rspool: SpoolLayout) -> None:
+def test_timeout_cancels_mid_render_and_retries_cleanly(rspool: SpoolLayout, bundle_cache: Path) -> None:
+    # The retry must be due after the drain's next look: with FAST's 0.05 s backoff a
+    # loaded machine let that look come later than the due time, and the drain took the
+    # second attempt too.
+    write_spool_config(
+        rspool,
+        {"remotion_project": str(REMOTION), "cache_dir": str(bundle_cache), "slots": 1, "lease_seconds": 30,
+         "backoff_base_seconds": 600, "backoff_cap_seconds": 600},
+    )  # fmt: skip
     slow = {
         "composition": "TitleCard",
         "props": {"title": "Slow", "seconds": 20},
