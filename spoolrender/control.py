@@ -105,6 +105,9 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
     """Entries in failed/ (one id's, or all) moved back to retry/ with a reset record."""
     layout = SpoolLayout(config.spool)
     layout.check()
+    # "Now" on the spool's clock, like every due time: read once (a probe file written and
+    # stat'ed), not once per entry, so `retry --all-failed` costs one probe, not thousands.
+    now = spool_time(layout.private, "retry")
     moved = []
     for name in sorted(list_names(layout.failed)):
         m = FINAL_NAME.fullmatch(name)
@@ -113,7 +116,6 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
         job_dir = layout.failed / name
         priority = job_priority(config, job_dir)
         wall = time.time()
-        now = spool_time(layout.private, "retry")  # "now" on the spool's clock, like every due time
         not_before = _not_before(config, job_dir)
         due = max(now, not_before or now)
         # The cancel request goes first: a runner claiming the job from retry/ would fail
