@@ -485,6 +485,7 @@ class JobExecutor(SplitJobRuns):
                                     lambda: decide(claim.job_dir, record))  # fmt: skip
         except FileNotFoundError:
             won = False
+        self._cache.decided(won and outcome == PUBLISHING)  # a staged render becomes an entry only now
         if not won:
             return self._lost(claim)
         claim.decided = True
