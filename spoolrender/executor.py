@@ -53,6 +53,7 @@ from spoolrender.records import (
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
+from spoolrender.rerun import rerun_refusal
 from spoolrender.spool_io import (
     SpoolIOCondition,
     attempt_counted,
@@ -223,10 +224,12 @@ class JobExecutor(SplitJobRuns):
             taken = output_taken_problem(self._config.output_root, spec.output, rerun=spec.rerun)
             if taken is not None:
                 raise JobInvalid([taken])
+            if spec.rerun and (refused := rerun_refusal(self._layout, self._config.output_root, spec.output, spec.id)):
+                raise refused
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         except PublishError as exc:
-            return self._failure(claim, base, spec, attempt, _error("output", str(exc), exc.transient))
+            return self._failure(claim, base, spec, attempt, _error(exc.kind or "output", str(exc), exc.transient))
         split = self._split_or_join(claim, base, spec, attempt)
         if split is not None:
             return split
