@@ -34,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.publish import fsync_file, output_taken_problem, remove_scratch, remove_tree, scratch_dir
+from spoolrender.publish import fsync_file, output_taken_problem, prepare_scratch, remove_scratch, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
@@ -266,8 +266,7 @@ class JobExecutor(SplitJobRuns):
         timer.daemon = True
         turn: CacheTurn | None = None
         try:
-            remove_tree(request.output.parent)
-            request.output.parent.mkdir(parents=True)
+            prepare_scratch(self._config.output_root, claim.key)  # request.output's directory
             renderer = self._renderer(spec.renderer)
             timer.start()
             # The render cache (off unless enabled): a hit, or a miss this run renders (having

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from spoolrender.durable import sync_fd
-from spoolrender.errors import PublishError
+from spoolrender.errors import PublishError, RenderError
+from spoolrender.trusted_dirs import TRUSTED_DIR_MODE, UNTRUSTED_DIR, UntrustedDir, ensure_trusted_path
 
 SCRATCH_DIR = ".spoolrender-tmp"
 
@@ -73,6 +74,25 @@ class RenderedFile:
 def scratch_dir(output_root: Path, job_key: str) -> Path:
     """The job's scratch directory on the output filesystem (temp output, TMPDIR)."""
     return output_root / SCRATCH_DIR / job_key
+
+
+def prepare_scratch(output_root: Path, job_key: str) -> Path:
+    """An empty scratch directory for job ``job_key``, in a scratch tree that is the
+    runner's alone (spoolrender.trusted_dirs): another user's ``.spoolrender-tmp/`` would
+    let them replace a rendered file before it is published. Raises RenderError (kind
+    trusted_dirs.UNTRUSTED_DIR, transient: the operator removes the directory) or OSError."""
+    try:
+        ensure_trusted_path(output_root, SCRATCH_DIR)
+    except UntrustedDir as exc:
+        raise RenderError(
+            f"{exc}: refusing to render into it; remove it (the runner makes its own)",
+            transient=True,
+            kind=UNTRUSTED_DIR,
+        ) from exc
+    path = scratch_dir(output_root, job_key)
+    remove_tree(path)
+    os.mkdir(path, TRUSTED_DIR_MODE)  # in a directory only the runner can write to
+    return path
 
 
 def remove_scratch(output_root: Path, job_key: str) -> None:

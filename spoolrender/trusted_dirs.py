@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
 
 from spoolrender.errors import SpoolrenderError
+
+log = logging.getLogger(__name__)
 
 # The failure kind of a run that needs a directory it cannot trust (the scratch directory).
 UNTRUSTED_DIR = "untrusted-dir"
@@ -42,12 +45,17 @@ class UntrustedDir(SpoolrenderError):
 
 
 def trust_problem(st: os.stat_result) -> str | None:
-    """Why an inode with status ``st`` is not the runner's alone, or None."""
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        return f"is owned by uid {st.st_uid}, not by the runner's uid {uid}"
-    if st.st_mode & _WRITABLE_BY_OTHERS:
+    """Why an inode with status ``st`` is not the runner's alone (or root's), or None."""
+    problem = owner_problem(st)
+    if problem is None and st.st_mode & _WRITABLE_BY_OTHERS:
         return f"is writable by its group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return problem
+
+
+def owner_problem(st: os.stat_result) -> str | None:
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        return f"is owned by uid {st.st_uid}, not by the runner's uid {uid}" + ("" if uid == 0 else " or root")
     return None
 
 
@@ -91,19 +99,45 @@ def open_trusted(parent: int, name: str, path: Path, *, create: bool = False) ->
 def ensure_trusted_path(root: Path, *names: str) -> Path:
     """Make (mode 0755) or find ``root/names...``, each directory checked trusted; its path.
 
-    For trees the runner must have (scratch, chunk store). Raises UntrustedDir, OSError.
-    Only what this call checked is known to be trusted: callers that keep using the path
-    by name rely on every component being the runner's, which nobody else can rename in.
+    For trees a run cannot do without (scratch, chunk store). A directory of the runner's
+    own that its group or others may write to (made by an older version under umask 002)
+    is repaired (chmod go-w) rather than refused: only the runner can have put anything
+    in it that the runner then uses, each run's own directory is made afresh, and
+    nobody else can rename in it from now on. One owned by another user is refused.
+    Raises UntrustedDir, OSError. Callers that then use the path by name rely on every
+    component being the runner's, which nobody else can rename in.
     """
     fd = open_root(root)
     path = root
     try:
         for name in names:
             path = path / name
-            child = open_trusted(fd, name, path, create=True)
-            assert child is not None
+            child = _open_repaired(fd, name, path)
             os.close(fd)
             fd = child
     finally:
         os.close(fd)
     return path
+
+
+def _open_repaired(parent: int, name: str, path: Path) -> int:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedDir(path, "is a symlink or not a directory") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        problem = owner_problem(st)
+        if problem is not None:
+            raise UntrustedDir(path, problem)
+        if st.st_mode & _WRITABLE_BY_OTHERS:
+            log.warning("%s was writable by its group or others; made it writable by the runner only", path)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_WRITABLE_BY_OTHERS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

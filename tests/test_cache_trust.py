@@ -1,6 +1,7 @@
 """Issue 20 items 7 and 12, and "store into the render cache only after the run's checks":
-the render cache trusts only what the runner alone owns, keys (or withholds) everything a
-command can see, and holds only renders whose own run decided to publish them.
+the render cache and the scratch tree trust only what the runner alone owns, the cache
+keys (or withholds) everything a command can see, and holds only renders whose own run
+decided to publish them.
 
 The hostile member of the spool's group is a real second uid (``setpriv`` to nobody), on a
 shared output root they may write to (mode 0777 stands for a group-writable one).
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,7 @@ from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.render_cache import cache_root
 from spoolrender.runner import Runner
+from spoolrender.trusted_dirs import UNTRUSTED_DIR
 
 NEEDS_ROOT = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (a second uid)"
@@ -172,3 +175,29 @@ def test_a_render_its_run_did_not_publish_is_never_stored(spool: SpoolLayout, tm
     result = result_of(spool, "x")
     assert [r["outcome"] for r in result["runs"]][-1] == "publishing" and len(result["runs"]) == 2
     assert result["cache"] == "stored" and renders(state / "renders") == 2
+
+
+@NEEDS_ROOT
+def test_a_scratch_tree_another_user_made_is_never_rendered_into(shared: SpoolLayout) -> None:
+    """Item 7: in their .spoolrender-tmp/ the member could replace a rendered file before
+    its publish. The run is refused with the reason (the job is not rendered there)."""
+    scratch = shared.root / "output" / ".spoolrender-tmp"
+    as_nobody("import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)", str(scratch))
+    drop(shared, "s.yaml", {**command_job(), "max_attempts": 1})
+    drain(shared)
+    (entry,) = entries(shared, "failed")
+    failure = json.loads((shared.failed / entry / "failure.json").read_text())
+    assert failure["kind"] == UNTRUSTED_DIR
+    assert f"{scratch} is owned by uid 65534, not by the runner's uid 0: refusing to render" in failure["reason"]
+    assert os.listdir(scratch) == []
+
+
+def test_the_runners_own_group_writable_scratch_tree_is_repaired(spool: SpoolLayout) -> None:
+    """A scratch tree an older version made under umask 002 is the runner's: made writable
+    by the runner only, and used."""
+    scratch = spool.root / "output" / ".spoolrender-tmp"
+    scratch.mkdir(parents=True)
+    os.chmod(scratch, 0o775)
+    drop(spool, "r.yaml", command_job())
+    drain(spool)
+    assert entries(spool, "done") and stat.S_IMODE(os.stat(scratch).st_mode) == 0o755
