@@ -201,3 +201,21 @@ def test_the_runners_own_group_writable_scratch_tree_is_repaired(spool: SpoolLay
     drop(spool, "r.yaml", command_job())
     drain(spool)
     assert entries(spool, "done") and stat.S_IMODE(os.stat(scratch).st_mode) == 0o755
+
+
+def test_a_cache_made_under_umask_002_is_the_runners_alone_and_used(spool: SpoolLayout, tmp_path: Path) -> None:
+    """contrib's umask 002 (files the spool's group may write) must not make the cache's
+    own directories group-writable, which would have the next lookup refuse them."""
+    write_spool_config(spool, {"render_cache": True})
+    marker = tmp_path / "renders"
+    old = os.umask(0o002)
+    try:
+        for name in ("u1", "u2"):
+            drop(spool, f"{name}.yaml", command_job(marker=str(marker)))
+            drain(spool)
+    finally:
+        os.umask(old)
+    assert result_of(spool, "u2")["cache"] == "hit" and renders(marker) == 1
+    cache = cache_root(spool.root / "output")
+    for path in (cache, cache / "entries", cache / "staging", cache / "inflight", *(cache / "entries").iterdir()):
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o022 == 0, path
