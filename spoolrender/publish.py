@@ -21,6 +21,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from spoolrender.durable import sync_fd
 from spoolrender.errors import PublishError, RenderError
@@ -57,6 +58,15 @@ class RenderedFile:
     @classmethod
     def of(cls, st: os.stat_result) -> RenderedFile:
         return cls(st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def recorded(cls, info: dict[str, Any]) -> RenderedFile | None:
+        """The identity a PUBLISHING record's ``publish`` gives (None in records that have
+        no inode; ``mtime_ns`` only since sshfs support)."""
+        if info.get("inode") is None:
+            return None
+        mtime_ns = info.get("mtime_ns")
+        return cls(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
 
     def matches(self, st: os.stat_result) -> bool:
         """True if ``st`` (of the published name) is this file."""

@@ -236,7 +236,7 @@ class CacheStep:
             try:
                 stored = self.cache.commit(staged)
             except (OSError, UntrustedDir) as exc:
-                log.warning("job %s: could not store the render in the cache: %s", staged.key[:16], exc)
+                log.warning("render cache: could not store the render of %s: %s", staged.key[:16], exc)
                 return
             if not stored.stored:
                 log.info("render cache: render of %s not stored: %s", staged.key[:16], stored.why_not)

@@ -39,10 +39,9 @@ def last_published(layout: SpoolLayout, job_id: str, rel: PurePosixPath) -> Rend
             continue  # purged meanwhile
         for record in reversed(runs):
             info = record.publish or {}
-            if record.outcome != PUBLISHING or info.get("output") != str(rel) or info.get("inode") is None:
+            found = RenderedFile.recorded(info)
+            if record.outcome != PUBLISHING or info.get("output") != str(rel) or found is None:
                 continue
-            mtime_ns = info.get("mtime_ns")
-            found = RenderedFile(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
             if newest is None or record.ended > newest[0]:
                 newest = (record.ended, found)
             break

@@ -154,14 +154,6 @@ def move_to_failed(
     return target
 
 
-def _rendered_file(info: dict[str, Any]) -> RenderedFile | None:
-    """The decided output's identity as recorded (``mtime_ns`` only since sshfs support)."""
-    if info.get("inode") is None:
-        return None
-    mtime_ns = info.get("mtime_ns")
-    return RenderedFile(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
-
-
 def complete_publish(
     layout: SpoolLayout,
     output_root: Path,
@@ -181,7 +173,7 @@ def complete_publish(
         rel,
         output_root / info["temp"],
         replace=bool(info.get("replace")),
-        expect=_rendered_file(info),
+        expect=RenderedFile.recorded(info),
         # A re-run replaces only the output its own id published last (spoolrender.rerun).
         may_replace=lambda st: refusal_for(st, last_published(layout, job_id, rel), rel, job_id),
     )
