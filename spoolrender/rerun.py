@@ -5,6 +5,7 @@ through the same checks as `submit`. Nothing of the done job changes meanwhile: 
 done/ entry stays (a later `show` lists both, newest first), and its published output
 stays where consumers find it until the new run's output is verified and published over
 it (one rename, spoolrender.publish); a new run that fails leaves the old output alone.
+It renders: ``cache: false`` keeps it from reusing the render cache.
 The id reservation (spoolrender.ids) lets a ``rerun`` job take an id held by a done job,
 and the new run's hooks fire as any job's do. A job dropped into a queue directory keeps
 its queue: its ``queue:`` is written into the queued file.
@@ -63,17 +64,20 @@ def _queue_dir(job_dir: Path) -> str | None:
 
 
 def _as_rerun(data: bytes, queue_dir: str | None) -> bytes:
-    """``data`` with ``rerun: true`` (and the queue it ran in): its bytes as they are when
-    they say so already (comments kept), else the mapping written again."""
+    """``data`` with ``rerun: true``, ``cache: false`` (and the queue it ran in): its bytes
+    as they are when they say so already (comments kept), else the mapping written again.
+
+    ``cache: false``: a rerun is asked for because something the render cache's key cannot
+    see changed (a font, an asset, a fixed bug), so it renders, never reuses an entry.
+    """
     try:
         doc = load_yaml_mapping(data)
     except JobInvalid as exc:
         raise SpoolrenderError(f"the done job's file no longer parses: {'; '.join(exc.problems)}") from exc
-    if doc.get("rerun") is True and (queue_dir is None or doc.get("queue") == queue_dir):
+    wanted = {"rerun": True, "cache": False, **({} if queue_dir is None else {"queue": queue_dir})}
+    if all(doc.get(key) == value and type(doc.get(key)) is type(value) for key, value in wanted.items()):
         return data
-    doc["rerun"] = True
-    if queue_dir is not None:
-        doc["queue"] = queue_dir
+    doc.update(wanted)
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode()
 
 

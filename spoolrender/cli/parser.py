@@ -425,7 +425,8 @@ def add_retry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def add_rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "rerun", help="render a done job again, as a new run of the same id", formatter_class=RAW,
-        description="Queue a done job's own job file again, under its id and output, with rerun: true. "
+        description="Queue a done job's own job file again, under its id and output, with rerun: true "
+        "and cache: false (it renders, never reuses the render cache). "
         "The published output and the done entry stay as they are while the new run waits and renders; "
         "its output replaces the old one only once it is verified and published (one rename), and the "
         "new run gets its own done/ entry (show lists both, newest first). Hooks fire for the new run as "
