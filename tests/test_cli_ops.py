@@ -5,10 +5,12 @@ under them (spoolrender.suggest, failed_select, lookup.timing) get fast unit tes
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
@@ -88,7 +90,7 @@ def test_show_says_when_runs_ended_when_a_retry_is_due_and_hints_an_id(spool: Sp
 
 
 def test_show_of_a_running_job_has_its_eta_and_counts_the_running_attempt(
-    spool: SpoolLayout, tmp_path: Path, start_runner
+    spool: SpoolLayout, tmp_path: Path, start_runner: Any
 ) -> None:
     steps = tmp_path / "steps"
     drop(spool, "long.yaml", {**command_job(steps_file=str(steps), fail_until_attempt=2), "max_attempts": 3})
@@ -215,3 +217,16 @@ def test_select_failed_keeps_hopeless_kinds_apart(spool: SpoolLayout) -> None:
     assert [e.job_id for e in select_failed(config, include_hopeless=True).chosen] == ["a", "b", "c"]
     named = select_failed(config, kinds=("cancelled",))
     assert [e.job_id for e in named.chosen] == ["b"] and named.hopeless == []
+
+
+def test_job_index_orders_every_state_newest_first_when_asked(spool: SpoolLayout) -> None:
+    from spoolrender.serve.browse import Filters, JobIndex
+
+    for age, name in ((30, "old.yaml"), (10, "new.yaml"), (20, "mid.yaml")):
+        path = drop(spool, name, command_job())
+        then = time.time() - age
+        os.utime(path, (then, then))
+    index = JobIndex(load_config(spool.root, environ={}))
+    names = os.listdir(spool.incoming)
+    assert index.select("incoming", names, Filters()) == ["mid.yaml", "new.yaml", "old.yaml"]  # by name
+    assert index.select("incoming", names, Filters(), newest_first=True) == ["new.yaml", "mid.yaml", "old.yaml"]
