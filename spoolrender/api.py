@@ -228,7 +228,7 @@ class Spool:
     def rerun(self, job_id: str) -> Path:
         """Render the done job ``job_id`` again, as a new run of the same id (its output and
         done entry stay until the new run is published); returns the queued file."""
-        from spoolrender.rerun import rerun
+        from spoolrender.rerun_done import rerun
 
         return rerun(self.config, job_id)
 

@@ -78,7 +78,7 @@ def _retry_one_dry_run(config: SpoolConfig, job_id: str) -> int:
 
 
 def rerun_command(config: SpoolConfig, args: argparse.Namespace) -> int:
-    from spoolrender import rerun
+    from spoolrender import rerun_done as rerun
 
     if args.dry_run:
         plan = rerun.plan_rerun(config, args.id)
