@@ -47,6 +47,7 @@ from typing import Protocol
 from spoolrender import defaults
 from spoolrender.durable import sync_fd
 from spoolrender.errors import SpoolrenderError
+from spoolrender.failpoints import crash_point
 from spoolrender.layout import SpoolLayout
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -157,7 +158,13 @@ class DirHandle:
         an attribute check), valid while this handle is open. The kernel resolves the
         ``/proc`` entry to the directory held, so a swap of its name changes nothing; the
         function must still open ``name`` itself with O_NOFOLLOW."""
-        return Path(f"/proc/self/fd/{self.fd}") / self._name(name)
+        return self.through / self._name(name)
+
+    @property
+    def through(self) -> Path:
+        """A path naming this open directory itself (``/proc/self/fd/<fd>``), wherever it
+        is renamed to: for readers that take a directory path, valid while it is open."""
+        return Path(f"/proc/self/fd/{self.fd}")
 
     def names(self) -> list[str]:
         """The names in this directory, unsorted, listed through the descriptor."""
@@ -249,6 +256,16 @@ class DirHandle:
             if err not in (errno.EINVAL, errno.ENOSYS):  # EINVAL: the filesystem lacks the flag
                 raise OSError(err, os.strerror(err), str(self.path / name))
         self._rename_noreplace_fallback(name, dst, dst_name)
+
+    def move(self, name: str, dst: DirHandle, dst_name: str, *, replace: bool = True) -> None:
+        """:meth:`rename`, made to survive a power cut: both directories changed, the
+        destination is fsynced first (the entry must be somewhere). FileNotFoundError when
+        ``name`` is gone: the caller decides what losing that race means."""
+        self.rename(name, dst, dst_name, replace=replace)
+        crash_point("after-move")
+        dst.fsync()
+        if not os.path.samestat(os.fstat(self.fd), os.fstat(dst.fd)):
+            self.fsync()
 
     def _rename_noreplace_fallback(self, name: str, dst: DirHandle, dst_name: str) -> None:
         # Without RENAME_NOREPLACE: a file is hard-linked (linkat refuses an existing name)
