@@ -157,7 +157,8 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
             # Not by name alone: an explicit `id:` may differ from the file name. Read
             # through the listing's descriptors.
             if is_candidate_name(PurePath(name).name) and incoming_has_id(config, view.anchored(name), job_id):
-                found.append(Located(job_id, "incoming", layout.incoming / name, name))
+                path = layout.incoming / name  # spooldir: message only
+                found.append(Located(job_id, "incoming", path, name))
     for state, pattern in PATTERNS.items():
         for name in sorted(list_names(layout.state_dir(state))):
             if state != "retry" and not name.startswith(job_id + "."):
