@@ -14,6 +14,7 @@ from spoolrender.spooldir import (
     DirHandle,
     IncomingView,
     SpoolPathRefused,
+    add_queue_dir,
     entry_dir,
     open_queue_dir,
 )
@@ -155,3 +156,25 @@ def test_a_swap_of_a_queue_dir_after_the_listing_changes_nothing(tmp_path: Path)
         with entry_dir(listing.incoming, "top.yaml") as (top, name):
             assert top is listing.incoming and name == "top.yaml"
     assert (tmp_path / "victim" / "x.yaml").read_text() == "someone else's"
+
+
+@needs_root
+def test_queue_add_makes_queue_dirs_with_the_rules_of_incoming(tmp_path: Path) -> None:
+    from spoolrender.cli.main import main
+
+    spool = tmp_path / "spool"
+    assert main(["init", str(spool), "--queue", "urgent"]) == 0
+    incoming = spool / "incoming"
+    st = os.stat(incoming / "urgent")
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (QUEUE_DIR_MODE, os.geteuid(), os.stat(incoming).st_gid)
+    (incoming / "batch").mkdir(mode=0o775)  # the operator's own mkdir: kept, mode fixed
+    os.chmod(incoming / "batch", 0o775)
+    (incoming / "theirs").mkdir()
+    os.chown(incoming / "theirs", OTHER_UID, -1)
+    assert add_queue_dir(incoming, "batch") == "kept"
+    assert os.stat(incoming / "batch").st_mode & 0o7777 == QUEUE_DIR_MODE
+    with pytest.raises(SpoolPathRefused, match=r"owned by uid 65534.*move its files to incoming/ and remove it"):
+        add_queue_dir(incoming, "theirs")
+    assert main(["queue", "add", "batch", "--spool", str(spool)]) == 0
+    with IncomingView.open(incoming, _queue_name) as listing:
+        assert set(listing.refused) == {"theirs"}
