@@ -305,9 +305,6 @@ class DirHandle:
             return False
         return True
 
-    def rmdir(self, name: str) -> None:
-        os.rmdir(self._name(name), dir_fd=self.fd)
-
     def rmtree(self, name: str) -> None:
         """Remove ``name`` and everything below it without following a symlink anywhere
         (shutil.rmtree with dir_fd uses openat/unlinkat throughout); a file or symlink
