@@ -18,9 +18,10 @@ import os
 from pathlib import Path, PurePosixPath
 
 from spoolrender.errors import PublishError
-from spoolrender.layout import FINAL_NAME, SpoolLayout, list_names
+from spoolrender.layout import FINAL_NAME, SpoolLayout
 from spoolrender.publish import RenderedFile, existing_output
 from spoolrender.records import PUBLISHING, read_runs
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 # The failure kind of a re-run whose output is not the one its id published last.
 RERUN_REFUSED = "rerun-refused"
@@ -29,14 +30,19 @@ RERUN_REFUSED = "rerun-refused"
 def last_published(layout: SpoolLayout, job_id: str, rel: PurePosixPath) -> RenderedFile | None:
     """The file ``rel`` as recorded by the newest publish of ``job_id`` to ``rel`` in done/."""
     newest: tuple[float, RenderedFile] | None = None
-    for name in list_names(layout.done):
-        m = FINAL_NAME.fullmatch(name)
-        if m is None or m.group("id") != job_id:
-            continue
-        try:
-            runs = read_runs(layout.done / name)
-        except OSError:
-            continue  # purged meanwhile
+    # Through descriptors (spoolrender.spooldir): a listed entry is never re-resolved by name.
+    with DirHandle.open(layout.done) as done:
+        records = []
+        for name in done.names():
+            m = FINAL_NAME.fullmatch(name)
+            if m is None or m.group("id") != job_id:
+                continue
+            try:
+                with done.sub(name) as entry:
+                    records.append(read_runs(entry.through))
+            except (OSError, SpoolPathRefused):
+                continue  # purged meanwhile, or not a job directory (never followed)
+    for runs in records:
         for record in reversed(runs):
             info = record.publish or {}
             found = RenderedFile.recorded(info)
