@@ -68,7 +68,7 @@ class HookDispatcher:
         self._rng = rng
         self._spool_now = spool_now
         # Read now: a secret file others can read stops the runner at start, with the fix.
-        self._secrets = {name: read_secret(spec) for name, spec in config.hooks.items()}
+        self._secrets = {name: read_secret(spec, config.spool) for name, spec in config.hooks.items()}
         self._stale_after = sum(s.timeout_seconds for s in config.hooks.values()) + config.lease_seconds
         self._stop = threading.Event()
         self._force = threading.Event()

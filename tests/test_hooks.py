@@ -214,6 +214,18 @@ def test_secret_file_others_can_read_stops_the_runner(spool: SpoolLayout, tmp_pa
     assert result.returncode == 1 and "open to other users" in result.stderr and "chmod 600" in result.stderr
 
 
+def test_hmac_key_readable_by_the_spools_group_stops_the_runner(spool: SpoolLayout, tmp_path: Path) -> None:
+    """Issue 20 item 11: with the key a submitter (a member of the spool's group) could
+    forge signed notifications; a 0640 key file of that group is refused."""
+    key = secret_file(tmp_path, 0o640)
+    os.chown(key, -1, spool.incoming.stat().st_gid)
+    write_spool_config(spool, {"hooks": {"web": {"url": "http://127.0.0.1:9/x", "secret_file": str(key)}}})
+    result = subprocess.run(
+        spoolrender_cmd("run", "--spool", str(spool.root), "--drain"), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1 and "is the spool's group" in result.stderr and "chmod 600" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("hooks", "message"),
     [
