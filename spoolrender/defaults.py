@@ -63,6 +63,18 @@ SETTLE_S = 5.0
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
 # close; this long quiet means the close event was lost.
 UNCLOSED_WRITE_S = 600.0
+# fanotify (spoolrender.closers, root only) follows each process that closed an upload in
+# incoming/ with a pidfd, one descriptor each, until it exits or its close is older than
+# the settle time plus this margin (then the file is settled anyway: following it longer
+# changes no verdict). A burst of writers is capped, in total and per user (a hostile
+# user's sleeping writers cannot take the runner's descriptors or another user's share):
+# closes beyond the cap wait for the settle time. The total is also at most this share of
+# the runner's descriptor limit (RLIMIT_NOFILE: 1/4 of Debian's 1024).
+CLOSER_PIDFDS_MAX = 256
+CLOSER_PIDFDS_PER_UID = 64
+CLOSER_PIDFDS_FD_LIMIT_SHARE = 4
+CLOSER_HOLD_MARGIN_S = 1.0
+CLOSER_KEYS_MAX = 10_000  # inodes remembered at most; beyond, every close waits to settle
 # Another host's start-up probe dir older than this (spool filesystem's clock) is a dead
 # prober's leftover (spoolrender.probe_dirs): a probe takes a second, a frozen host's too.
 PROBE_LEFTOVER_AGE_S = 3600.0
