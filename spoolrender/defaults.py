@@ -150,6 +150,10 @@ HOOK_ATTEMPTS_MAX = 100
 HOOK_BACKOFF_BASE_S = 10.0  # the wait after a failed delivery doubles from here...
 HOOK_BACKOFF_CAP_S = 900.0  # ...up to here (with jitter): 10 attempts span about an hour
 HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept in its log
+# Deliveries of one hook in flight at once, each in a thread of its own: a slow receiver
+# holds at most this many threads and never delays another hook.
+HOOK_DELIVERIES_PER_HOOK = 2
+HOOK_KILL_GRACE_S = 2.0  # a timed-out command's pipes, after its process group was killed
 
 # --- host health (hosts.py) ----------------------------------------------------------
 RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the retry this long
