@@ -75,7 +75,7 @@ class _Take:
 
 
 class HookDispatcher:
-    """Delivers due hooks of the whole spool in one background thread."""
+    """Delivers due hooks of the whole spool: a background thread takes markers, a thread per delivery delivers."""
 
     def __init__(
         self,
