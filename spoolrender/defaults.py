@@ -63,6 +63,18 @@ SETTLE_S = 5.0
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
 # close; this long quiet means the close event was lost.
 UNCLOSED_WRITE_S = 600.0
+# fanotify (spoolrender.closers, root only) follows each process that closed an upload in
+# incoming/ with a pidfd, one descriptor each, until it exits or its close is older than
+# the settle time plus this margin (then the file is settled anyway: following it longer
+# changes no verdict). A burst of writers is capped, in total and per user (a hostile
+# user's sleeping writers cannot take the runner's descriptors or another user's share):
+# closes beyond the cap wait for the settle time. The total is also at most this share of
+# the runner's descriptor limit (RLIMIT_NOFILE: 1/4 of Debian's 1024).
+CLOSER_PIDFDS_MAX = 256
+CLOSER_PIDFDS_PER_UID = 64
+CLOSER_PIDFDS_FD_LIMIT_SHARE = 4
+CLOSER_HOLD_MARGIN_S = 1.0
+CLOSER_KEYS_MAX = 10_000  # inodes remembered at most; beyond, every close waits to settle
 # Another host's start-up probe dir older than this (spool filesystem's clock) is a dead
 # prober's leftover (spoolrender.probe_dirs): a probe takes a second, a frozen host's too.
 PROBE_LEFTOVER_AGE_S = 3600.0
@@ -142,6 +154,10 @@ HOOK_ATTEMPTS_MAX = 100
 HOOK_BACKOFF_BASE_S = 10.0  # the wait after a failed delivery doubles from here...
 HOOK_BACKOFF_CAP_S = 900.0  # ...up to here (with jitter): 10 attempts span about an hour
 HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept in its log
+# Deliveries of one hook in flight at once, each in a thread of its own: a slow receiver
+# holds at most this many threads and never delays another hook.
+HOOK_DELIVERIES_PER_HOOK = 2
+HOOK_KILL_GRACE_S = 2.0  # a timed-out command's pipes, after its process group was killed
 
 # --- host health (hosts.py) ----------------------------------------------------------
 RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the retry this long

@@ -140,9 +140,10 @@ def parse_hooks(spool: Path, value: Any) -> dict[str, HookSpec]:
     return out
 
 
-def read_secret(spec: HookSpec) -> bytes | None:
+def read_secret(spec: HookSpec, spool: Path) -> bytes | None:
     """The HMAC key of a webhook, from a file no other user may read; None if unsigned."""
     if spec.secret_file is None:
         return None
     where = f"hooks.{spec.name}.secret_file {spec.secret_file}"
-    return read_secret_line(spec.secret_file, where, "anyone who reads it can forge notifications").encode("utf-8")
+    risk = "anyone who reads it can forge notifications"
+    return read_secret_line(spec.secret_file, where, risk, spool).encode("utf-8")

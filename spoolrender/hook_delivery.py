@@ -7,6 +7,11 @@ is at-least-once) and, when a secret is configured, ``X-Spoolrender-Signature:
 sha256=<hex HMAC-SHA256 of the body>`` (the GitHub webhook convention); any 2xx reply is
 success. Redirects are not followed: a webhook that moved is a failure to fix, not a
 reason to send a signed body somewhere else.
+
+``timeout_seconds`` is one absolute deadline over the whole delivery: a command's run, or
+a webhook's connect, request, status line and headers (a receiver that trickles its reply
+a byte at a time is cut off when it passes, as per-read socket timeouts alone would not).
+The reply's body is read, within the same deadline, only for a failure's log line.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import hmac
 import http.client
 import os
 import signal
+import socket
 import ssl
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -68,7 +75,13 @@ def _run_command(spec: HookSpec, body: bytes, meta: dict[str, str]) -> Delivery:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        # A child that left the group may hold the pipe open: do not wait for it forever.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=defaults.HOOK_KILL_GRACE_S)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
         return Delivery(False, f"timed out after {spec.timeout_seconds:g} s (process group killed)")
     if proc.returncode != 0:
         return Delivery(False, f"exit status {proc.returncode}: {_clip(out)}")
@@ -89,7 +102,6 @@ def _post(spec: HookSpec, body: bytes, meta: dict[str, str], secret: bytes | Non
     if secret is not None:
         headers[SIGNATURE_HEADER] = signature(secret, body)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    deadline = time.monotonic() + spec.timeout_seconds
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
         conn = http.client.HTTPSConnection(
@@ -97,21 +109,58 @@ def _post(spec: HookSpec, body: bytes, meta: dict[str, str], secret: bytes | Non
         )
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=spec.timeout_seconds)
+    deadline = time.monotonic() + spec.timeout_seconds
+    cutter = _Cutter(conn)
+    timer = threading.Timer(spec.timeout_seconds, cutter.cut)
+    timer.daemon = True
+    timer.start()
     try:
+        conn.connect()  # bounded by the socket timeout (= the deadline); the cutter cannot reach it yet
+        cutter.check()
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
-        # The socket timeout bounds each read; the deadline bounds a server that trickles.
+        status = f"HTTP {response.status} {response.reason}"
+        if 200 <= response.status < 300:
+            return Delivery(True, status)
         reply = b""
         while len(reply) < defaults.HOOK_OUTPUT_BYTES and time.monotonic() < deadline:
             chunk = response.read1(defaults.HOOK_OUTPUT_BYTES)
             if not chunk:
                 break
             reply += chunk
+        return Delivery(False, f"{status}: {_clip(reply)}")
     except (OSError, http.client.HTTPException) as exc:
+        if cutter.fired:
+            return Delivery(False, f"timed out after {spec.timeout_seconds:g} s (connect, request and reply)")
         return Delivery(False, f"{type(exc).__name__}: {exc}")
     finally:
-        conn.close()
-    status = f"HTTP {response.status} {response.reason}"
-    if 200 <= response.status < 300:
-        return Delivery(True, status)
-    return Delivery(False, f"{status}: {_clip(reply)}")
+        timer.cancel()
+        cutter.close()
+
+
+class _Cutter:
+    """Ends a connection at the deadline from another thread: shutdown() wakes a blocked
+    send or recv (TLS too: the socket under it), which a socket timeout per call cannot."""
+
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()  # cut and close never overlap: no shutdown of a reused fd
+        self.fired = False
+
+    def cut(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def check(self) -> None:
+        """Raise if the deadline passed while the connection had no socket to cut yet."""
+        with self._lock:
+            if self.fired:
+                raise TimeoutError("deadline passed while connecting")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -5,14 +5,19 @@ in ``.spoolrender/hooks/pending/`` and the delivery state ``hook-<run>-<event>.j
 the job's directory (the record sent; per hook its attempts, last outcome, next try).
 Every attempt also goes into the job's ``hooks.log``.
 
-Delivery (:class:`HookDispatcher`) runs in a thread of its own, so a slow or dead
-receiver never delays a claim or a render. A dispatcher takes a due marker by renaming
-it into ``taken/`` (one rename: of several runners exactly one gets it), delivers what is
-due, then renames it back to ``pending/`` under its next due time, or deletes it when
-every hook has succeeded or given up. A taken marker whose dispatcher died (its rename
-time, the ctime, is older than every hook's timeout plus the lease, measured on the
-spool filesystem's clock) is put back by whoever sees it: at-least-once, so a receiver
-may see a delivery twice and should use the delivery id to drop the repeat.
+Delivery (:class:`HookDispatcher`) runs in threads of its own, so a slow or dead
+receiver never delays a claim or a render, nor another hook: each delivery runs in a
+thread of its own, at most ``HOOK_DELIVERIES_PER_HOOK`` per hook at once. A dispatcher
+takes a due marker by renaming it into ``taken/`` (one rename: of several runners exactly
+one gets it) when one of its hooks has a free slot, starts at once every due delivery
+whose hook has one (the others wait in the marker for the next take), and when they have
+ended renames the marker back to ``pending/`` under its next due time, or deletes it when
+every hook has succeeded or given up. So a take lasts at most its longest hook's
+``timeout_seconds`` (one absolute deadline per delivery, :mod:`spoolrender.hook_delivery`).
+A taken marker whose dispatcher died (its rename time, the ctime, is older than the
+longest hook timeout plus the lease, measured on the spool filesystem's clock) is put
+back by whoever sees it: at-least-once, so a receiver may see a delivery twice and should
+use the delivery id to drop the repeat; a live dispatcher's take is never taken over.
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
-from spoolrender.hook_config import read_secret
-from spoolrender.hook_delivery import deliver
+from spoolrender.hook_config import HookSpec, read_secret
+from spoolrender.hook_delivery import Delivery, deliver
 from spoolrender.hook_plan import (
     Marker,
     find_job_dir,
@@ -53,8 +60,22 @@ NOT_FOUND_RETRY_S = 2.0
 HOOKS_LOG = "hooks.log"
 
 
+@dataclass
+class _Take:
+    """A marker this dispatcher took, while the deliveries started with it run."""
+
+    marker: Marker
+    state: dict[str, Any]
+    body: bytes
+    meta: dict[str, str]
+    due: list[float] = field(default_factory=list)  # next tries of its unfinished hooks
+    running: int = 0
+    lost: bool = False  # the job could not be found to save the state: look again soon
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class HookDispatcher:
-    """Delivers due hooks of the whole spool in one background thread."""
+    """Delivers due hooks of the whole spool: a background thread takes markers, a thread per delivery delivers."""
 
     def __init__(
         self,
@@ -68,8 +89,11 @@ class HookDispatcher:
         self._rng = rng
         self._spool_now = spool_now
         # Read now: a secret file others can read stops the runner at start, with the fix.
-        self._secrets = {name: read_secret(spec) for name, spec in config.hooks.items()}
-        self._stale_after = sum(s.timeout_seconds for s in config.hooks.values()) + config.lease_seconds
+        self._secrets = {name: read_secret(spec, config.spool) for name, spec in config.hooks.items()}
+        # A take's deliveries run at once, each within its timeout: the longest bounds a take.
+        self._stale_after = max((s.timeout_seconds for s in config.hooks.values()), default=0.0) + config.lease_seconds
+        self._lock = threading.Lock()
+        self._in_flight: Counter[str] = Counter()  # deliveries running, by hook
         self._stop = threading.Event()
         self._force = threading.Event()
         self._wake = threading.Event()
@@ -96,22 +120,33 @@ class HookDispatcher:
 
     def _loop(self) -> None:
         while True:
+            waiting = False
             try:
-                next_due = self.deliver_due()
+                next_due, waiting = self.deliver_due()
             except OSError as exc:
                 log.error("hooks: spool trouble (%s); trying again shortly", exc)
                 next_due = time.time() + self._config.rescan_seconds
-            if self._stop.is_set():
+            if self._stop.is_set() and (self._force.is_set() or not (waiting or self._busy())):
                 return
             wait = self._config.rescan_seconds if next_due is None else next_due - time.time()
             self._wake.wait(max(0.0, min(wait, self._config.rescan_seconds)))
             self._wake.clear()
 
-    def deliver_due(self) -> float | None:
-        """One pass: deliver every due hook; returns the wall time of the next due one."""
+    def _busy(self) -> bool:
+        with self._lock:
+            return any(self._in_flight.values())
+
+    def _free_slot(self, name: str) -> bool:
+        with self._lock:
+            return self._in_flight[name] < defaults.HOOK_DELIVERIES_PER_HOOK
+
+    def deliver_due(self) -> tuple[float | None, bool]:
+        """One pass: start every due delivery that has a free slot; the wall time of the
+        next due one, and whether a due one waits for a slot (a delivery ending wakes us)."""
         self._return_abandoned()
         now = time.time()
         next_due: float | None = None
+        waiting = False
         for name in sorted(list_names(pending_dir(self._layout))):
             marker = parse_marker(name)
             if marker is None:
@@ -121,6 +156,10 @@ class HookDispatcher:
                 continue
             if self._force.is_set():
                 break
+            hooks = [n for n, s in self._config.hooks.items() if marker.event in s.events]
+            if hooks and not any(self._free_slot(n) for n in hooks):
+                waiting = True  # taken only when a delivery can start: a take never waits
+                continue
             try:
                 # THE take: one rename; of several dispatchers exactly one moves the marker.
                 os.rename(pending_dir(self._layout) / name, taken_dir(self._layout) / name)
@@ -129,7 +168,7 @@ class HookDispatcher:
             due = self._process(marker)
             if due is not None:
                 next_due = due if next_due is None else min(next_due, due)
-        return next_due
+        return next_due, waiting
 
     def _return_abandoned(self) -> None:
         """Put back markers taken by a dispatcher that died (its runner was killed)."""
@@ -184,25 +223,71 @@ class HookDispatcher:
             return self._refile(marker, time.time() + NOT_FOUND_RETRY_S)
         body = json.dumps({**state["record"], "event": marker.event}, sort_keys=True, default=str).encode()
         meta = {"event": marker.event, "job_id": marker.job_id, "job_uid": marker.uid, "delivery": state["delivery"]}
-        pending: list[float] = []
-        for name, hook_state in state["hooks"].items():
-            if hook_state.get("delivered_at") or hook_state.get("gave_up_at"):
-                continue
-            if hook_state.get("next_at", 0) > time.time() or self._force.is_set():
-                pending.append(float(hook_state.get("next_at", 0)))
-                continue
-            due, line = self._attempt(name, hook_state, body, meta)
-            if due is not None:
-                pending.append(due)
-            # After every attempt: a crash re-sends at most the delivery in hand.
-            if not self._save(marker, state, line):
-                # The job cannot be found now: what was just delivered may be sent once
-                # more (at-least-once); the rest waits for the job to reappear.
-                return self._refile(marker, time.time() + NOT_FOUND_RETRY_S)
-        if pending:
-            return self._refile(marker, min(pending))
-        taken.unlink(missing_ok=True)
+        take = _Take(marker, state, body, meta)
+        with take.lock:
+            for name, hook_state in state["hooks"].items():
+                if hook_state.get("delivered_at") or hook_state.get("gave_up_at"):
+                    continue
+                spec = self._config.hooks.get(name)
+                if hook_state.get("next_at", 0) > time.time() or self._force.is_set():
+                    take.due.append(float(hook_state.get("next_at", 0)))
+                elif spec is None:
+                    self._record(take, name, hook_state, None, None)
+                elif not self._free_slot(name):
+                    take.due.append(time.time())  # its slots are busy: at the next take
+                else:
+                    with self._lock:
+                        self._in_flight[name] += 1
+                    take.running += 1
+                    args = (take, name, spec, hook_state)
+                    threading.Thread(target=self._deliver, args=args, name=f"hook-{name}", daemon=True).start()
+            if take.running:
+                return None  # the last delivery to end files the marker and wakes the loop
+            return self._finish(take)
+
+    def _deliver(self, take: _Take, name: str, spec: HookSpec, hook_state: dict[str, Any]) -> None:
+        """One delivery, in a thread of its own; then its record, and the marker's filing if last."""
+        try:
+            result = deliver(spec, take.body, take.meta, self._secrets.get(name))
+        except Exception as exc:  # a bug in one delivery must not strand its marker in taken/
+            result = Delivery(False, f"{type(exc).__name__}: {exc}")
+        try:
+            with take.lock:
+                try:
+                    self._record(take, name, hook_state, spec, result)
+                except OSError as exc:
+                    log.error("hooks: cannot save the delivery state of job %s (%s)", take.meta["job_id"], exc)
+                    take.lost = True
+                take.running -= 1
+                if take.running == 0:
+                    with contextlib.suppress(OSError):  # a marker left taken is put back later
+                        self._finish(take)
+        finally:
+            with self._lock:
+                self._in_flight[name] -= 1
+            self._wake.set()
+
+    def _finish(self, take: _Take) -> float | None:
+        """File the marker once its take's deliveries have ended: the next due time, or None."""
+        if take.lost:
+            return self._refile(take.marker, time.time() + NOT_FOUND_RETRY_S)
+        if take.due:
+            return self._refile(take.marker, min(take.due))
+        (taken_dir(self._layout) / take.marker.name).unlink(missing_ok=True)
         return None
+
+    def _record(
+        self, take: _Take, name: str, hook_state: dict[str, Any], spec: HookSpec | None, result: Delivery | None
+    ) -> None:
+        """Note one attempt (``take.lock`` held) and save the state at once: a crash re-sends
+        at most the deliveries in hand."""
+        due, line = self._attempt(name, hook_state, spec, result, take.meta)
+        if due is not None:
+            take.due.append(due)
+        if not self._save(take.marker, take.state, line):
+            # The job cannot be found now: what was just delivered may be sent once
+            # more (at-least-once); the rest waits for the job to reappear.
+            take.lost = True
 
     def _save(self, marker: Marker, state: dict[str, Any], line: str) -> bool:
         """Write the delivery state and a log line into the job's directory, wherever it is now."""
@@ -222,16 +307,20 @@ class HookDispatcher:
         return False
 
     def _attempt(
-        self, name: str, hook_state: dict[str, Any], body: bytes, meta: dict[str, str]
+        self,
+        name: str,
+        hook_state: dict[str, Any],
+        spec: HookSpec | None,
+        result: Delivery | None,
+        meta: dict[str, str],
     ) -> tuple[float | None, str]:
-        """One delivery of hook ``name``; updates ``hook_state``; (the next try's time or None, a log line)."""
-        spec = self._config.hooks.get(name)
+        """The outcome of one delivery of hook ``name`` (None: not configured any more) into
+        ``hook_state``; (the next try's time or None, a log line)."""
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {meta['event']} {name} "
-        if spec is None:
+        if spec is None or result is None:
             hook_state.update(gave_up_at=time.time(), last="no longer configured in spoolrender.yaml")
             log.warning("hooks: job %s: hook %r is no longer configured; not delivering", meta["job_id"], name)
             return None, line + "not delivered: no longer configured"
-        result = deliver(spec, body, meta, self._secrets.get(name))
         attempts = int(hook_state.get("attempts", 0)) + 1
         hook_state.update(attempts=attempts, last=result.detail)
         line += f"attempt {attempts}: "

@@ -150,7 +150,7 @@ class Runner:
         self._stop = threading.Event()
         self._force = threading.Event()
         # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
-        self._closers = CloserTracker(on_change=self._writer_exited)
+        self._closers = CloserTracker(on_change=self._writer_exited, settle_seconds=config.settle_seconds)
         self._scanner = SpoolScanner(
             self.layout,
             config,

@@ -304,7 +304,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("serve_token_file", SERVE, checks.optional_path, "path", "null",
         "A file whose first line is the secret that enables `spoolrender serve`'s write actions "
         "(submit, retry, cancel); unset, the API is read-only. `serve` refuses a file that others "
-        "may access or its group may write (`chmod 600`, or 640 for the spool's group).",
+        "may access or its group may write, and a group-readable one whose group is the spool's or has "
+        "other members (`chmod 600`; 640 only with a group of its own that has no other members).",
         see="dashboard.md",
         example="serve_token_file: /etc/spoolrender/serve-token",
     ),

@@ -7,9 +7,11 @@ import hmac
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,7 +161,9 @@ def test_sigkilled_runner_mid_delivery_another_delivers_and_rendering_never_wait
     # While its hook thread waits on the receiver, the same runner keeps claiming and rendering.
     drop(spool, "second.yaml", command_job())
     wait_for(lambda: len(entries(spool, "done")) == 2, timeout=30)
-    assert len(receiver.ok()) == 0
+    # ...and the second job's delivery does not wait behind the held one (issue 20 item 10).
+    wait_for(lambda: [json.loads(r["body"])["id"] for r in receiver.ok()] == ["second"], timeout=30)
+    wait_for(lambda: len(os.listdir(taken_dir(spool))) == 1)
     (taken,) = os.listdir(taken_dir(spool))
     assert "-done-first." in taken
     a.send_signal(signal.SIGKILL)
@@ -214,6 +218,18 @@ def test_secret_file_others_can_read_stops_the_runner(spool: SpoolLayout, tmp_pa
     assert result.returncode == 1 and "open to other users" in result.stderr and "chmod 600" in result.stderr
 
 
+def test_hmac_key_readable_by_the_spools_group_stops_the_runner(spool: SpoolLayout, tmp_path: Path) -> None:
+    """Issue 20 item 11: with the key a submitter (a member of the spool's group) could
+    forge signed notifications; a 0640 key file of that group is refused."""
+    key = secret_file(tmp_path, 0o640)
+    os.chown(key, -1, spool.incoming.stat().st_gid)
+    write_spool_config(spool, {"hooks": {"web": {"url": "http://127.0.0.1:9/x", "secret_file": str(key)}}})
+    result = subprocess.run(
+        spoolrender_cmd("run", "--spool", str(spool.root), "--drain"), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1 and "is the spool's group" in result.stderr and "chmod 600" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("hooks", "message"),
     [
@@ -253,3 +269,77 @@ def test_command_hook_timeout_kills_its_process_group(tmp_path: Path) -> None:
     assert not result.ok and "timed out after 0.5 s" in result.detail
     child = int(pidfile.read_text())
     wait_for(lambda: not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2])
+
+
+class Trickler:
+    """A webhook receiver on a raw loopback socket that answers one byte every 0.5 s (for
+    at most 60 s) and notes, per connection, how long until the client cut it off."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/slow"
+        self.cut_after: list[float] = []  # seconds from accept to the client's close, per connection
+        self.connections = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        accepted = time.monotonic()
+        reply = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"x" * 1000
+        with conn:
+            conn.recv(65536)  # the request (small: one read)
+            for byte in reply[:120]:
+                try:
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.5)
+                except OSError:
+                    with self.lock:
+                        self.cut_after.append(time.monotonic() - accepted)
+                    return
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_trickling_receiver_is_cut_at_its_timeout_and_never_delays_another_hook(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    """Issue 20 item 10: a receiver that trickles its reply a byte at a time is cut off at
+    `timeout_seconds` (once a per-read socket timeout let it hold the hooks thread for as
+    long as it liked); a command hook on the same event runs meanwhile; and the delivery,
+    legitimately in progress, is never taken over by another runner (one connection)."""
+    trickler = Trickler()
+    seen = tmp_path / "command-hook.log"
+    try:
+        write_spool_config(spool, {"hooks": {
+            "slow": {"on": ["done"], "url": trickler.url, "timeout_seconds": 3, "attempts": 1},
+            "note": {"on": ["done"], "command": ["sh", "-c", f'cat > "{seen}"']},
+        }})  # fmt: skip
+        drop(spool, "job.yaml", command_job())
+        start_runner()
+        start_runner()  # a second runner of the spool: it must not deliver the slow hook again
+        wait_for(lambda: trickler.connections == 1, timeout=60)
+        # The command hook runs while the webhook trickles (it trickles for up to 60 s).
+        wait_for(lambda: seen.exists() and '"id": "job"' in seen.read_text(), timeout=30)
+        with trickler.lock:
+            assert trickler.cut_after == []  # still trickling: the command did not wait for it
+        wait_for(lambda: trickler.cut_after != [], timeout=60)
+        # Cut at its deadline (3 s; the loopback's send buffer takes a second to notice).
+        assert trickler.cut_after[0] < 3 + 10, trickler.cut_after
+        job_dir = only_job_dir(spool, "done")
+        wait_for(lambda: "giving up" in (job_dir / "hooks.log").read_text(), timeout=30)
+        assert "timed out after 3 s (connect, request and reply)" in (job_dir / "hooks.log").read_text()
+        wait_for(lambda: os.listdir(pending_dir(spool)) == [] and os.listdir(taken_dir(spool)) == [])
+        assert trickler.connections == 1
+    finally:
+        trickler.close()

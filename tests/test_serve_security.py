@@ -65,14 +65,19 @@ def test_init_group_writes_no_secret_and_a_world_readable_token_is_refused(tmp_p
     code, _, err = serve_outcome(spool)
     assert code == 1, err
     assert "serve_token" in err and "other users" in err and "serve_token_file" in err
-    os.chmod(config_file, 0o640)  # readable by the owner and the spool's group only: fine
+    # Readable by the spool's group: the submitters could read the token just as well.
+    os.chmod(config_file, 0o640)
+    code, _, err = serve_outcome(spool)
+    assert code == 1 and "the spool's group" in err, err
+    os.chmod(config_file, 0o600)  # the owner only: fine
     code, out, err = serve_outcome(spool)
     assert code is None and "write actions on" in out, err
 
 
 @pytest.mark.parametrize(
     ("mode", "accepted"),
-    [(0o600, True), (0o640, True), (0o400, True), (0o644, False), (0o604, False), (0o660, False), (0o602, False)],
+    # The spool fixture's group is the token file's group: 0640 lets the submitters read it.
+    [(0o600, True), (0o400, True), (0o640, False), (0o644, False), (0o604, False), (0o660, False), (0o602, False)],
 )
 def test_token_file_modes(spool: SpoolLayout, tmp_path: Path, mode: int, accepted: bool) -> None:
     token_file = tmp_path / "secrets" / "serve-token"
@@ -85,6 +90,36 @@ def test_token_file_modes(spool: SpoolLayout, tmp_path: Path, mode: int, accepte
         assert code is None and "write actions on" in out, err
     else:
         assert code == 1 and str(token_file) in err and f"{mode:04o}" in err, (code, err)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chgrp to groups of our choice needs root")
+@pytest.mark.parametrize(
+    ("group", "accepted", "message"),
+    [
+        ("staff", False, "is the spool's group"),  # the submitters' group: refused, members or not
+        ("nogroup", False, "has other members"),  # the primary group of nobody (and others)
+        ("root", True, ""),  # a group of its own: only the server's user (root) is in it
+    ],
+)
+def test_group_readable_token_file_only_in_a_group_of_its_own(
+    spool: SpoolLayout, tmp_path: Path, group: str, accepted: bool, message: str
+) -> None:
+    """Issue 20 item 11: a 0640 token file is refused when its group is the spool's group
+    (whose members submit jobs and, with the token, could pause the spool) or has members
+    other than the server's user; accepted in a group of its own."""
+    staff = grp.getgrnam("staff").gr_gid
+    for directory in (spool.root, spool.incoming):
+        os.chown(directory, -1, staff)  # as `init --group staff` makes it
+    token_file = tmp_path / "serve-token"
+    token_file.write_text(TOKEN + "\n")
+    os.chown(token_file, -1, grp.getgrnam(group).gr_gid)
+    os.chmod(token_file, 0o640)
+    (spool.root / "spoolrender.yaml").write_text(f"serve_token_file: {token_file}\n")
+    code, out, err = serve_outcome(spool.root)
+    if accepted:
+        assert code is None and "write actions on" in out, err
+    else:
+        assert code == 1 and message in err and "chmod 600" in err and "no other members" in err, err
 
 
 def test_token_file_problems_are_clear(spool: SpoolLayout, tmp_path: Path) -> None:

@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(Prometheus), /history (the plots' samples), the done jobs' videos (/jobs/ID/output, seekable) and a "
         "live dashboard at / (job pages, every state page by page, actions, plots). It runs no runner, so it works on "
         "any host that mounts the spool. Write actions (POST /jobs, /jobs/ID/retry, /jobs/ID/cancel, /pause, "
-        "/resume) stay off unless serve_token_file (a file only you and the spool's group can read) or "
+        "/resume) stay off unless serve_token_file (a file only you can read: mode 600) or "
         "serve_token is set in the spool config; they need Authorization: Bearer <token>.",
         epilog=textwrap.dedent("""\
             examples:

@@ -5,10 +5,12 @@ every local user can read (as OpenSSH refuses a private key others can read). It
 from one of:
 
 - ``serve_token_file``: a regular file, neither readable nor writable by others and not
-  writable by its group (group read is fine: the spool's operators); the first line is
-  the token;
-- ``serve_token`` in the spool's ``spoolrender.yaml``: only if that file is not readable
-  by others (``init`` makes it readable by everyone: the runners of every host read it);
+  writable by its group; readable by its group only when that group is not the spool's
+  (the submitters') and has no member but the server's user
+  (:mod:`spoolrender.secret_file`); the first line is the token;
+- ``serve_token`` in the spool's ``spoolrender.yaml``: only if that file is readable by
+  nobody else on the same terms (``init`` makes it readable by everyone: the runners of
+  every host read it);
 - ``SPOOLRENDER_SERVE_TOKEN`` in the server's environment.
 
 Anything else is refused with the reason and the fix, before the server listens.
@@ -23,7 +25,7 @@ import stat
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig, config_file_settings
 from spoolrender.errors import ConfigError
-from spoolrender.secret_file import read_secret_line
+from spoolrender.secret_file import read_secret_line, shared_group_problem
 
 
 def load_serve_token(config: SpoolConfig) -> str | None:
@@ -33,15 +35,18 @@ def load_serve_token(config: SpoolConfig) -> str | None:
     if config.serve_token is not None and "serve_token" in config_file_settings(config.spool):
         config_path = config.spool / defaults.CONFIG_FILENAME
         try:
-            mode = stat.S_IMODE(os.stat(config_path).st_mode)
+            st = os.stat(config_path)
         except OSError as exc:
             raise ConfigError(f"{config_path}: cannot check who may read serve_token: {exc}") from exc
-        if mode & stat.S_IROTH:
+        mode = stat.S_IMODE(st.st_mode)
+        group = shared_group_problem(st.st_gid, config.spool) if mode & stat.S_IRGRP else None
+        if mode & stat.S_IROTH or group is not None:
+            who = "other users can read it" if mode & stat.S_IROTH else f"it is readable by its group and {group}"
             raise ConfigError(
-                f"{config_path} holds serve_token but other users can read it (mode {mode:04o}): "
-                "anyone on this host could submit, cancel and retry jobs. Move it to a file only you "
-                "(and the spool's group) can read, e.g. serve-token in the spool with `chmod 600`, and "
-                f"set serve_token_file: serve-token instead; or `chmod o-r {config_path}`"
+                f"{config_path} holds serve_token but {who} (mode {mode:04o}): "
+                "they could submit, cancel and retry jobs. Move it to a file only you can read, "
+                "e.g. serve-token in the spool with `chmod 600`, and set serve_token_file: serve-token "
+                f"instead; or `chmod go-r {config_path}`"
             )
     return config.serve_token
 
@@ -50,7 +55,7 @@ def _read_token_file(config: SpoolConfig) -> str:
     path = config.serve_token_file
     assert path is not None
     where = f"serve_token_file {path}"
-    token = read_secret_line(path, where, "anyone who can read or change it controls the spool")
+    token = read_secret_line(path, where, "anyone who can read or change it controls the spool", config.spool)
     if any(c.isspace() for c in token):
         raise ConfigError(f"{where}: expected the token on the first line, without spaces")
     return token
