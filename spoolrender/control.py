@@ -17,6 +17,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.durable import rename_durable, write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.ids import release_id
 from spoolrender.jobfile import job_fields, read_job_bytes
 from spoolrender.layout import (
     FINAL_NAME,
@@ -238,9 +239,46 @@ def purge(
                 continue
             if age >= older_than:
                 if not dry_run:
-                    shutil.rmtree(directory / name, ignore_errors=True)
+                    forget_finished(layout, state, name)
                 removed.append(f"{state}/{name}")
     return removed
+
+
+def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = False) -> list[str]:
+    """Delete the records of ``state`` (done or failed) beyond the ``keep`` newest; returns
+    the entries. Newest by the same age as :func:`purge` (the directory's mtime)."""
+    layout = SpoolLayout(config.spool)
+    layout.check()
+    directory = layout.state_dir(state)
+    aged = []
+    for name in list_names(directory):
+        if name.startswith("."):
+            continue
+        try:
+            aged.append((os.stat(directory / name).st_mtime, name))
+        except FileNotFoundError:
+            continue
+    aged.sort(reverse=True)
+    removed = []
+    for _, name in aged[keep:]:
+        if not dry_run:
+            forget_finished(layout, state, name)
+        removed.append(f"{state}/{name}")
+    return removed
+
+
+def forget_finished(layout: SpoolLayout, state: str, name: str) -> None:
+    """Delete one finished job's directory (``done/<name>`` or ``failed/<name>``): the one
+    way purge and retention (spoolrender.retention) forget a job.
+
+    A done job's id reservation (ids.py) goes with it, if it is still that job's: a purged
+    job is forgotten, its id may be used again, and ids/ must not grow without bound
+    either. (reserve_id would take a purged holder's reservation over anyway.)
+    """
+    shutil.rmtree(layout.state_dir(state) / name, ignore_errors=True)
+    m = FINAL_NAME.fullmatch(name)
+    if state == "done" and m is not None:
+        release_id(layout, m.group("id"), m.group("uid"))
 
 
 # --- cancel -----------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from spoolrender.metrics import RunnerMetrics
 from spoolrender.publish import SCRATCH_DIR
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
+from spoolrender.retention import RetentionWorker
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
@@ -168,6 +169,8 @@ class Runner:
             self.layout, config, self.clock, self.rng, tracker, spool_io=self._spool_io, spool_clock=self._spool_clock
         )
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
+        # keep_done and the other limits: purged in the background, one runner per spool at a time.
+        self._retention = RetentionWorker(config, self.runner_id, on_purged=self._purged)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
@@ -275,6 +278,8 @@ class Runner:
             self._loop()
         finally:
             self._shutdown_jobs()
+            if not self._force.is_set():
+                self._retention.wait()  # a purge cut short leaves a half-deleted job directory
             if self._hooks is not None:
                 # One last pass over what is due now (a drain's own jobs get notified);
                 # what still fails stays on disk for the next runner.
@@ -358,6 +363,7 @@ class Runner:
         if swept:
             self._recoverer.sweep(set(self._active))
             self._split_sweeper.sweep(self._spool_clock.now())
+            self._retention.maybe_start()
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -534,6 +540,11 @@ class Runner:
         for a in active:
             a.thread.join()
         self._reap()
+
+    def _purged(self, counts: dict[str, int]) -> None:
+        self.metrics.jobs_purged(counts)
+        self._next_beacon = 0.0  # new figures (the metrics textfile) at the next pass
+        self._wake.set()
 
     def _write_metrics(self) -> None:
         if self._metrics_textfile is None:
