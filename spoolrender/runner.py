@@ -18,7 +18,9 @@ ended the run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -53,6 +55,7 @@ from spoolrender.publish import SCRATCH_DIR
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.retention import RetentionWorker
+from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
@@ -189,6 +192,7 @@ class Runner:
             for _ in range(self.capacity.slots)
         ]
         self._free = list(range(self.capacity.slots))
+        self._failures: collections.deque[FailureView] = collections.deque(maxlen=RECENT_FAILURES_SHOWN)
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
@@ -503,6 +507,9 @@ class Runner:
         if end is not None:
             self.metrics.job_finished(end.outcome, duration=end.duration, attempts=end.attempts)
             with self._lock:
+                if end.state in ("failed", "retry") and not end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
+                    failure = FailureView(claimed.job_id, end.state, end.error_kind, end.error_message, time.time())
+                    self._failures.appendleft(failure)
                 field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
                 if end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
                     field = "chunks"
@@ -510,6 +517,29 @@ class Runner:
         if self._hooks is not None:
             self._hooks.wake()
         self._wake.set()
+
+    def view(self) -> RunnerView:
+        """What this runner does now, for the live display (any thread may ask)."""
+        wall = self.clock.wall()
+        with self._lock:
+            by_slot = {a.slot: a.claim for a in self._active.values()}
+            summary = dataclasses.replace(self.summary)
+            failures = tuple(self._failures)
+        slots = []
+        for slot in range(self.capacity.slots):
+            claimed = by_slot.get(slot)
+            if claimed is None:
+                slots.append(SlotView(slot, None))
+                continue
+            progress, stage = self._heartbeat.progress_of(claimed.token)
+            elapsed = wall - claimed.started
+            slots.append(SlotView(slot, claimed.job_id, claimed.run, progress, stage, elapsed,
+                                  eta_seconds(elapsed, progress)))  # fmt: skip
+        return RunnerView(
+            tuple(slots), summary.claimed, summary.done, summary.failed, summary.retried, summary.requeued,
+            sum(n for g in self._waiting if isinstance(n := g.get("count"), int)), self.drain, self._stop.is_set(),
+            summary.paused, failures,
+        )  # fmt: skip
 
     def _reap(self) -> None:
         with self._lock:

@@ -36,6 +36,7 @@ from spoolrender.layout import (
 from spoolrender.queues import list_incoming, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
+from spoolrender.run_progress import eta_seconds
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -135,9 +136,8 @@ def running_info(
     started = hb.started if hb is not None else None
     progress = hb.progress if hb is not None else None
     eta = None
-    if progress and started and 0 < progress < 1:
-        elapsed = (hb.updated or now) - started if hb is not None else 0
-        eta = elapsed * (1 - progress) / progress
+    if started and hb is not None:
+        eta = eta_seconds((hb.updated or now) - started, progress)
     return {
         "id": m.group("id") if m else name,
         "entry": name,
