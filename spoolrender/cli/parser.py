@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --max-jobs 100          recycled worker: 100 jobs, then exit 5
               spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
               spoolrender run --drain --no-live       plain log lines on a terminal too
+              spoolrender run --set keep_done=30d --set keep_failed=90d   forget old finished jobs (retention)
             Several runners, on one host or on many sharing the spool, are safe together.
             exit status: 0 stopped by a signal, or drained; 3 (--drain) some job failed for good;
             4 (--drain) spool paused or this host blocked; 5 --max-jobs reached; 6 --max-runtime reached.
@@ -283,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender purge --older-than 12h --state failed --dry-run
               spoolrender purge --cache                   empty the render cache
               spoolrender purge --cache --older-than 7d   only entries unused for a week
+            Runners purge by themselves with keep_done: 30d, keep_failed: 90d, keep_done_max: N in
+            spoolrender.yaml (docs/operations.md, Retention).
         """),
     )  # fmt: skip
     p.add_argument(
