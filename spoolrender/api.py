@@ -225,6 +225,13 @@ class Spool:
         now. Never before the job's ``not_before``. One line per entry changed."""
         return [change.text for change in control.retry(self.config, job_id)]
 
+    def rerun(self, job_id: str) -> Path:
+        """Render the done job ``job_id`` again, as a new run of the same id (its output and
+        done entry stay until the new run is published); returns the queued file."""
+        from spoolrender.rerun import rerun
+
+        return rerun(self.config, job_id)
+
     def retry_all_failed(self) -> list[str]:
         """Every failed job back to retry/ with fresh attempts; returns their ids."""
         return control.retry_all_failed(self.config)

@@ -23,6 +23,7 @@ from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError, SpoolrenderError
 from spoolrender.props_schema import props_problems
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+from spoolrender.suggest import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,11 @@ def submit_problems(compositions: list[Composition], composition: str, props: di
     found = by_id.get(composition)
     if found is None:
         known = ", ".join(sorted(by_id)) or "none"
-        return [f"field 'composition': {composition!r} is not a composition of the project (it has: {known})"]
+        hint = did_you_mean(composition, by_id)
+        return [
+            f"field 'composition': {composition!r} is not a composition of the project (it has: {known})"
+            + (f"; {hint}" if hint else "")
+        ]
     return [f"field 'props': {problem}" for problem in found.props_problems(props)]
 
 

@@ -30,6 +30,7 @@ from spoolrender.layout import (
 )
 from spoolrender.lookup import find_job
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
+from spoolrender.suggest import id_hint
 
 
 def retry_all_failed(config: SpoolConfig) -> list[str]:
@@ -62,7 +63,7 @@ def retry(config: SpoolConfig, job_id: str) -> list[RetryChange]:
     if not changes:
         found = find_job(config, job_id)
         if not found:
-            raise JobNotFound(job_id)
+            raise JobNotFound(job_id, f"no job with id {job_id!r}{id_hint(config.spool, job_id)}")
         states = ", ".join(sorted({w.state for w in found}))
         raise SpoolrenderError(f"job {job_id!r} is {states}: nothing to retry (only failed or retry-waiting jobs)")
     return changes
@@ -102,8 +103,15 @@ def utc_text(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
-    """Entries in failed/ (one id's, or all) moved back to retry/ with a reset record."""
+def retry_entries(config: SpoolConfig, names: list[str]) -> list[RetryChange]:
+    """Send the failed/ entries ``names`` back to retry/ with fresh attempts (`retry --kind`,
+    `--queue`, `--all-failed` without the hopeless kinds: :mod:`spoolrender.failed_select`)."""
+    return _reset_failed(config, None, only=frozenset(names))
+
+
+def _reset_failed(config: SpoolConfig, job_id: str | None, only: frozenset[str] | None = None) -> list[RetryChange]:
+    """Entries in failed/ (one id's, or all, or those named in ``only``) moved back to
+    retry/ with a reset record."""
     layout = SpoolLayout(config.spool)
     layout.check()
     # "Now" on the spool's clock, like every due time: read once (a probe file written and
@@ -112,7 +120,7 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
     moved = []
     for name in sorted(list_names(layout.failed)):
         m = FINAL_NAME.fullmatch(name)
-        if m is None or (job_id is not None and m.group("id") != job_id):
+        if m is None or (job_id is not None and m.group("id") != job_id) or (only is not None and name not in only):
             continue
         job_dir = layout.failed / name
         priority = job_priority(config, job_dir)
@@ -360,5 +368,6 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
         if not lost_race:
             break
     if not done:
-        raise SpoolrenderError(f"no queued or running job with id {job_id!r}")
+        hint = "" if find_job(config, job_id, incoming=False) else id_hint(config.spool, job_id)
+        raise SpoolrenderError(f"no queued or running job with id {job_id!r}{hint}")
     return done

@@ -103,6 +103,10 @@ KILL_GRACE_S = 5.0  # SIGTERM to a render's process group, then SIGKILL after th
 # (a runner's beacon has the counts otherwise); a deeper backlog's others count where dropped.
 STATUS_QUEUE_READS = 1000
 STATUS_WATCH_MIN_S = 0.1  # `status --watch`: shorter redraws faster than anyone reads, on a shared host
+LIST_LIMIT = 50  # `spoolrender list`: jobs per page (a screenful); --limit for more
+# Failure kinds a retry cannot cure as the job stands: `retry --all-failed` leaves them out
+# unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose.
+HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled")
 # Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.
@@ -166,6 +170,7 @@ RENDER_CACHE_MAX_BYTES = 10 * 1024**3  # least recently used entries go past thi
 RENDER_CACHE_POLL_S = 0.5
 # Staging left by a runner killed while storing an entry is removed after this long.
 RENDER_CACHE_STAGING_S = 3600.0
+RENDER_CACHE_META_MAX_BYTES = 1024**2  # an entry.json is a few hundred bytes; more is not one of ours
 
 
 # Warm Remotion workers (one per project) a job slot keeps; the least recently used goes

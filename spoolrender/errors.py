@@ -87,9 +87,10 @@ class RenderCancelled(SpoolrenderError):
 class PublishError(SpoolrenderError):
     """The rendered output could not be put in place under the output root."""
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, kind: str | None = None) -> None:
         super().__init__(message)
         self.transient = transient
+        self.kind = kind  # a failure kind of its own (rerun.RERUN_REFUSED), else the caller's
 
 
 class JobNotFound(SpoolrenderError):

@@ -34,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.publish import fsync_file, output_taken_problem, remove_scratch, remove_tree, scratch_dir
+from spoolrender.publish import fsync_file, output_taken_problem, prepare_scratch, remove_scratch, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
     FAILED,
@@ -53,6 +53,7 @@ from spoolrender.records import (
 )
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
+from spoolrender.rerun import rerun_refusal
 from spoolrender.spool_io import (
     SpoolIOCondition,
     attempt_counted,
@@ -224,10 +225,12 @@ class JobExecutor(SplitJobRuns):
             taken = output_taken_problem(self._config.output_root, spec.output, rerun=spec.rerun)
             if taken is not None:
                 raise JobInvalid([taken])
+            if spec.rerun and (refused := rerun_refusal(self._layout, self._config.output_root, spec.output, spec.id)):
+                raise refused
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
         except PublishError as exc:
-            return self._failure(claim, base, spec, attempt, _error("output", str(exc), exc.transient))
+            return self._failure(claim, base, spec, attempt, _error(exc.kind or "output", str(exc), exc.transient))
         split = self._split_or_join(claim, base, spec, attempt)
         if split is not None:
             return split
@@ -264,8 +267,7 @@ class JobExecutor(SplitJobRuns):
         timer.daemon = True
         turn: CacheTurn | None = None
         try:
-            remove_tree(request.output.parent)
-            request.output.parent.mkdir(parents=True)
+            prepare_scratch(self._config.output_root, claim.key)  # request.output's directory
             renderer = self._renderer(spec.renderer)
             timer.start()
             # The render cache (off unless enabled): a hit, or a miss this run renders (having
@@ -486,6 +488,7 @@ class JobExecutor(SplitJobRuns):
                                     lambda: decide(claim.job_dir, record))  # fmt: skip
         except FileNotFoundError:
             won = False
+        self._cache.decided(won and outcome == PUBLISHING)  # a staged render becomes an entry only now
         if not won:
             return self._lost(claim)
         claim.decided = True

@@ -31,7 +31,7 @@ CRASH_POINTS = (
 # Points of the render cache, reached only by jobs that use it (tests/reliability/test_render_cache_crash.py).
 CACHE_POINTS = (
     "cache-after-hold",  # the key's in-flight claim taken, nothing rendered yet
-    "cache-after-store",  # a render stored in the cache, the run not yet decided
+    "cache-after-store",  # a render stored in the cache at its publish decision, not yet published
     "cache-after-hit",  # a hit linked and verified into scratch, the run not yet decided
 )
 # The steps of a split job (spoolrender.chunks); reached only by a job rendered in chunks.

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
 from spoolrender.queues import list_incoming
 from spoolrender.records import PUBLISHING, attempts_used, read_runs
 from spoolrender.render_cache import describe_result
+from spoolrender.suggest import id_hint
 
 PATTERNS = {
     "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
@@ -220,14 +222,34 @@ def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
 
     def read(found: list[Located], through: Path) -> dict[str, Any]:
         info = describe(config, found[0], through)
+        info.update(timing(config, found[0], through))
         info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
         info["others"] = [describe(config, w) for w in found[1:]]
         return info
 
     snapshot = read_entry(job_id, lambda: by_relevance(find_job(config, job_id)), read)
     if snapshot is None:
-        raise JobNotFound(job_id, f"no job with id {job_id!r} in {config.spool}")
+        raise JobNotFound(job_id, f"no job with id {job_id!r} in {config.spool}{id_hint(config.spool, job_id)}")
     return snapshot[1]
+
+
+def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]:
+    """When a waiting or running job goes on: a retry's ``due`` (and ``due_in_seconds``),
+    a running job's ``progress``, ``eta_seconds`` and ``stale``, as ``GET /jobs/{id}`` has
+    them (the same status.py items); ``{}`` for other states."""
+    # Imported here: status reads heartbeats and runners, which `show` of a done job never needs.
+    from spoolrender.status import retry_info, running_info, spool_clock
+
+    layout = SpoolLayout(config.spool)
+    if where.state == "retry":
+        item = retry_info(where.path.name, spool_clock(layout)[1])
+        return {} if item is None else {"due": item["due"], "due_in_seconds": item["due_in_seconds"]}
+    if where.state == "running":
+        now, fs_now = spool_clock(layout)
+        item = running_info(layout, where.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds,
+                            job_dir=through)  # fmt: skip
+        return {key: item[key] for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds")}
+    return {}
 
 
 def describe(config: SpoolConfig, where: Located, through: Path | None = None) -> dict[str, Any]:
@@ -241,7 +263,8 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
         return info
     job_dir = through or where.path
     runs = read_runs(job_dir)
-    info["attempts"] = attempts_used(runs)
+    # The attempt being rendered counts: a job on its second try is at attempt 2, not 1.
+    info["attempts"] = attempts_used(runs) + (1 if where.state == "running" else 0)
     info["runs"] = [r.__dict__ for r in runs]
     info["logs"] = sorted(str(where.path / p.name) for p in job_dir.glob("run-*.log"))
     # failure.json stays in the directory of a failed job that was retried, as history (its
@@ -285,12 +308,18 @@ def format_description(info: dict[str, Any]) -> str:
     p = printable
     lines = [f"{p(info['id'])}: {info['state']}  ({p(info['path'])})"]
     if "attempts" in info:
-        lines.append(f"attempts used: {info['attempts']}")
+        counting = " (counting the one running)" if info["state"] == "running" else ""
+        lines.append(f"attempts used: {info['attempts']}{counting}")
+    if isinstance(info.get("due"), int | float) and info["state"] == "retry":
+        left = info.get("due_in_seconds")
+        when = "now" if not isinstance(left, int | float) or left <= 0 else f"in {_span(left)}"
+        lines.append(f"next attempt due {_utc(info['due'])} ({when})")
     hb = info.get("heartbeat")
     if hb:
         prog = "-" if hb.get("progress") is None else f"{hb['progress'] * 100:.0f}%"
+        eta = "" if info.get("eta_seconds") is None else f", about {_span(info['eta_seconds'])} left"
         lines.append(
-            f"running on {p(hb['host'])} pid {hb['pid']}, run {hb['run']}, progress {prog} ({p(hb.get('stage'))})"
+            f"running on {p(hb['host'])} pid {hb['pid']}, run {hb['run']}, progress {prog}{eta} ({p(hb.get('stage'))})"
         )
     if info.get("cancel_requested"):
         lines.append("cancel requested: the owning runner stops it at its next heartbeat")
@@ -304,7 +333,7 @@ def format_description(info: dict[str, Any]) -> str:
         err = run.get("error") or {}
         why = f"  {p(err.get('kind'))}: {p(err.get('message'))}" if err else ""
         label = run_outcome_label(run, info["state"], i == len(runs) - 1)
-        lines.append(f"  run {run['run']}: {label} on {p(run['host'])}{why}")
+        lines.append(f"  run {run['run']}: {label} on {p(run['host'])}{_run_times(run)}{why}")
     if "result" in info:
         r = info["result"]
         lines.append(f"output: {p(r['output'])} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
@@ -316,3 +345,26 @@ def format_description(info: dict[str, Any]) -> str:
     for path in info.get("logs", []):
         lines.append(f"log: {p(path)}")
     return "\n".join(lines)
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _span(seconds: float) -> str:
+    """``8 s``, ``4m 05s``, ``2h 10m``: a duration for people."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+def _run_times(run: dict[str, Any]) -> str:
+    """`` at 2026-12-01 12:00:03Z (took 8 s)``: when a run ended, and how long it took."""
+    ended, started = run.get("ended"), run.get("started")
+    if not isinstance(ended, int | float):
+        return ""
+    took = f" (took {_span(ended - started)})" if isinstance(started, int | float) else ""
+    return f" at {_utc(ended)}{took}"

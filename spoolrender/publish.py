@@ -2,7 +2,7 @@
 
 Renders write to a scratch directory on the output root's filesystem
 (``<output_root>/.spoolrender-tmp/<job>/``). Publishing is then one ``link()`` (or
-``rename()`` for re-runs that replace an older output) into the final name, so a consumer
+``rename()`` for re-runs that replace their own older output) into the final name, so a consumer
 sees no file or the whole file, never a partial one.
 
 Hostile output paths: job files only give relative paths without ``..`` (checked when
@@ -18,11 +18,14 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from spoolrender.durable import sync_fd
-from spoolrender.errors import PublishError
+from spoolrender.errors import PublishError, RenderError
+from spoolrender.trusted_dirs import TRUSTED_DIR_MODE, UNTRUSTED_DIR, UntrustedDir, ensure_trusted_path
 
 SCRATCH_DIR = ".spoolrender-tmp"
 
@@ -56,6 +59,15 @@ class RenderedFile:
     def of(cls, st: os.stat_result) -> RenderedFile:
         return cls(st.st_ino, st.st_size, st.st_mtime_ns)
 
+    @classmethod
+    def recorded(cls, info: dict[str, Any]) -> RenderedFile | None:
+        """The identity a PUBLISHING record's ``publish`` gives (None in records that have
+        no inode; ``mtime_ns`` only since sshfs support)."""
+        if info.get("inode") is None:
+            return None
+        mtime_ns = info.get("mtime_ns")
+        return cls(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
+
     def matches(self, st: os.stat_result) -> bool:
         """True if ``st`` (of the published name) is this file."""
         if st.st_ino == self.inode:
@@ -72,6 +84,25 @@ class RenderedFile:
 def scratch_dir(output_root: Path, job_key: str) -> Path:
     """The job's scratch directory on the output filesystem (temp output, TMPDIR)."""
     return output_root / SCRATCH_DIR / job_key
+
+
+def prepare_scratch(output_root: Path, job_key: str) -> Path:
+    """An empty scratch directory for job ``job_key``, in a scratch tree that is the
+    runner's alone (spoolrender.trusted_dirs): another user's ``.spoolrender-tmp/`` would
+    let them replace a rendered file before it is published. Raises RenderError (kind
+    trusted_dirs.UNTRUSTED_DIR, transient: the operator removes the directory) or OSError."""
+    try:
+        ensure_trusted_path(output_root, SCRATCH_DIR)
+    except UntrustedDir as exc:
+        raise RenderError(
+            f"{exc}: refusing to render into it; remove it (the runner makes its own)",
+            transient=True,
+            kind=UNTRUSTED_DIR,
+        ) from exc
+    path = scratch_dir(output_root, job_key)
+    remove_tree(path)
+    os.mkdir(path, TRUSTED_DIR_MODE)  # in a directory only the runner can write to
+    return path
 
 
 def remove_scratch(output_root: Path, job_key: str) -> None:
@@ -146,14 +177,18 @@ def output_taken_problem(output_root: Path, rel: PurePosixPath, *, rerun: bool) 
 
 def output_exists(output_root: Path, rel: PurePosixPath) -> bool:
     """True if something already has ``rel``'s name under the output root."""
+    return existing_output(output_root, rel) is not None
+
+
+def existing_output(output_root: Path, rel: PurePosixPath) -> os.stat_result | None:
+    """The status of what has ``rel``'s name under the output root (not followed), or None."""
     fd = _open_parent(output_root, rel, create=False)
     if fd is None:
-        return False
+        return None
     try:
-        os.stat(rel.name, dir_fd=fd, follow_symlinks=False)
-        return True
+        return os.stat(rel.name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
-        return False
+        return None
     finally:
         os.close(fd)
 
@@ -191,13 +226,21 @@ def _is_same_file(temp: Path, st: os.stat_result, dir_fd: int, name: str, existi
 
 
 def publish_output(
-    output_root: Path, rel: PurePosixPath, temp: Path, *, replace: bool, expect: RenderedFile | None = None
+    output_root: Path,
+    rel: PurePosixPath,
+    temp: Path,
+    *,
+    replace: bool,
+    expect: RenderedFile | None = None,
+    may_replace: Callable[[os.stat_result], PublishError | None] | None = None,
 ) -> Published:
     """Move the finished ``temp`` file to ``output_root/rel`` atomically.
 
-    ``replace`` allows overwriting an existing output (re-runs). Idempotent for recovery:
-    if ``temp`` is already gone and the output is the file ``expect`` describes, the
-    earlier publish is reported instead of failing.
+    ``replace`` allows overwriting an existing output (re-runs), if ``may_replace`` (given
+    the existing file's status) has no refusal: a re-run replaces only its own id's output
+    (spoolrender.rerun). Idempotent for recovery: if ``temp`` is already gone and the
+    output is the file ``expect`` describes, the earlier publish is reported instead of
+    failing.
     """
     fd = _open_parent(output_root, rel, create=True)
     assert fd is not None
@@ -215,7 +258,14 @@ def publish_output(
                 return Published(final, done.st_size, done.st_ino)
             raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
         try:
-            if replace:
+            existing = os.stat(name, dir_fd=fd, follow_symlinks=False) if replace else None
+        except FileNotFoundError:
+            existing = None
+        refusal = None if existing is None or may_replace is None else may_replace(existing)
+        if refusal is not None:
+            raise refusal
+        try:
+            if existing is not None:
                 # rename() over an existing output: readers see the old or the new video.
                 os.rename(temp, name, dst_dir_fd=fd)
             else:

@@ -31,6 +31,7 @@ from spoolrender.durable import create_exclusive
 from spoolrender.heartbeat import HOSTNAME, LivenessTracker, lock_is_free, read_heartbeat
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.render_cache import INFLIGHT
+from spoolrender.trusted_dirs import TRUSTED_DIR_MODE
 
 CLAIM_NAME = re.compile(r"\d{6,}")
 
@@ -88,7 +89,10 @@ class InFlight:
     def try_hold(self, key: str, number: int, holder: Holder) -> bool:
         """Create claim ``number`` of ``key`` for ``holder``; True if this call did."""
         directory = self.root / key
-        directory.mkdir(parents=True, exist_ok=True)
+        for level in (self.root.parent, self.root, directory):
+            # Mode 0755 whatever the umask: a cache directory its group may write to is
+            # refused (render_cache.RenderCache.refusal), and parents=True would ignore it.
+            level.mkdir(mode=TRUSTED_DIR_MODE, exist_ok=True)
         data = json.dumps({k: v for k, v in asdict(holder).items() if k != "number"}, sort_keys=True).encode()
         try:
             return create_exclusive(directory / f"{number:06d}", data)

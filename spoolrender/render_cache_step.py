@@ -1,14 +1,18 @@
-"""The render cache in a run: look up (or wait) before the render, store after it.
+"""The render cache in a run: look up (or wait) before the render, store after its decision.
 
-The executor calls :meth:`CacheStep.lookup` just before rendering and
-:meth:`CacheStep.store` just after a verified render, and :meth:`CacheStep.release` when
-the render is over either way. A hit leaves a verified hard link to the cached bytes at
-``request.output``, so the run goes on exactly as after a render: the normal fenced
+The executor calls :meth:`CacheStep.lookup` just before rendering, :meth:`CacheStep.store`
+just after a verified render (which stages it: not yet an entry anyone can hit), and
+:meth:`CacheStep.decided` once the run's decision is recorded: only a run decided as
+PUBLISHING (its output verified, its job file still what it validated, its claim still
+its own) makes the staged render an entry; any other end drops it. So the cache never
+holds a render its own run refused. A hit leaves a verified hard link to the cached bytes
+at ``request.output``, so the run goes on exactly as after a render: the normal fenced
 PUBLISHING decision, and the job publishes once like any job.
 
 Trouble with the cache itself (a full or read-only output filesystem, a cache on another
-filesystem) never fails a job: the run renders as if the cache were off, and says why in
-the log.
+filesystem, a cache directory that is not the runner's alone) never fails a job: the run
+renders as if the cache were off, says why in the log, and a refused cache also in the
+run record (``"cache": "refused"`` and ``cache_refused``).
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
 from spoolrender.layout import SpoolLayout
-from spoolrender.render_cache import WAITING_STAGE, Entry, RenderCache
+from spoolrender.render_cache import WAITING_STAGE, Entry, RenderCache, Staged
 from spoolrender.render_cache_flight import Holder, InFlight
 from spoolrender.renderers.base import Renderer, RenderRequest, RenderResult
+from spoolrender.trusted_dirs import UntrustedDir
 
 log = logging.getLogger(__name__)
 
-HIT, MISS, STORED = "hit", "miss", "stored"
+# A run's use of the cache (the run record's "cache"): published from an entry; rendered
+# and not stored; rendered and stored at its publish decision; not used because the
+# cache's directories or the entry are not the runner's alone (cache_refused says why).
+HIT, MISS, STORED, REFUSED = "hit", "miss", "stored", "refused"
 
 
 class CacheMetrics(Protocol):
@@ -53,6 +61,8 @@ class CacheTurn:
     holding: int | None = None  # our in-flight claim number while we render the key
     waited: float = 0.0  # seconds spent waiting for an identical job
     outcome: str = MISS
+    refused: str | None = None  # why the cache was not used (REFUSED)
+    staged: Staged | None = None  # our verified render, waiting for the run's decision
 
     def record(self) -> dict[str, Any]:
         """The run record's (and result.json's) cache fields."""
@@ -61,6 +71,8 @@ class CacheTurn:
             fields["cache_source"] = {k: self.hit.source.get(k) for k in ("id", "uid", "host", "run", "stored")}
         if self.waited:
             fields["cache_waited_seconds"] = round(self.waited, 3)
+        if self.refused is not None:
+            fields["cache_refused"] = self.refused
         return fields
 
 
@@ -81,6 +93,7 @@ class CacheStep:
         self._metrics = metrics
         self.cache = RenderCache(config.output_root, config.render_cache_max_bytes)
         self._layout = layout
+        self._pending: CacheTurn | None = None  # staged, holding its claim until the decision
 
     def lookup(self, renderer: Renderer, request: RenderRequest, claim: Claim) -> CacheTurn | None:
         """None when the job does not use the cache; else a hit (``request.output`` is then
@@ -90,18 +103,21 @@ class CacheStep:
         heartbeat going on (its own thread) and its cancel token obeyed: a timeout, a
         shutdown, a lost claim or `spoolrender cancel` raise RenderCancelled as in a render.
         """
+        self.decided(False)  # a run that ended without a decision (an exception) left one
         if not request.spec.uses_cache(self._config) or request.chunk is not None:
             return None
         key = renderer.cache_key(request)  # a RenderError here is the render's own error
         if key is None:
             return None
+        turn = CacheTurn(key)
         refusal = self.cache.refusal()
         if refusal is not None:
-            log.warning("job %s: render cache not used: %s", claim.job_id, refusal)
-            return None
-        turn = CacheTurn(key)
+            return self._refused(turn, claim, refusal)
         try:
             self._wait_turn(turn, request, claim)
+        except UntrustedDir as exc:  # an entry's directory turned foreign meanwhile
+            self.release(turn)
+            return self._refused(turn, claim, str(exc))
         except OSError as exc:
             log.warning("job %s: render cache not used: %s", claim.job_id, exc)
             self.release(turn)
@@ -119,6 +135,13 @@ class CacheStep:
             self._heartbeat.set_progress(claim.token, None, None)  # rendering now, no longer waiting
         return turn
 
+    def _refused(self, turn: CacheTurn, claim: Claim, why: str) -> CacheTurn:
+        """Render without the cache, and say why in the log and the run record: a cache
+        another user can write to is sabotage of the cache, never a reason to fail the job."""
+        log.warning("job %s: render cache not used: %s", claim.job_id, why)
+        turn.outcome, turn.refused = REFUSED, why
+        return turn
+
     def holds(self, renderer: Renderer, request: RenderRequest) -> bool:
         """Whether the cache has an entry for this job now (no claim taken, nothing waited
         for, the entry not yet verified): a split job that would be a hit is not split but
@@ -128,7 +151,7 @@ class CacheStep:
         try:
             key = renderer.cache_key(request)
             return key is not None and self.cache.refusal() is None and self.cache.read_entry(key) is not None
-        except (OSError, RenderError):  # the whole render's lookup meets the same trouble and says so
+        except (OSError, RenderError, UntrustedDir):  # the whole render's lookup meets the same trouble and says so
             return False
 
     def _wait_turn(self, turn: CacheTurn, request: RenderRequest, claim: Claim) -> None:
@@ -181,27 +204,53 @@ class CacheStep:
         return RenderResult(details=dict(turn.hit.details))
 
     def store(self, turn: CacheTurn | None, request: RenderRequest, claim: Claim, result: RenderResult) -> None:
-        """Store a verified render (a miss) before the run's publish decision."""
-        if turn is None or turn.hit is not None:
+        """Stage a verified render (a miss): it becomes an entry only at :meth:`decided`,
+        if the run is then decided as PUBLISHING. Until then this run keeps the key's
+        in-flight claim, so that identical jobs wait for the entry instead of rendering."""
+        if turn is None or turn.hit is not None or turn.refused is not None:
             return
         source = {"id": claim.job_id, "uid": claim.uid, "host": HOSTNAME, "run": claim.run,
                   "stored": self._clock.wall()}  # fmt: skip
         try:
-            stored = self.cache.store(turn.key, request.output, source, result.details)
-        except OSError as exc:
+            staged = self.cache.stage(turn.key, request.output, source, result.details)
+        except (OSError, UntrustedDir) as exc:
             log.warning("job %s: could not store the render in the cache: %s", claim.job_id, exc)
             return
-        if not stored.stored:
-            log.info("job %s: render not stored in the cache: %s", claim.job_id, stored.why_not)
+        if staged.name is None:
+            log.info("job %s: render not stored in the cache: %s", claim.job_id, staged.why_not)
             return
+        turn.staged, turn.outcome = staged, STORED
+        self._pending = turn
+
+    def decided(self, publishing: bool) -> None:
+        """This slot's run is decided (``publishing``: as PUBLISHING, by this run): its
+        staged render becomes the key's entry, or is dropped; waiters may go on."""
+        turn, self._pending = self._pending, None
+        if turn is None or turn.staged is None:
+            return
+        staged, turn.staged = turn.staged, None
+        try:
+            if not publishing:
+                self.cache.discard(staged)
+                return
+            try:
+                stored = self.cache.commit(staged)
+            except (OSError, UntrustedDir) as exc:
+                log.warning("render cache: could not store the render of %s: %s", staged.key[:16], exc)
+                return
+            if not stored.stored:
+                log.info("render cache: render of %s not stored: %s", staged.key[:16], stored.why_not)
+                return
+            if self._metrics is not None:
+                self._metrics.stored(len(stored.evicted), stored.total_bytes)
+        finally:
+            self.release(turn)
         crash_point("cache-after-store")
-        turn.outcome = STORED
-        if self._metrics is not None:
-            self._metrics.stored(len(stored.evicted), stored.total_bytes)
 
     def release(self, turn: CacheTurn | None) -> None:
-        """The render is over (stored, failed or cancelled): waiters may go on."""
-        if turn is None or turn.holding is None:
+        """The render is over (failed or cancelled, or decided: :meth:`decided`): waiters
+        may go on. A staged render keeps its claim until its run's decision."""
+        if turn is None or turn.holding is None or turn.staged is not None:
             return
         flight = self._flight()
         try:

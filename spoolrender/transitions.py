@@ -45,6 +45,7 @@ from spoolrender.records import (
     read_runs,
 )
 from spoolrender.render_cache import RESULT_FIELDS as CACHE_FIELDS
+from spoolrender.rerun import last_published, refusal_for
 from spoolrender.spool_io import is_spool_io
 
 log = logging.getLogger(__name__)
@@ -153,14 +154,6 @@ def move_to_failed(
     return target
 
 
-def _rendered_file(info: dict[str, Any]) -> RenderedFile | None:
-    """The decided output's identity as recorded (``mtime_ns`` only since sshfs support)."""
-    if info.get("inode") is None:
-        return None
-    mtime_ns = info.get("mtime_ns")
-    return RenderedFile(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
-
-
 def complete_publish(
     layout: SpoolLayout,
     output_root: Path,
@@ -174,12 +167,15 @@ def complete_publish(
     info = record.publish or {}
     # ``temp`` is relative to the output root (absolute in records of older versions):
     # joined with *our* output root, it works on a host that mounts it elsewhere.
+    rel = PurePosixPath(info["output"])
     published: Published = publish_output(
         output_root,
-        PurePosixPath(info["output"]),
+        rel,
         output_root / info["temp"],
         replace=bool(info.get("replace")),
-        expect=_rendered_file(info),
+        expect=RenderedFile.recorded(info),
+        # A re-run replaces only the output its own id published last (spoolrender.rerun).
+        may_replace=lambda st: refusal_for(st, last_published(layout, job_id, rel), rel, job_id),
     )
     crash_point("after-publish")
     runs = read_runs(job_dir)
@@ -266,7 +262,7 @@ def carry_out(
                 started=record.ended,
                 ended=time.time(),
                 error={
-                    "kind": "publish",
+                    "kind": exc.kind or "publish",
                     "message": f"rendered, but not published: {exc}",
                     "transient": False,
                 },

@@ -249,7 +249,8 @@ def test_a_symlink_in_place_of_the_cache_is_not_followed(cached: SpoolLayout, tm
         drop(cached, f"{name}.yaml", command_job(marker=str(marker)))
         drain(cached)
     assert renders(marker) == 2 and os.listdir(elsewhere) == []  # rendered, nothing written there
-    assert "cache" not in result_of(cached, "s2")
+    result = result_of(cached, "s2")
+    assert result["cache"] == "refused" and "is a symlink or not a directory" in result["cache_refused"]
 
 
 def test_an_output_larger_than_the_cache_is_not_stored(cached: SpoolLayout, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from spoolrender import defaults
 from spoolrender.chunks.ledger import ChunkStates, chunk_info, chunk_states, finished_dir, read_plan
 from spoolrender.chunks.naming import (
+    STORE_DIR,
     chunk_id,
     chunk_store_name,
     chunk_uid,
@@ -36,6 +37,7 @@ from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name
 from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
+from spoolrender.trusted_dirs import UntrustedDir, ensure_trusted_path
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,7 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
         files = store_dir(output_root, key) / chunk_store_name(index, record.token)
         scratch = output_root / (record.publish or {})["temp"]
         if os.path.lexists(scratch):
-            files.parent.mkdir(parents=True, exist_ok=True)
+            store_root(output_root, key)
             os.rename(scratch, files)  # same filesystem: the scratch dir is on the output root
             fsync_dir(files.parent)
         crash_point("chunk-after-store")
@@ -168,6 +170,17 @@ def finish_chunk(layout: SpoolLayout, output_root: Path, job_dir: Path, record: 
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
     wake_if_ready(layout, output_root, key, uid, priority, decided_at(target, record))
     return target
+
+
+def store_root(output_root: Path, key: str) -> Path:
+    """The chunk store of job ``key``, made or found the runner's alone (trusted_dirs):
+    in another user's store they could replace a chunk before the join. Raises
+    PermissionError for one that is not (the decision is carried out again once the
+    operator has removed it)."""
+    try:
+        return ensure_trusted_path(output_root, STORE_DIR, key)
+    except UntrustedDir as exc:
+        raise PermissionError(errno.EACCES, f"{exc}: refusing to store chunks in it; remove it") from exc
 
 
 def _drop(job_dir: Path, files: Path | None) -> Path:

@@ -20,6 +20,7 @@ from spoolrender.cli.exit_codes import (
     EXIT_OK,
     EXIT_PAUSED,
 )
+from spoolrender.cli.ops_commands import list_command, rerun_command, retry_command
 from spoolrender.cli.parser import comma_names
 from spoolrender.config import SpoolConfig, load_config
 from spoolrender.defaults import CONFIG_FILENAME
@@ -137,6 +138,9 @@ def _spool(args: argparse.Namespace) -> Spool:
     return Spool(config=_config(args))
 
 
+OPS_COMMANDS = {"list": list_command, "retry": retry_command, "rerun": rerun_command}
+
+
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
         return _init(args)
@@ -198,15 +202,8 @@ def dispatch(args: argparse.Namespace) -> int:
             _say(entry)
         print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
         return EXIT_OK
-    if args.command == "retry":
-        spool = _spool(args)
-        if args.all_failed:
-            moved = spool.retry_all_failed()
-            _say(f"{len(moved)} job(s) sent back to retry/: {', '.join(moved) or '-'}")
-        else:
-            for line in spool.retry(args.id):  # the lines of control.retry
-                _say(line)
-        return EXIT_OK
+    if args.command in OPS_COMMANDS:
+        return OPS_COMMANDS[args.command](_config(args), args)
     if args.command == "serve":
         return _serve(args)
     raise AssertionError(args.command)  # pragma: no cover

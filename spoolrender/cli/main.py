@@ -5,15 +5,20 @@ from __future__ import annotations
 import sys
 
 from spoolrender.cli.commands import dispatch, print_problems, silence_stdout
-from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from spoolrender.cli.log_output import setup_logging
-from spoolrender.cli.parser import build_parser
+from spoolrender.cli.parser import build_parser, unknown_command
 from spoolrender.display import printable
 from spoolrender.errors import JobInvalid, SpoolrenderError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    unknown = unknown_command(parser, sys.argv[1:] if argv is None else argv)
+    if unknown is not None:
+        parser.print_usage(sys.stderr)
+        print(f"spoolrender: error: {printable(unknown)}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     setup_logging(args)
     try:

@@ -30,6 +30,8 @@ examples:
   spoolrender run --drain                   render what is queued, then exit (for cron)
   spoolrender status --watch                what is queued, running, failed (live)
   spoolrender show intro-42                 one job: state, attempts, errors, logs
+  spoolrender list failed --since 1d        every failed job of the last day, newest first
+  spoolrender rerun intro-42                render a done job again under its id
   spoolrender cancel intro-42               cancel a queued or running job
   spoolrender retry --all-failed            give failed jobs fresh attempts
   spoolrender pause / resume                stop / restart claiming on every host
@@ -225,7 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find a job by id in every state and show its state, attempts, each run's outcome and "
         "error, its result or failure, and the paths of its render logs. --json prints one object: the "
         "current entry, with `entries` (every entry of the id) and `others` (the other entries described).",
-        epilog="examples:\n  spoolrender show intro-42\n  spoolrender show intro-42 --json\n",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender show intro-42                each run with its start, end and duration (UTC)
+              spoolrender show intro-42 --json | jq .due          a waiting retry's next attempt
+              spoolrender show intro-42 --json | jq .eta_seconds  a running job's time left
+              spoolrender show intro                   no such id: "did you mean 'intro-42'?"
+            attempts counts the attempt being rendered, so a job on its 2nd try says 2.
+        """),
     )  # fmt: skip
     p.add_argument("id", help="job id")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -298,24 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
     _add_common(p)
 
-    p = sub.add_parser(
-        "retry", help="give failed jobs fresh attempts", formatter_class=raw,
-        description="Move failed jobs back to retry/, due now, with their attempt count reset. A cancelled "
-        "job is a failed job: retrying it withdraws the cancel, and it renders again. A job waiting in "
-        "retry/ for its next attempt is made due now (its attempts are kept). A job never runs before its "
-        "not_before: a scheduled job that was cancelled and is retried waits for its time again, and "
-        "retry does not move a schedule forward. The HTTP API's POST /jobs/ID/retry and the Python "
-        "API's Spool.retry do the same.",
-        epilog=textwrap.dedent("""\
-            examples:
-              spoolrender retry intro-42
-              spoolrender retry --all-failed
-        """),
-    )  # fmt: skip
-    group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("id", nargs="?", help="job id")
-    group.add_argument("--all-failed", action="store_true", help="every job in failed/")
-    _add_common(p)
+    add_retry_parser(sub)
+    add_rerun_parser(sub)
+    add_list_parser(sub)
 
     p = sub.add_parser(
         "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=raw,
@@ -372,6 +366,113 @@ def _add_live_option(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_list_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from spoolrender.defaults import LIST_LIMIT, STATE_DIRS
+
+    p = sub.add_parser(
+        "list", help="every job of a state, newest first, a page at a time", formatter_class=RAW,
+        description="List jobs one per line: state, id, when (queued, started, due, finished), queue and "
+        "what became of it (progress and ETA, output, failure kind and reason). Newest first within each "
+        "state (retry: next due first, its queue order); without STATE every state, in the spool's order. "
+        "A page reads only its own jobs; --kind, --queue and --since read what they filter on (--queue on "
+        "a big done/ reads each job's records). `status` stays the summary.",
+        epilog=textwrap.dedent(f"""\
+            examples:
+              spoolrender list                          the newest {LIST_LIMIT} jobs of every state
+              spoolrender list failed                   failed jobs, newest first
+              spoolrender list failed --kind timeout    only those that timed out
+              spoolrender list --queue urgent           the jobs of one queue
+              spoolrender list done --since 1h          finished in the last hour
+              spoolrender list done --limit 100 --offset 100   the second page of 100
+              spoolrender list retry --json | jq '.jobs[].due'   the schema of GET /jobs
+        """),
+    )  # fmt: skip
+    p.add_argument("state", nargs="?", choices=STATE_DIRS, metavar="STATE",
+                   help=f"one of {', '.join(STATE_DIRS)} (default: every state)")  # fmt: skip
+    p.add_argument("--queue", metavar="Q", help="only jobs of queue Q")
+    p.add_argument("--kind", metavar="K", help="only failed or retry-waiting jobs whose last error is of kind K")
+    p.add_argument("--since", type=duration, metavar="DURATION",
+                   help="only jobs that got into their state in the last DURATION (90m, 12h, 7d)")  # fmt: skip
+    p.add_argument("--limit", type=positive_int, default=LIST_LIMIT, metavar="N",
+                   help=f"at most N jobs (default {LIST_LIMIT})")  # fmt: skip
+    p.add_argument("--offset", type=non_negative_int, default=0, metavar="N", help="skip the first N jobs")
+    p.add_argument("--json", action="store_true", help="one JSON object, as GET /jobs answers")
+    _add_common(p)
+
+
+def add_retry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from spoolrender.defaults import HOPELESS_KINDS
+
+    p = sub.add_parser(
+        "retry", help="give failed jobs fresh attempts", formatter_class=RAW,
+        description="Move failed jobs back to retry/, due now, with their attempt count reset. A cancelled "
+        "job is a failed job: retrying it withdraws the cancel, and it renders again. A job waiting in "
+        "retry/ for its next attempt is made due now (its attempts are kept). A job never runs before its "
+        "not_before: a scheduled job that was cancelled and is retried waits for its time again, and "
+        "retry does not move a schedule forward. The HTTP API's POST /jobs/ID/retry and the Python "
+        "API's Spool.retry do the same.\n\n"
+        f"Hopeless kinds ({', '.join(HOPELESS_KINDS)}) fail again the same way unless something changed "
+        "(the job file, the project, the config), and a cancel was meant: --all-failed leaves them out "
+        "unless --include-hopeless, or --kind names the kind. --kind and --queue choose among the failed "
+        "jobs (so imply --all-failed).",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender retry intro-42
+              spoolrender retry --all-failed --dry-run          what would go back, nothing moved
+              spoolrender retry --all-failed                    all but the hopeless kinds
+              spoolrender retry --all-failed --include-hopeless after fixing the project or config
+              spoolrender retry --kind timeout                  only jobs that timed out
+              spoolrender retry --kind cancelled                the cancelled ones too, named
+              spoolrender retry --queue urgent --dry-run        the failed jobs of one queue
+        """),
+    )  # fmt: skip
+    p.add_argument("id", nargs="?", help="job id")
+    p.add_argument("--all-failed", action="store_true", help="every job in failed/ (but the hopeless kinds)")
+    p.add_argument("--kind", action="append", metavar="K", help="only failed jobs of this failure kind (repeatable)")
+    p.add_argument("--queue", metavar="Q", help="only failed jobs of queue Q")
+    p.add_argument("--include-hopeless", action="store_true",
+                   help=f"with --all-failed: {', '.join(HOPELESS_KINDS)} too")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="only list what would be retried")
+    _add_common(p)
+
+
+def add_rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "rerun", help="render a done job again, as a new run of the same id", formatter_class=RAW,
+        description="Queue a done job's own job file again, under its id and output, with rerun: true "
+        "and cache: false (it renders, never reuses the render cache). "
+        "The published output and the done entry stay as they are while the new run waits and renders; "
+        "its output replaces the old one only once it is verified and published (one rename), and the "
+        "new run gets its own done/ entry (show lists both, newest first). Hooks fire for the new run as "
+        "for any job. Refused while the id is queued or running.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender rerun intro-42                after fixing a font or an asset
+              spoolrender rerun intro-42 --dry-run      the job file it would queue
+        """),
+    )  # fmt: skip
+    p.add_argument("id", help="id of a done job")
+    p.add_argument("--dry-run", action="store_true", help="print the job file that would be queued; queue nothing")
+    _add_common(p)
+
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+
+def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The error for a first argument that is no command (``stauts``), with a did-you-mean;
+    None if it is one (or an option: argparse words those)."""
+    from spoolrender.suggest import did_you_mean
+
+    if not argv or argv[0].startswith("-"):
+        return None
+    commands = [name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
+    if argv[0] in commands:
+        return None
+    hint = did_you_mean(argv[0], commands)
+    return f"unknown command {argv[0]!r}" + (f"; {hint}" if hint else "") + f" (commands: {', '.join(commands)})"
+
+
 def comma_names(text: str | None) -> list[str] | None:
     """A comma-separated flag as a list (config checks the names); None when not given."""
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
@@ -384,6 +485,16 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
 
 

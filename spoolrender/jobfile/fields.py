@@ -24,6 +24,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.jobfile.media import CODECS, check_still, combination_problems, default_suffix, setting_problem
 from spoolrender.jobfile.naming import ID_PATTERN, ID_RULE, filename_origin, id_from_filename, output_path_problem
 from spoolrender.queues import name_problem
+from spoolrender.suggest import did_you_mean
 
 RENDERERS = ("remotion", "command")
 REMOTION_CODECS = CODECS
@@ -422,7 +423,9 @@ def check_fields(f: Fields) -> None:
         if key not in FIELD_CHECKS:
             # The name of a field the file should not have: shown cut short, as it is
             # content of the file rather than something the schema knows.
-            f.problem(str(key)[:60], f"unknown field (known: {', '.join(KNOWN_FIELDS)})")
+            hint = did_you_mean(str(key), KNOWN_FIELDS) if isinstance(key, str) else ""
+            known = f"unknown field (known: {', '.join(KNOWN_FIELDS)})"
+            f.problem(str(key)[:60], f"{known}; {hint}" if hint else known)
     for name, check in FIELD_CHECKS.items():
         f.values[name] = check(f.doc.get(name, MISSING), f)
     _media(f)

@@ -15,7 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-KEY_VERSION = 1  # bump when what goes into a key changes: old entries then never match
+# Bump when what goes into a key changes: old entries then never match. 2: a command's
+# chunked templates, and cached commands no longer see $SPOOLRENDER_JOB_ID/_ATTEMPT/_THREADS.
+KEY_VERSION = 2
 _CHUNK = 1 << 20
 
 

@@ -7,7 +7,9 @@ whole values, so nothing a job contains can become shell syntax or an extra argu
 
 Placeholders: ``{output}`` (the file to write), ``{job_file}``, ``{props_file}`` (the
 job's props as JSON), ``{work_dir}`` (scratch, also TMPDIR), ``{threads}``, ``{job_id}``,
-``{attempt}``.
+``{attempt}``; the last three also as ``$SPOOLRENDER_THREADS``, ``$SPOOLRENDER_JOB_ID``,
+``$SPOOLRENDER_ATTEMPT`` (for a job that uses the render cache only when the templates
+name them: see :meth:`CommandRenderer.cache_key`).
 
 Chunked rendering (docs/chunked-rendering.md): a command with a ``command_chunks:``
 entry in the spool config can be split (``chunks: N`` in the job, or ``split_seconds``):
@@ -36,12 +38,13 @@ import shutil
 import subprocess
 import threading
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
 from spoolrender import defaults
 from spoolrender.chunks.command_config import CommandChunks
-from spoolrender.config import SpoolConfig
+from spoolrender.config import ENV_PREFIX, SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import (
     KILLED,
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 PROGRESS_LINE = re.compile(r"PROGRESS\s+([0-9]*\.?[0-9]+)(%?)\s*")
 FRAMES_LINE = re.compile(r"FRAMES\s+(\d+)\s+(\d+)\s+([0-9]*\.?[0-9]+)")
+# The placeholders whose values differ between identical jobs (or hosts), and the
+# environment variables that carry the same values (cache_key, _environment).
+JOB_VARIABLES = {"job_id": "SPOOLRENDER_JOB_ID", "attempt": "SPOOLRENDER_ATTEMPT", "threads": "SPOOLRENDER_THREADS"}
 EX_TEMPFAIL = 75
 SYSEXITS = range(64, 79)
 
@@ -81,44 +87,79 @@ class CommandRenderer(WholeRendersOnly):
         self._digests = FileDigests()
 
     def cache_key(self, request: RenderRequest) -> str | None:
-        """The command's argv template, the content of the files it names, and the props.
+        """Everything the command can see, but the paths of the run's own scratch files.
 
-        Files that count: the program (argv[0], found on PATH as the render would find
-        it) and every other argument that is an absolute path to an existing file, read
-        once per version of the file (FileDigests). What a placeholder brings in counts
-        when the template uses it: ``{job_file}`` the job file's bytes, ``{job_id}``,
-        ``{attempt}``, ``{threads}`` their values (such a job matches only itself).
-        Not keyed: the environment and files the program opens on its own; a command
-        whose output depends on those must not be cached (docs/render-cache.md).
-        Cost: a stat per named file, and reading the job file when the template names it.
+        The command's argv templates (its ``commands:`` entry and, when it has one, its
+        ``command_chunks:`` span, chunk and join), the content of the files they name
+        (argv[0], found on PATH as the render would find it, and every other argument that
+        is an absolute path to an existing file, read once per version: FileDigests), the
+        props and the output's suffix. ``{job_file}`` brings in the job file's bytes.
+        Values that differ between identical jobs (the id, the attempt, the thread count)
+        are given to a cached command only when its templates name them, as placeholder
+        and as ``$SPOOLRENDER_JOB_ID``/``_ATTEMPT``/``_THREADS`` alike, and are then in
+        the key (such a job matches only jobs with the same value); otherwise the command
+        sees none of them and no other ``SPOOLRENDER_*`` variable (:meth:`_environment`).
+        Not keyed: the rest of the runner's environment and files the program opens on
+        its own; a command whose output depends on those must not be cached
+        (docs/render-cache.md). Cost: a stat per named file, and reading the job file when
+        a template names it.
         """
         name = request.spec.command
         if name is None or name not in self._config.commands:
             return None  # render() fails the job with the reason
-        template = self._config.commands[name]
+        templates = self._templates(name)
         files: dict[str, str | None] = {}
-        for index, arg in enumerate(template):
-            if PLACEHOLDER.search(arg):
-                continue
-            found = shutil.which(arg) if index == 0 and os.sep not in arg else arg
-            if found is None or not os.path.isabs(found) or not os.path.isfile(found):
-                if index == 0:
-                    files[arg] = None  # not installed: the render fails and nothing is stored
-                continue
-            files[arg] = self._digests.of(Path(found))
-        used = {m.group(1) for arg in template for m in PLACEHOLDER.finditer(arg)}
-        values = {"job_id": request.spec.id, "attempt": request.attempt, "threads": request.threads}
+        for template in templates.values():
+            for index, arg in enumerate(template):
+                if PLACEHOLDER.search(arg):
+                    continue
+                found = shutil.which(arg) if index == 0 and os.sep not in arg else arg
+                if found is None or not os.path.isabs(found) or not os.path.isfile(found):
+                    if index == 0:
+                        files[arg] = None  # not installed: the render fails and nothing is stored
+                    continue
+                files[arg] = self._digests.of(Path(found))
         parts = {
             "renderer": "command",
-            "argv": list(template),
+            "argv": {kind: list(template) for kind, template in templates.items()},
             "files": files,
             "props": request.props,
             "output_suffix": request.output.suffix,
-            **{k: v for k, v in values.items() if k in used},
+            **{k: v for k, v in _job_values(request, request.attempt).items() if k in self._named(name)},
         }
-        if "job_file" in used:
+        if "job_file" in self._named(name):
             parts["job_file"] = sha256_file(request.job_file)
         return digest_of(parts)
+
+    def _templates(self, name: str) -> dict[str, tuple[str, ...]]:
+        """Every argv template of command ``name``: the whole render's, and its chunked ones."""
+        templates = {"whole": self._config.commands[name]}
+        chunked = self._config.command_chunks.get(name)
+        if chunked is not None:
+            templates.update(span=chunked.span, chunk=chunked.chunk, join=chunked.join)
+        return templates
+
+    def _named(self, name: str) -> set[str]:
+        """The placeholders command ``name``'s templates use."""
+        return {m.group(1) for template in self._templates(name).values() for arg in template
+                for m in PLACEHOLDER.finditer(arg)}  # fmt: skip
+
+    def _environment(self, name: str, request: RenderRequest | JoinRequest, attempt: int) -> dict[str, str]:
+        """The command's environment: the runner's, TMPDIR, and the job's values.
+
+        A command whose job uses the render cache sees a value that differs between
+        identical jobs only when its templates name it (then the key holds it), and no
+        other ``SPOOLRENDER_*`` variable (the runner's own settings, which differ between
+        hosts that share entries): else an identical job of another id could be served an
+        output made from this job's id or attempt.
+        """
+        env = {**os.environ, "TMPDIR": str(request.work_dir / "tmp")}
+        shown: Iterable[str] = JOB_VARIABLES
+        if request.spec.uses_cache(self._config):
+            env = {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
+            shown = JOB_VARIABLES.keys() & self._named(name)
+        values = _job_values(request, attempt)
+        return {**env, **{JOB_VARIABLES[placeholder]: str(values[placeholder]) for placeholder in shown}}
 
     def _values(self, request: RenderRequest | JoinRequest, attempt: int) -> dict[str, str]:
         props_file = request.work_dir / "props.json"
@@ -230,15 +271,8 @@ class CommandRenderer(WholeRendersOnly):
         cancel: CancelToken,
     ) -> deque[str]:
         """Run ``argv`` to its end; the last lines it printed, or RenderError/RenderCancelled."""
-        tmp = request.work_dir / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "TMPDIR": str(tmp),
-            "SPOOLRENDER_THREADS": str(request.threads),
-            "SPOOLRENDER_JOB_ID": request.spec.id,
-            "SPOOLRENDER_ATTEMPT": str(attempt),
-        }
+        (request.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        env = self._environment(name, request, attempt)
         tail: deque[str] = deque(maxlen=20)
         with open(request.log, "ab") as log_fh:
             log_fh.write(f"$ {' '.join(argv)}\n".encode())
@@ -297,6 +331,11 @@ class CommandRenderer(WholeRendersOnly):
         if killing_signal(code) is not None:  # an operator's kill or the OOM killer, not a failure of its own
             raise RenderError(message, transient=True, kind=KILLED)
         raise RenderError(message, transient=transient, kind="command-exit")
+
+
+def _job_values(request: RenderRequest | JoinRequest, attempt: int) -> dict[str, str | int]:
+    """The values of the placeholders that differ between identical jobs."""
+    return {"job_id": request.spec.id, "attempt": attempt, "threads": request.threads}
 
 
 def _no_progress(fraction: float | None, stage: str | None = None) -> None:

@@ -84,8 +84,12 @@ def list_jobs(
     offset: int,
     filters: Filters | None = None,
     index: JobIndex | None = None,
+    newest_first: bool = False,
 ) -> dict[str, Any]:
     """``GET /jobs``: one page of jobs (of one state or all), with the spool's counts.
+
+    ``newest_first``: every state newest first (retry: next due first), as `spoolrender
+    list` pages (:meth:`JobIndex.select`); else each state in its browsing order.
 
     Items share their fields with the ``status --json`` objects: running items are its
     ``running`` objects, retry items its ``retry`` objects, failed items its
@@ -114,7 +118,7 @@ def list_jobs(
     total = 0
     skip = offset
     for s in states:
-        names = index.select(s, listing[s], filters)
+        names = index.select(s, listing[s], filters, newest_first=newest_first)
         total += len(names)
         if skip >= len(names):
             skip -= len(names)

@@ -109,7 +109,7 @@ class JobIndex:
         self._routes: dict[str, dict[str, tuple[tuple[int, float] | None, JobRoute]]] = {
             s: {} for s in defaults.STATE_DIRS
         }
-        self._last: dict[str, tuple[list[str], Filters, list[str]]] = {}
+        self._last: dict[str, tuple[list[str], tuple[Filters, bool], list[str]]] = {}
         self._unknown_time = False
 
     def time(self, state: str, name: str) -> float | None:
@@ -196,23 +196,33 @@ class JobIndex:
                 with self._lock:  # one entry at a time: requests are never held up for long
                     self.time(state, name)
 
-    def select(self, state: str, names: list[str], filters: Filters) -> list[str]:
+    def select(self, state: str, names: list[str], filters: Filters, *, newest_first: bool = False) -> list[str]:
         """``names`` (a fresh listing of ``state``) in order, narrowed by ``filters``.
 
+        ``newest_first`` (`spoolrender list`): incoming, running and split entries too are
+        ordered by their time, newest first (retry stays in due order: its queue order).
         The last answer per state is kept: paging through an unchanged directory (the same
         listing, compared in one pass) with the same filters does not sort it again.
         """
         with self._lock:
             last = self._last.get(state)
-            if last is not None and last[1] == filters and last[0] == names:
+            if last is not None and last[1] == (filters, newest_first) and last[0] == names:
                 return last[2]
             self._unknown_time = False
             chosen = self._select(state, names, filters)
+            if newest_first and state not in STAMP_FILE and state != "retry":
+                chosen = self._newest_first(state, chosen)
             # An entry without a time yet gets its place next time; a waiting file's queue may
             # change with its contents while its name stays.
             if not self._unknown_time and not (state == "incoming" and filters.queue is not None):
-                self._last[state] = (names, filters, chosen)
+                self._last[state] = (names, (filters, newest_first), chosen)
             return chosen
+
+    def _newest_first(self, state: str, names: list[str]) -> list[str]:
+        stamped = [(self.time(state, n), n) for n in names]
+        self._unknown_time = self._unknown_time or any(t is None for t, _ in stamped)
+        stamped.sort(key=lambda item: (float("-inf") if item[0] is None else item[0], item[1]), reverse=True)
+        return [n for _, n in stamped]
 
     def _select(self, state: str, names: list[str], filters: Filters) -> list[str]:
         self._forget_gone(state, names)

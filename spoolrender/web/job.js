@@ -26,6 +26,7 @@ function cacheText(result) {
   }
   if (result.cache === "stored") return "miss: rendered and stored";
   if (result.cache === "miss") return "miss: rendered, not stored";
+  if (result.cache === "refused") return `not used: ${result.cache_refused}; rendered`;
   return null;
 }
 

@@ -39,7 +39,7 @@ elif mode == "whole":
         out.writelines(line(i) for i in range(frames))
 elif mode == "chunk":
     index, first, last, directory = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-    attempt = int(os.environ["SPOOLRENDER_ATTEMPT"])
+    attempt = int(os.environ.get("SPOOLRENDER_ATTEMPT", "1"))  # not shown to a cached job
     if props.get("pid_dir"):
         with open(os.path.join(props["pid_dir"], f"{index}.tmp"), "w") as fh:
             fh.write(str(os.getpid()))

@@ -58,9 +58,10 @@ def test_sigkill_at_each_cache_step_loses_nothing(tmp_path: Path, point: str) ->
         outcomes = [r["outcome"] for r in record["runs"]]  # type: ignore[attr-defined]
         assert outcomes.count("publishing") == 1, outcomes
     killed = result(layout, "second" if point == "cache-after-hit" else "first")
-    # Killed after the store or the hit: the retry reuses the entry (its own render, or
-    # the first job's); killed holding the claim: the retry takes it over and renders.
-    assert killed["cache"] == ("stored" if point == "cache-after-hold" else "hit"), killed
+    # Killed after the hit: the retry reuses the first job's entry; killed holding the
+    # claim: the retry takes it over and renders; killed after the store (which comes
+    # after the publish decision): the recovery carries that decision out.
+    assert killed["cache"] == ("hit" if point == "cache-after-hit" else "stored"), killed
     entries = os.listdir(layout.root / "output" / ".spoolrender-cache" / "entries")
     assert len(entries) == 1
     inflight = layout.root / "output" / ".spoolrender-cache" / "inflight"

@@ -1,0 +1,76 @@
+"""Did-you-mean hints for names a person typed: commands, job fields, compositions, job ids.
+
+The matching is the standard library's :func:`difflib.get_close_matches` (ratio of
+matching characters), never a hand-written distance. A job id gets one more kind of
+match: ids that contain what was typed (``intro`` -> ``intro-welcome``), because an id is
+often shortened rather than misspelt, and a prefix of a long id scores below difflib's cutoff.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+from spoolrender import defaults
+
+SUGGESTIONS = 3  # at most this many names in one hint
+CUTOFF = 0.6  # difflib's default: "stauts" -> "status", "prop" -> "props"
+
+
+def close_matches(word: str, candidates: Iterable[str], *, contained: bool = False) -> list[str]:
+    """The candidates closest to ``word``, best first (at most SUGGESTIONS; empty: none close).
+
+    ``contained``: candidates that contain ``word`` come first (for shortened ids).
+    """
+    pool = sorted(set(candidates) - {word})
+    found: list[str] = []
+    if contained and word:
+        found = [c for c in pool if word in c]
+        found.sort(key=lambda c: (not c.startswith(word), len(c), c))
+    for match in difflib.get_close_matches(word, pool, n=SUGGESTIONS, cutoff=CUTOFF):
+        if match not in found:
+            found.append(match)
+    return found[:SUGGESTIONS]
+
+
+def did_you_mean(word: str, candidates: Iterable[str], *, contained: bool = False) -> str:
+    """``"did you mean 'props'?"`` (or ``'a' or 'b'``), or "" when nothing is close."""
+    found = close_matches(word, candidates, contained=contained)
+    if not found:
+        return ""
+    return "did you mean " + " or ".join(repr(m) for m in found) + "?"
+
+
+def spool_ids(names_by_state: dict[str, list[str]]) -> set[str]:
+    """The job ids that entry names carry (incoming/: the file name's stem), without reading
+    a file: a hint must stay as cheap as the listing it comes from."""
+    from spoolrender.jobfile.naming import id_from_filename
+    from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME
+
+    patterns = {"running": RUNNING_NAME, "retry": RETRY_NAME}
+    ids = set()
+    for state, names in names_by_state.items():
+        for name in names:
+            if name.startswith("."):
+                continue
+            if state == "incoming":
+                ids.add(id_from_filename(name.rpartition("/")[2]))
+                continue
+            m = patterns.get(state, FINAL_NAME).fullmatch(name)
+            if m:
+                ids.add(m.group("id"))
+    return ids
+
+
+def id_hint(spool_root: Path, job_id: str) -> str:
+    """``"; did you mean 'intro-welcome'?"`` for an id not in the spool at ``spool_root``, or ""."""
+    # Imported here: job-file checks import this module, and the spool's modules import them.
+    from spoolrender.layout import SpoolLayout, list_names
+    from spoolrender.queues import list_incoming
+
+    layout = SpoolLayout(spool_root)
+    names = {state: list_names(layout.state_dir(state)) for state in defaults.STATE_DIRS if state != "incoming"}
+    names["incoming"] = list_incoming(layout.incoming)
+    hint = did_you_mean(job_id, spool_ids(names), contained=True)
+    return f"; {hint}" if hint else ""

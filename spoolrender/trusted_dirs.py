@@ -1,0 +1,143 @@
+"""Directories under a shared output root that the runner may trust: its own, nobody else's to write.
+
+The output root is shared: consumers read it, and on many hosts the spool's group (the
+submitters) can write to it too. The runner keeps three trees of its own there: the render
+cache (``.spoolrender-cache/``), the scratch directories (``.spoolrender-tmp/``) and the
+chunk store. A directory another user made, or may write to, lets that user rename or
+replace what is in it: a cache entry with their own bytes (and a matching sha256), a scratch
+output before it is published, a chunk before the join. So each directory of those trees is
+trusted only if it is a real directory (never a symlink), owned by the runner's uid and not
+writable by group or others; each file taken from them (a cache entry's output and
+entry.json) likewise.
+
+Directories are opened one component at a time relative to their parent's descriptor
+(O_DIRECTORY|O_NOFOLLOW), and checked with fstat on what was opened, so what is checked is
+what is then used: a rename of a name between the check and the use cannot swap it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+
+from spoolrender.errors import SpoolrenderError
+
+log = logging.getLogger(__name__)
+
+# The failure kind of a run that needs a directory it cannot trust (the scratch directory).
+UNTRUSTED_DIR = "untrusted-dir"
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+TRUSTED_DIR_MODE = 0o755
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+
+
+class UntrustedDir(SpoolrenderError):
+    """A directory or file under the output root that the runner must not trust."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def trust_problem(st: os.stat_result) -> str | None:
+    """Why an inode with status ``st`` is not the runner's alone (or root's), or None."""
+    problem = owner_problem(st)
+    if problem is None and st.st_mode & _WRITABLE_BY_OTHERS:
+        return f"is writable by its group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return problem
+
+
+def owner_problem(st: os.stat_result) -> str | None:
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        return f"is owned by uid {st.st_uid}, not by the runner's uid {uid}" + ("" if uid == 0 else " or root")
+    return None
+
+
+def check_trusted(fd: int, path: Path) -> None:
+    """Raise UntrustedDir if the open file or directory ``fd`` (named ``path``) is not ours alone."""
+    problem = trust_problem(os.fstat(fd))
+    if problem is not None:
+        raise UntrustedDir(path, problem)
+
+
+def open_root(path: Path) -> int:
+    """A descriptor of the configured output root: the one path resolved by name (it is
+    the operator's; a symlink there is their choice)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def open_trusted(parent: int, name: str, path: Path, *, create: bool = False) -> int | None:
+    """Open the directory ``name`` in ``parent`` (``path`` names it in messages), checked
+    trusted; None if it is absent and not ``create``. Raises UntrustedDir."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedDir(path, "is a symlink or not a directory") from exc
+        raise
+    try:
+        check_trusted(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def ensure_trusted_path(root: Path, *names: str) -> Path:
+    """Make (mode 0755) or find ``root/names...``, each directory checked trusted; its path.
+
+    For trees a run cannot do without (scratch, chunk store). A directory of the runner's
+    own that its group or others may write to (made by an older version under umask 002)
+    is repaired (chmod go-w) rather than refused: only the runner can have put anything
+    in it that the runner then uses, each run's own directory is made afresh, and
+    nobody else can rename in it from now on. One owned by another user is refused.
+    Raises UntrustedDir, OSError. Callers that then use the path by name rely on every
+    component being the runner's, which nobody else can rename in.
+    """
+    fd = open_root(root)
+    path = root
+    try:
+        for name in names:
+            path = path / name
+            child = _open_repaired(fd, name, path)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+    return path
+
+
+def _open_repaired(parent: int, name: str, path: Path) -> int:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedDir(path, "is a symlink or not a directory") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        problem = owner_problem(st)
+        if problem is not None:
+            raise UntrustedDir(path, problem)
+        if st.st_mode & _WRITABLE_BY_OTHERS:
+            log.warning("%s was writable by its group or others; made it writable by the runner only", path)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_WRITABLE_BY_OTHERS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

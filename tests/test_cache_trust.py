@@ -1,0 +1,221 @@
+"""Issue 20 items 7 and 12, and "store into the render cache only after the run's checks":
+the render cache and the scratch tree trust only what the runner alone owns, the cache
+keys (or withholds) everything a command can see, and holds only renders whose own run
+decided to publish them.
+
+The hostile member of the spool's group is a real second uid (``setpriv`` to nobody), on a
+shared output root they may write to (mode 0777 stands for a group-writable one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+
+from spoolrender.config import load_config
+from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.render_cache import cache_root
+from spoolrender.runner import Runner
+from spoolrender.trusted_dirs import UNTRUSTED_DIR
+
+NEEDS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (a second uid)"
+)
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-c"]
+
+
+def drain(layout: SpoolLayout) -> None:
+    Runner(load_config(layout.root, environ={}), drain=True).run()
+
+
+def result_of(layout: SpoolLayout, job_id: str) -> dict[str, Any]:
+    (entry,) = [e for e in entries(layout, "done") if e.startswith(f"{job_id}.")]
+    data: dict[str, Any] = json.loads((layout.done / entry / "result.json").read_text())
+    return data
+
+
+def renders(marker: Path) -> int:
+    return len(marker.read_text().splitlines()) if marker.exists() else 0
+
+
+@pytest.fixture
+def shared() -> Iterator[SpoolLayout]:
+    """A spool whose output root another user can write to, in a directory nobody can reach."""
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-trust-"))
+    try:
+        os.chmod(base, 0o755)
+        layout = init_spool(base / "spool")
+        write_spool_config(layout, {"render_cache": True})
+        (layout.root / "output").mkdir(mode=0o777)
+        os.chmod(layout.root / "output", 0o777)
+        yield layout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(script: str, *args: str) -> None:
+    done = subprocess.run([*AS_NOBODY, script, *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@NEEDS_ROOT
+def test_a_cache_another_user_made_never_publishes_their_inode(shared: SpoolLayout, tmp_path: Path) -> None:
+    """Item 7: the member makes .spoolrender-cache/entries/ before any runner did, then puts
+    their own bytes (with a matching sha256) under the key of an honest job. The next
+    identical job of another user is rendered, never published as a link to their inode."""
+    cache = cache_root(shared.root / "output")
+    as_nobody("import os, sys; os.makedirs(sys.argv[1] + '/entries', 0o777)", str(cache))
+    marker = tmp_path / "renders"
+    job = command_job(content="the honest video", marker=str(marker))
+    drop(shared, "a.yaml", job)
+    drain(shared)
+    first = result_of(shared, "a")
+    evil = b"the attacker's video"
+    meta = {"key": first["cache_key"], "bytes": len(evil), "sha256": hashlib.sha256(evil).hexdigest(),
+            "source": {"id": "a"}, "details": {}}  # fmt: skip
+    plant = (
+        "import json, os, sys\n"
+        "entry = os.path.join(sys.argv[1], 'entries', sys.argv[2])\n"
+        "if os.path.isdir(entry):\n"
+        "    os.rename(entry, entry + '.aside')  # the honest entry, if one was stored\n"
+        "os.mkdir(entry)\n"
+        "open(os.path.join(entry, 'output'), 'wb').write(sys.argv[3].encode())\n"
+        "open(os.path.join(entry, 'entry.json'), 'w').write(sys.argv[4])\n"
+    )
+    as_nobody(plant, str(cache), first["cache_key"], evil.decode(), json.dumps(meta))
+    drop(shared, "b.yaml", job)
+    drain(shared)
+    second = result_of(shared, "b")
+    published = Path(second["output"])
+    assert published.read_bytes() == b"the honest video" and renders(marker) == 2
+    assert os.stat(published).st_uid == os.geteuid()
+    assert os.stat(published).st_ino != os.stat(cache / "entries" / first["cache_key"] / "output").st_ino
+    assert second["cache"] == "refused" and "owned by uid 65534, not by the runner's uid 0" in second["cache_refused"]
+    assert first["cache"] == "refused"  # nothing honest was ever stored in their directory
+
+
+def test_a_group_writable_cache_directory_is_refused_with_the_reason(spool: SpoolLayout, tmp_path: Path) -> None:
+    """Item 7: the runner's own entries/ left writable by its group (an old umask): not used."""
+    write_spool_config(spool, {"render_cache": True})
+    entries_dir = cache_root(spool.root / "output") / "entries"
+    entries_dir.mkdir(parents=True)
+    os.chmod(entries_dir, 0o775)
+    marker = tmp_path / "renders"
+    for name in ("g1", "g2"):
+        drop(spool, f"{name}.yaml", command_job(marker=str(marker)))
+        drain(spool)
+    assert renders(marker) == 2 and os.listdir(entries_dir) == []
+    result = result_of(spool, "g2")
+    assert result["cache"] == "refused"
+    assert result["cache_refused"] == f"{entries_dir} is writable by its group or others (mode 0775)"
+    status = subprocess.run(spoolrender_cmd("status", "--spool", str(spool.root)), capture_output=True, text=True)
+    assert f"render cache: not used: {entries_dir} is writable by its group or others" in status.stdout, status
+
+
+def test_a_command_reading_its_job_id_is_not_served_another_jobs_output(spool: SpoolLayout) -> None:
+    """Item 12: $SPOOLRENDER_JOB_ID is not shown to a cached command (identical jobs still
+    share its output); a template that names {job_id} sees it, and is keyed by it."""
+    reads_env = "import os, sys; open(sys.argv[1], 'w').write(os.environ.get('SPOOLRENDER_JOB_ID', 'no id'))"
+    names_id = "import os, sys; open(sys.argv[1], 'w').write(sys.argv[2] + ' ' + os.environ['SPOOLRENDER_JOB_ID'])"
+    commands = {
+        "env": [sys.executable, "-c", reads_env, "{output}"],
+        "named": [sys.executable, "-c", names_id, "{output}", "{job_id}"],
+    }
+    write_spool_config(spool, {"render_cache": True, "commands": commands})
+    for name in ("e1", "e2"):
+        drop(spool, f"{name}.yaml", {"renderer": "command", "command": "env"})
+        drain(spool)
+    assert Path(result_of(spool, "e2")["output"]).read_bytes() == b"no id"
+    assert result_of(spool, "e2")["cache"] == "hit"  # honest identical jobs keep their hits
+    for name in ("n1", "n2"):
+        drop(spool, f"{name}.yaml", {"renderer": "command", "command": "named"})
+        drain(spool)
+    assert Path(result_of(spool, "n2")["output"]).read_bytes() == b"n2 n2"
+    assert result_of(spool, "n2")["cache"] == "stored"
+
+
+def test_a_render_its_run_did_not_publish_is_never_stored(spool: SpoolLayout, tmp_path: Path) -> None:
+    """A verified render whose run is then not decided as published (here: its job file
+    changed during the render, which the decision refuses) leaves no cache entry; before,
+    the entry was stored first and the run's retry was a hit of its own refused render."""
+    # Paths of directories only: an argument that is an existing file is keyed by content.
+    edit_once = (  # by the running/ path: {job_file} would put the file's bytes in the key
+        "import glob, os, sys\n"
+        "flag, marker = os.path.join(sys.argv[3], 'edited'), os.path.join(sys.argv[3], 'renders')\n"
+        "if not os.path.exists(flag):\n"
+        "    open(flag, 'w').close()\n"
+        "    (job_file,) = glob.glob(os.path.join(sys.argv[2], '*', 'job.yaml'))\n"
+        "    open(job_file, 'a').write('# edited during the render\\n')\n"
+        "open(sys.argv[1], 'w').write('video')\n"
+        "open(marker, 'a').write('rendered\\n')\n"
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    command = [sys.executable, "-c", edit_once, "{output}", str(spool.running), str(state)]
+    write_spool_config(spool, {"render_cache": True, "commands": {"edits": command}})
+    drop(spool, "x.yaml", {"renderer": "command", "command": "edits"})
+
+    def done() -> bool:
+        drain(spool)  # the discarded run is requeued for after the settle time
+        return bool(entries(spool, "done"))
+
+    wait_for(done, timeout=60, interval=0.2)
+    result = result_of(spool, "x")
+    assert [r["outcome"] for r in result["runs"]][-1] == "publishing" and len(result["runs"]) == 2
+    assert result["cache"] == "stored" and renders(state / "renders") == 2
+
+
+@NEEDS_ROOT
+def test_a_scratch_tree_another_user_made_is_never_rendered_into(shared: SpoolLayout) -> None:
+    """Item 7: in their .spoolrender-tmp/ the member could replace a rendered file before
+    its publish. The run is refused with the reason (the job is not rendered there)."""
+    scratch = shared.root / "output" / ".spoolrender-tmp"
+    as_nobody("import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)", str(scratch))
+    drop(shared, "s.yaml", {**command_job(), "max_attempts": 1})
+    drain(shared)
+    (entry,) = entries(shared, "failed")
+    failure = json.loads((shared.failed / entry / "failure.json").read_text())
+    assert failure["kind"] == UNTRUSTED_DIR
+    assert f"{scratch} is owned by uid 65534, not by the runner's uid 0: refusing to render" in failure["reason"]
+    assert os.listdir(scratch) == []
+
+
+def test_the_runners_own_group_writable_scratch_tree_is_repaired(spool: SpoolLayout) -> None:
+    """A scratch tree an older version made under umask 002 is the runner's: made writable
+    by the runner only, and used."""
+    scratch = spool.root / "output" / ".spoolrender-tmp"
+    scratch.mkdir(parents=True)
+    os.chmod(scratch, 0o775)
+    drop(spool, "r.yaml", command_job())
+    drain(spool)
+    assert entries(spool, "done") and stat.S_IMODE(os.stat(scratch).st_mode) == 0o755
+
+
+def test_a_cache_made_under_umask_002_is_the_runners_alone_and_used(spool: SpoolLayout, tmp_path: Path) -> None:
+    """contrib's umask 002 (files the spool's group may write) must not make the cache's
+    own directories group-writable, which would have the next lookup refuse them."""
+    write_spool_config(spool, {"render_cache": True})
+    marker = tmp_path / "renders"
+    old = os.umask(0o002)
+    try:
+        for name in ("u1", "u2"):
+            drop(spool, f"{name}.yaml", command_job(marker=str(marker)))
+            drain(spool)
+    finally:
+        os.umask(old)
+    assert result_of(spool, "u2")["cache"] == "hit" and renders(marker) == 1
+    cache = cache_root(spool.root / "output")
+    for path in (cache, cache / "entries", cache / "staging", cache / "inflight", *(cache / "entries").iterdir()):
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o022 == 0, path
