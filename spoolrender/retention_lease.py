@@ -70,14 +70,14 @@ class RetentionPolicy:
         parts = []
         for state in FINISHED_STATES:
             age, count = self.limits(state)
-            said = [f"{_days(age)}" if age is not None else "", f"{count} newest" if count is not None else ""]
+            said = [f"{_duration_text(age)}" if age is not None else "", f"{count} newest" if count is not None else ""]
             said = [s for s in said if s]
             if said:
                 parts.append(f"{state}/ {' or '.join(said)}")
         return ", ".join(parts) if parts else "off"
 
 
-def _days(seconds: float) -> str:
+def _duration_text(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"
@@ -94,10 +94,6 @@ class LeaseState:
     host: str
     mtime: float  # the spool filesystem's clock
     last: dict[str, Any] | None  # {"ended", "removed": {"done": n, "failed": n}, "seconds", "host"}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "holder": self.holder, "host": self.host, "updated": self.mtime,
-                "last": self.last}  # fmt: skip
 
 
 def _lease_dir(layout: SpoolLayout) -> Path:
