@@ -45,7 +45,21 @@ class Benchmark:
 
 # 1M done jobs (issue 23): lean directories in a tmpfs, then retention down to 100k.
 STATUS_SCALE_ARGS = tuple(
-    "--done 1000000 --incoming 10000 --failed 1000 --keep-done-max 100000 --lean --base /dev/shm --repeats 3".split()
+    [
+        "--done",
+        "1000000",
+        "--incoming",
+        "10000",
+        "--failed",
+        "1000",
+        "--keep-done-max",
+        "100000",
+        "--lean",
+        "--base",
+        "/dev/shm",
+        "--repeats",
+        "3",
+    ]
 )
 COMBOS = "1x1,2x1,1x2,3x1,4x1"  # slots x threads around the default on 2 cores (2x1)
 # The arguments each figure in the README is measured with (n >= 200 drops for P1, medians
