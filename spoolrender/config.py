@@ -106,6 +106,12 @@ class SpoolConfig:
     split_seconds: float | None = None
     # How `renderer: command` jobs render a frame range and join the parts, by command name.
     command_chunks: dict[str, CommandChunks] = field(default_factory=dict)
+    # Retention (retention.py): runners forget finished jobs older than these (seconds), or
+    # beyond these counts; None: kept until `spoolrender purge`.
+    keep_done: float | None = None
+    keep_failed: float | None = None
+    keep_done_max: int | None = None
+    keep_failed_max: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

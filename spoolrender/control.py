@@ -18,6 +18,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.ids import release_id
 from spoolrender.jobfile import job_fields, read_job_bytes
 from spoolrender.layout import (
     FINAL_NAME,
@@ -268,10 +269,47 @@ def purge(
                     continue
                 if now - st.st_mtime >= older_than:
                     if not dry_run:
-                        with contextlib.suppress(OSError):
-                            directory.rmtree(name)
+                        forget_finished(layout, directory, state, name)
                     removed.append(f"{state}/{name}")
     return removed
+
+
+def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = False) -> list[str]:
+    """Delete the records of ``state`` (done or failed) beyond the ``keep`` newest; returns
+    the entries. Newest by the same age as :func:`purge` (the directory's mtime)."""
+    layout = SpoolLayout(config.spool)
+    layout.check()
+    aged = []
+    with DirHandle.open(layout.state_dir(state)) as directory:
+        for name in directory.names():
+            if name.startswith("."):
+                continue
+            st = directory.try_stat(name)
+            if st is not None:
+                aged.append((st.st_mtime, name))
+        aged.sort(reverse=True)
+        removed = []
+        for _, name in aged[keep:]:
+            if not dry_run:
+                forget_finished(layout, directory, state, name)
+            removed.append(f"{state}/{name}")
+    return removed
+
+
+def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name: str) -> None:
+    """Delete one finished job's directory (``done/<name>`` or ``failed/<name>``): the one
+    way purge and retention (spoolrender.retention) forget a job.
+
+    A done job's id reservation (ids.py) goes with it, if it is still that job's: a purged
+    job is forgotten, its id may be used again, and ids/ must not grow without bound
+    either. (reserve_id would take a purged holder's reservation over anyway.)
+    """
+    # Removed through the state directory's descriptor: never following a symlink anywhere.
+    with contextlib.suppress(OSError):
+        directory.rmtree(name)
+    m = FINAL_NAME.fullmatch(name)
+    if state == "done" and m is not None:
+        release_id(layout, m.group("id"), m.group("uid"))
 
 
 # --- cancel -----------------------------------------------------------------------------

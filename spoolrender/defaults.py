@@ -192,3 +192,9 @@ RENDER_CACHE_META_MAX_BYTES = 1024**2  # an entry.json is a few hundred bytes; m
 # Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
 # when a job for another project needs one more. Each holds a Chromium (~150-300 MB).
 WARM_PROJECTS_PER_SLOT = 2
+
+# Retention (retention.py): how often the spool's finished jobs are purged by keep_done,
+# keep_failed and their caps; any runner may do it, one at a time (a lease).
+RETENTION_INTERVAL_S = 600.0
+RETENTION_DIR = "retention"  # in .spoolrender/: the purge lease and the last purge's report
+RETENTION_CHECK_S = 60.0  # how often a runner looks whether a purge is due (a probe file, one read)

@@ -86,6 +86,7 @@ class RunEnd:
     attempts: int | None
     duration: float | None
     error_kind: str | None = None  # the recorded error's kind (a run may end otherwise than asked)
+    error_message: str | None = None  # and its message (the live display's last failures)
 
 
 class JobExecutor(SplitJobRuns):
@@ -501,6 +502,7 @@ class JobExecutor(SplitJobRuns):
             attempts=None if record.attempt is None else record.attempt,
             duration=None if record.started is None else record.ended - record.started,
             error_kind=None if record.error is None else record.error.get("kind"),
+            error_message=None if record.error is None else record.error.get("message"),
         )
         try:
             target = self._spool_write(

@@ -53,6 +53,7 @@ RACE_POINTS = (
     "abandoned-claim-parked",  # that entry renamed into .spoolrender/abandoned/, not yet cleared
     "id-holder-lookup",  # reserve_id: between listing two state directories for the holder
     "id-moved-aside",  # an id reservation renamed into ids/.aside/, not yet re-created or put back
+    "retention-lease-taken",  # a runner holds the retention lease, nothing purged yet
 )
 
 _TARGET = os.environ.get("SPOOLRENDER_CRASH_AT")

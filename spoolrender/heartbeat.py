@@ -339,6 +339,12 @@ class HeartbeatWriter:
             if job is not None:
                 job.progress, job.stage = progress, stage
 
+    def progress_of(self, token: str) -> tuple[float | None, str | None]:
+        """The progress and stage last reported for ``token`` (the live display reads them)."""
+        with self._lock:
+            job = self._jobs.get(token)
+            return (None, None) if job is None else (job.progress, job.stage)
+
     def set_pgid(self, token: str, pgid: int | None) -> None:
         start = None if pgid is None else process_start(pgid)
         with self._lock:

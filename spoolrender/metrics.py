@@ -22,6 +22,7 @@ from spoolrender.errors import SpoolrenderError
 from spoolrender.host_blocks import BlockState, block_states
 from spoolrender.layout import SpoolLayout
 from spoolrender.queues import ALL_QUEUES, queue_report
+from spoolrender.retention_lease import read_lease
 from spoolrender.status import SpoolSnapshot, job_counts, take_snapshot
 
 # Renders take seconds to hours.
@@ -71,7 +72,17 @@ class SpoolGauges:
             [*names, "host"], registry=registry,
         )  # fmt: skip
 
+        self.last_purge = Gauge(
+            "spoolrender_retention_last_purge_timestamp_seconds",
+            "When a runner last finished purging done/ and failed/ by keep_done and the other retention limits "
+            "(epoch seconds, the spool's clock; 0: never)", names, registry=registry,
+        )  # fmt: skip
+
     def update(self, layout: SpoolLayout, snap: SpoolSnapshot, blocks: list[BlockState]) -> None:
+        lease = read_lease(layout)
+        ended = None if lease is None or lease.last is None else lease.last.get("ended")
+        last_purge = self.last_purge.labels(**self._labels) if self._labels else self.last_purge
+        last_purge.set(ended if isinstance(ended, int | float) else 0)
         for gauge in (self.host_blocked, self.host_block_until):
             gauge.clear()  # a block lifted must not linger
         for b in blocks:
@@ -164,6 +175,12 @@ class RunnerMetrics:
             ["runner"], registry=self.registry,
         )  # fmt: skip
         self._spool_io_counted = 0
+        self.purged = Counter(
+            "spoolrender_retention_purged", "Finished jobs this runner forgot by the retention limits (keep_done...)",
+            ["runner", "state"], registry=self.registry,
+        )  # fmt: skip
+        for state in ("done", "failed"):
+            self.purged.labels(**labels, state=state)
         # Pre-create every series so dashboards and rate() see zeros, not absences.
         self.claimed.labels(**labels)
         for outcome in OUTCOMES:
@@ -189,6 +206,10 @@ class RunnerMetrics:
         self.spool_io_failing.labels(**self._labels).set(1 if failing else 0)
         self.spool_io_errors.labels(**self._labels).inc(max(0, errors_total - self._spool_io_counted))
         self._spool_io_counted = max(self._spool_io_counted, errors_total)
+
+    def jobs_purged(self, counts: dict[str, int]) -> None:
+        for state, count in counts.items():
+            self.purged.labels(**self._labels, state=state).inc(count)
 
     def set_busy(self, busy: int) -> None:
         self.busy.labels(**self._labels).set(busy)

@@ -18,7 +18,9 @@ ended the run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -52,6 +54,8 @@ from spoolrender.metrics import RunnerMetrics
 from spoolrender.publish import SCRATCH_DIR
 from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
+from spoolrender.retention import RetentionWorker
+from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
@@ -168,6 +172,8 @@ class Runner:
             self.layout, config, self.clock, self.rng, tracker, spool_io=self._spool_io, spool_clock=self._spool_clock
         )
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
+        # keep_done and the other limits: purged in the background, one runner per spool at a time.
+        self._retention = RetentionWorker(config, self.runner_id, on_purged=self._purged)
         factory = make_renderer or renderer_factory(config, self.capacity)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
@@ -186,6 +192,7 @@ class Runner:
             for _ in range(self.capacity.slots)
         ]
         self._free = list(range(self.capacity.slots))
+        self._failures: collections.deque[FailureView] = collections.deque(maxlen=RECENT_FAILURES_SHOWN)
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
@@ -275,6 +282,8 @@ class Runner:
             self._loop()
         finally:
             self._shutdown_jobs()
+            if not self._force.is_set():
+                self._retention.wait()  # a purge cut short leaves a half-deleted job directory
             if self._hooks is not None:
                 # One last pass over what is due now (a drain's own jobs get notified);
                 # what still fails stays on disk for the next runner.
@@ -358,6 +367,7 @@ class Runner:
         if swept:
             self._recoverer.sweep(set(self._active))
             self._split_sweeper.sweep(self._spool_clock.now())
+            self._retention.maybe_start()
             self._next_sweep = now + self.config.rescan_seconds
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
@@ -497,6 +507,9 @@ class Runner:
         if end is not None:
             self.metrics.job_finished(end.outcome, duration=end.duration, attempts=end.attempts)
             with self._lock:
+                if end.state in ("failed", "retry") and not end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
+                    failure = FailureView(claimed.job_id, end.state, end.error_kind, end.error_message, time.time())
+                    self._failures.appendleft(failure)
                 field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
                 if end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
                     field = "chunks"
@@ -504,6 +517,29 @@ class Runner:
         if self._hooks is not None:
             self._hooks.wake()
         self._wake.set()
+
+    def view(self) -> RunnerView:
+        """What this runner does now, for the live display (any thread may ask)."""
+        wall = self.clock.wall()
+        with self._lock:
+            by_slot = {a.slot: a.claim for a in self._active.values()}
+            summary = dataclasses.replace(self.summary)
+            failures = tuple(self._failures)
+        slots = []
+        for slot in range(self.capacity.slots):
+            claimed = by_slot.get(slot)
+            if claimed is None:
+                slots.append(SlotView(slot, None))
+                continue
+            progress, stage = self._heartbeat.progress_of(claimed.token)
+            elapsed = wall - claimed.started
+            slots.append(SlotView(slot, claimed.job_id, claimed.run, progress, stage, elapsed,
+                                  eta_seconds(elapsed, progress)))  # fmt: skip
+        return RunnerView(
+            tuple(slots), summary.claimed, summary.done, summary.failed, summary.retried, summary.requeued,
+            sum(n for g in self._waiting if isinstance(n := g.get("count"), int)), self.drain, self._stop.is_set(),
+            summary.paused, failures,
+        )  # fmt: skip
 
     def _reap(self) -> None:
         with self._lock:
@@ -534,6 +570,11 @@ class Runner:
         for a in active:
             a.thread.join()
         self._reap()
+
+    def _purged(self, counts: dict[str, int]) -> None:
+        self.metrics.jobs_purged(counts)
+        self._next_beacon = 0.0  # new figures (the metrics textfile) at the next pass
+        self._wake.set()
 
     def _write_metrics(self) -> None:
         if self._metrics_textfile is None:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender.config_yaml import yaml11_bool
-from spoolrender.durations import DURATION
-from spoolrender.errors import ConfigError
+from spoolrender.durations import DURATION, parse_duration
+from spoolrender.errors import ConfigError, SpoolrenderError
 from spoolrender.queues import ALL_QUEUES, name_problem
 
 WATCH_MODES = ("auto", "inotify", "polling")
@@ -86,6 +86,34 @@ def split_seconds(name: str, value: Any) -> float | None:
     if value is None or yaml11_bool(value) is False:
         return None
     return positive_number(name, value)
+
+
+def _is_off(value: Any) -> bool:
+    """Unset, or ``off`` (``false``, ``no``): a limit that is not applied."""
+    return value is None or yaml11_bool(value) is False
+
+
+def duration_or_off(name: str, value: Any) -> float | None:
+    """A duration typed with its unit (``30d``, ``12h``: :mod:`spoolrender.durations`), or off.
+
+    A bare number is refused: the name does not say the unit, and ``keep_done: 30`` meant
+    as days would forget every job older than 30 seconds."""
+    if _is_off(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{name}: expected a duration such as 30d or 12h, or off, got {value!r}")
+    try:
+        seconds = parse_duration(str(value))
+    except SpoolrenderError as exc:
+        raise ConfigError(f"{name}: {exc}") from exc
+    if seconds <= 0:
+        raise ConfigError(f"{name}: expected a duration > 0 (or off), got {value!r}")
+    return seconds
+
+
+def count_or_off(name: str, value: Any) -> int | None:
+    """A whole number >= 1, or off."""
+    return None if _is_off(value) else positive_int(name, value)
 
 
 def file_path(name: str, value: Any) -> Path:

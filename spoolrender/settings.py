@@ -31,7 +31,8 @@ RENDER_CACHE = "Render cache"
 CHUNKS = "Chunked rendering"
 HOOKS = "Completion hooks"
 SERVE = "HTTP API and dashboard (spoolrender serve)"
-SECTIONS = (SPOOL, RUNNERS, RETRIES, CAPACITY, RENDERERS, JOB_CAPS, RENDER_CACHE, CHUNKS, HOOKS, SERVE)
+RETENTION = "Retention of finished jobs"
+SECTIONS = (SPOOL, RUNNERS, RETRIES, CAPACITY, RENDERERS, JOB_CAPS, RENDER_CACHE, CHUNKS, HOOKS, SERVE, RETENTION)
 
 # Documentation pages a setting's meaning refers to (page under docs/, and its title).
 DOC_PAGES = {
@@ -313,6 +314,29 @@ SETTINGS: tuple[Setting, ...] = (
         "The same secret written here instead; `serve` refuses it while spoolrender.yaml is "
         "readable by other users. Prefer `serve_token_file`.",
         see="dashboard.md",
+    ),
+    # --- retention -----------------------------------------------------------------------
+    Setting("keep_done", RETENTION, checks.duration_or_off, "duration (`30d`, `12h`), or `off`", "off",
+        "Runners forget done jobs whose record is older than this (in the background, one "
+        "purger per spool at a time, as `spoolrender purge` does: outputs are never touched). "
+        "The unit is required.",
+        see="operations.md#retention",
+        example="keep_done: 30d",
+    ),
+    Setting("keep_failed", RETENTION, checks.duration_or_off, "duration (`90d`, `12h`), or `off`", "off",
+        "The same for failed jobs.",
+        see="operations.md#retention",
+        example="keep_failed: 90d",
+    ),
+    Setting("keep_done_max", RETENTION, checks.count_or_off, "whole number >= 1, or `off`", "off",
+        "Keep at most this many done jobs: the oldest beyond it are forgotten, whatever their age.",
+        see="operations.md#retention",
+        example="keep_done_max: 100000",
+    ),
+    Setting("keep_failed_max", RETENTION, checks.count_or_off, "whole number >= 1, or `off`", "off",
+        "The same for failed jobs.",
+        see="operations.md#retention",
+        example="keep_failed_max: 20000",
     ),
 )
 # fmt: on

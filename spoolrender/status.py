@@ -35,6 +35,8 @@ from spoolrender.layout import (
 )
 from spoolrender.queues import incoming_view, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
+from spoolrender.retention_lease import retention_report
+from spoolrender.run_progress import eta_seconds
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -42,7 +44,8 @@ REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them w
 # one entry); "queues", "unserved" (queues.py) and "blocked_hosts" (hosts.py) added.
 # 3: counts.split and "split" (jobs rendered in chunks, waiting for them) added.
 # 4: "spool_io" (runners whose writes to the spool fail: full disk, read-only...) added.
-SCHEMA_VERSION = 4
+# 5: "retention" (keep_done and the other limits, the last purge: retention_lease.py) added.
+SCHEMA_VERSION = 5
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -135,9 +138,8 @@ def running_info(
     started = hb.started if hb is not None else None
     progress = hb.progress if hb is not None else None
     eta = None
-    if progress and started and 0 < progress < 1:
-        elapsed = (hb.updated or now) - started if hb is not None else 0
-        eta = elapsed * (1 - progress) / progress
+    if started and hb is not None:
+        eta = eta_seconds((hb.updated or now) - started, progress)
     return {
         "id": m.group("id") if m else name,
         "entry": name,
@@ -228,6 +230,7 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
         "unserved": unserved,
         "blocked_hosts": [b.to_json() for b in block_states(layout, config, fs_now)],
         "spool_io": spool_io_conditions(snap.runners),
+        "retention": retention_report(config, fs_now),
     }
 
 
@@ -248,6 +251,23 @@ def describe_spool_io(condition: dict[str, Any]) -> str:
         f"spool I/O: {condition.get('error')} since {since} on host {condition.get('host')} "
         f"(claiming paused, retrying every {float(condition.get('retry_seconds') or 0):g} s)"
     )
+
+
+def describe_retention(retention: dict[str, Any], fs_now: float) -> str:
+    """``retention: done/ 30d, failed/ 90d; last purge 4m ago on render-01 (120 done, 3 failed removed)``."""
+    if not retention["on"]:
+        return "retention: off (done/ and failed/ kept until `spoolrender purge`; see keep_done)"
+    text = f"retention: {printable(retention['policy'])}"
+    last = retention.get("last_purge")
+    if isinstance(last, dict) and isinstance(last.get("ended"), int | float):
+        removed = last.get("removed") or {}
+        text += (f"; last purge {_age(fs_now - last['ended'])} ago on {printable(last.get('host'))} "
+                 f"({removed.get('done', 0)} done, {removed.get('failed', 0)} failed removed)")  # fmt: skip
+    else:
+        text += "; no purge yet (a runner purges within minutes of starting)"
+    if retention.get("purging"):
+        text += f"; purging now on {printable(retention['purging']['host'])}"
+    return text
 
 
 def retry_info(name: str, fs_now: float) -> dict[str, Any] | None:
@@ -328,6 +348,8 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
                                f"(for {left} more, or `spoolrender unblock {host}`)", "33"))  # fmt: skip
     for condition in status.get("spool_io", []):
         lines.append(paint(p(describe_spool_io(condition)), "31"))
+    if "retention" in status:
+        lines.append(describe_retention(status["retention"], status.get("spool_time", status["generated_at"])))
     skews = {
         r["host"]: r["clock_offset_seconds"]
         for r in status["runners"]

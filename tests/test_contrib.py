@@ -70,6 +70,8 @@ METRICS = {
     "spoolrender_render_cache_stores_total",
     "spoolrender_render_cache_evictions_total",
     "spoolrender_render_cache_bytes",
+    "spoolrender_retention_purged_total",
+    "spoolrender_retention_last_purge_timestamp_seconds",
 }
 
 

@@ -73,6 +73,7 @@ def test_status_lists_every_state_line_by_line(busy_spool: SpoolLayout) -> None:
     expected = [
         rf"spool {re.escape(str(busy_spool.root))}",
         r"incoming 1  running 1  retry 1  done 1  failed 1   oldest waiting \d+s",
+        r"retention: off \(done/ and failed/ kept until `spoolrender purge`; see keep_done\)",
         r"",
         r"RUNNING",
         r"  ID +HOST +PID +PROGRESS +ETA +HEARTBEAT",

@@ -30,7 +30,7 @@ from spoolrender.errors import JobInvalid, SpoolrenderError
 
 if TYPE_CHECKING:
     from spoolrender.api import Spool
-    from spoolrender.runner import RunSummary
+    from spoolrender.runner import Runner, RunSummary
     from spoolrender.submission import Submission
 
 
@@ -172,7 +172,7 @@ def dispatch(args: argparse.Namespace) -> int:
             max_jobs=args.max_jobs, max_runtime=args.max_runtime,
         )  # fmt: skip
         runner.install_signal_handlers()
-        summary = runner.run()
+        summary = _run_with_display(args, runner)
         return _run_exit_status(args, summary, config.output_root)
     if args.command == "status":
         return _status(args)
@@ -277,6 +277,17 @@ def print_problems(heading: str, problems: list[str]) -> None:
     print(printable(heading), file=sys.stderr)
     for problem in problems:
         print(f"  {printable(problem)}", file=sys.stderr)
+
+
+def _run_with_display(args: argparse.Namespace, runner: Runner) -> RunSummary:
+    """``runner.run()``, under the live display when someone watches a terminal (live_display.py)."""
+    from spoolrender.cli.log_output import route_logs
+    from spoolrender.live_display import live_display, live_wanted
+
+    if not live_wanted(sys.stdout, os.environ, refused=args.no_live):
+        return runner.run()
+    with live_display(runner.view, sys.stdout, sys.stderr, route_logs):
+        return runner.run()
 
 
 def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root: Path) -> int:

@@ -7,7 +7,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 from spoolrender.display import printable
 
@@ -61,3 +62,17 @@ class _JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+def route_logs(stream: IO[str]) -> Callable[[], None]:
+    """Send the log lines to ``stream`` (the live display's console, which prints them above
+    the display); returns how to send them back where they went."""
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    before = [h.setStream(stream) for h in handlers]
+
+    def undo() -> None:
+        for handler, old in zip(handlers, before, strict=True):
+            if old is not None:
+                handler.setStream(old)
+
+    return undo

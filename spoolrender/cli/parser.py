@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender run --queues urgent,\\* --tags gpu   urgent first, then any queue; jobs may require gpu
               spoolrender run --max-jobs 100          recycled worker: 100 jobs, then exit 5
               spoolrender run --drain --max-runtime 50m   cron every hour: never overlaps the next
+              spoolrender run --drain --no-live       plain log lines on a terminal too
+              spoolrender run --set keep_done=30d --set keep_failed=90d   forget old finished jobs (retention)
             Several runners, on one host or on many sharing the spool, are safe together.
             exit status: 0 stopped by a signal, or drained; 3 (--drain) some job failed for good;
             4 (--drain) spool paused or this host blocked; 5 --max-jobs reached; 6 --max-runtime reached.
@@ -224,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write Prometheus metrics here (atomically) for node_exporter's textfile collector",
     )
     p.add_argument("--runner-name", help="the runner label of this runner's metrics (default: host name)")
+    _add_live_option(p)
     _add_common(p)
 
     p = sub.add_parser(
@@ -322,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
               spoolrender purge --older-than 12h --state failed --dry-run
               spoolrender purge --cache                   empty the render cache
               spoolrender purge --cache --older-than 7d   only entries unused for a week
+            Runners purge by themselves with keep_done: 30d, keep_failed: 90d, keep_done_max: N in
+            spoolrender.yaml (docs/operations.md, Retention).
         """),
     )  # fmt: skip
     p.add_argument(
@@ -382,6 +387,15 @@ def build_parser() -> argparse.ArgumentParser:
                         ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
     return parser
+
+
+def _add_live_option(p: argparse.ArgumentParser) -> None:
+    """`run --no-live` (live_display.py): the display is on by itself only where someone watches."""
+    p.add_argument(
+        "--no-live", action="store_true",
+        help="no live display (slots, progress, ETA, totals, last failures); it is shown only when stdout is "
+        "a terminal and not under systemd (INVOCATION_ID, JOURNAL_STREAM), and logs stay the same lines",
+    )  # fmt: skip
 
 
 def add_list_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
