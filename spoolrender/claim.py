@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import shutil
@@ -22,10 +23,12 @@ from spoolrender import defaults
 from spoolrender.candidates import Candidate, ScanResult
 from spoolrender.clock import Clock
 from spoolrender.durable import write_atomic
-from spoolrender.errors import ClaimBlocked, ClaimLost
+from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
+from spoolrender.jobfile.reading import read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
+from spoolrender.owncopy import ensure_copy, open_dir, protect_job_dir, rename_noreplace, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
@@ -52,6 +55,7 @@ class Claim:
     cancel: CancelToken
     lock: JobLock | None
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
+    refusal: str | None = None  # why the claimed file cannot be a job (a FIFO, too big...): it fails
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
     sealed: bool = False  # an earlier run was decided: the job file may not change any more
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
@@ -73,34 +77,98 @@ class Claim:
             self.lock = None
 
 
-def claim(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
-    """Try to take ``candidate``; None if another runner was faster (a normal outcome).
+def claim(
+    layout: SpoolLayout,
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    clock: Clock,
+    *,
+    max_job_bytes: int = defaults.MAX_JOB_BYTES,
+    uncached: bool = False,
+) -> Claim | None:
+    """Try to take ``candidate``; None if another runner was faster (a normal outcome), or
+    if the file claimed is not the one the scan decided on (it went back to incoming/).
 
-    A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a full disk...) propagates,
-    with nothing of the claim left behind: the caller backs off.
+    Either way the job renders from a private copy (spoolrender.owncopy) of the bytes read
+    once at the claim (``max_job_bytes``: the cap; ``uncached``: past a network
+    filesystem's caches). A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a
+    full disk...) propagates, with nothing of the claim left behind: the caller backs off.
     """
     if candidate.source == "incoming":
-        return _claim_incoming(layout, candidate, heartbeat, clock)
-    return _claim_retry(layout, candidate, heartbeat, clock)
+        return _claim_incoming(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
+    return _claim_retry(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
 
 
 def _claim_incoming(
-    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
 ) -> Claim | None:
     token = new_token()
     uid = token  # the first claim names the job for the rest of its life
     job_dir = layout.running / running_name(candidate.job_id, uid, token)
     cancel = CancelToken()
-    # The directory, its lock and a first heartbeat exist *before* the job file is moved
-    # in, so there is no moment at which running/ holds a job that no live lock covers.
+    queue_dir, _, base = candidate.name.rpartition("/")
     try:
-        os.mkdir(job_dir)
+        # The directory the file is in, held open, never through a symlink: a queue
+        # directory swapped for a link after the listing cannot send the rename elsewhere.
+        source_fd = open_dir(layout.incoming)
     except OSError as exc:
         if is_spool_io(exc):
-            raise  # the filesystem's trouble, not this job's: the runner backs off
-        log.warning("could not claim %s: %s", candidate.name, exc)
+            raise
+        log.warning("could not claim %s: incoming/: %s", candidate.name, exc.strerror)
         return None
+    job_fd: int | None = None
+    running_fd: int | None = None
+    try:
+        if queue_dir:
+            try:
+                queue_fd = open_dir(queue_dir, source_fd)
+            except OSError as exc:
+                # Gone, or no directory any more (a symlink now): not this listing's file.
+                log.info("not claiming incoming/%s: its directory %s", candidate.name, exc.strerror)
+                return None
+            os.close(source_fd)
+            source_fd = queue_fd
+        # The directory, its lock and a first heartbeat exist *before* the job file is moved
+        # in, so there is no moment at which running/ holds a job that no live lock covers.
+        try:
+            running_fd = open_dir(layout.running)
+            os.mkdir(job_dir.name, dir_fd=running_fd)
+            job_fd = open_dir(job_dir.name, running_fd)
+            protect_job_dir(job_fd, os.fstat(running_fd).st_mode)
+        except OSError as exc:
+            if job_fd is None or running_fd is None:
+                if is_spool_io(exc):
+                    raise  # the filesystem's trouble, not this job's: the runner backs off
+                log.warning("could not claim %s: %s", candidate.name, exc)
+                return None
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        return _move_in(layout, candidate, heartbeat, clock, job_dir, job_fd, running_fd, source_fd, base, token,
+                        cancel, max_bytes, uncached)  # fmt: skip
+    finally:
+        for fd in (source_fd, job_fd, running_fd):
+            if fd is not None:
+                os.close(fd)
+
+
+def _move_in(
+    layout: SpoolLayout,
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    clock: Clock,
+    job_dir: Path,
+    job_fd: int,
+    running_fd: int,
+    source_fd: int,
+    base: str,
+    token: str,
+    cancel: CancelToken,
+    max_bytes: int,
+    uncached: bool,
+) -> Claim | None:
+    """The claim proper, into the prepared ``job_dir``: the rename, the one read, the copy."""
     lock = None
+    moved = False
     try:
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
@@ -111,15 +179,27 @@ def _claim_incoming(
             write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
-        # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
-        # power cut only means the job is found in incoming/ again, or recovered.
-        os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
+        # the others get ENOENT. Relative to the held descriptors: no name is resolved
+        # again. No fsync: until the job is decided, a claim lost in a power cut only
+        # means the job is found in incoming/ again, or recovered.
+        # The destination by its name in running/ (ours alone): once recovery has parked
+        # a stalled claim's directory, the rename fails with ENOENT instead of landing there.
+        os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source_fd, dst_dir_fd=running_fd)
+        moved = True
         crash_point("claim-after-rename")
-    except (FileNotFoundError, ClaimLost, OSError) as exc:
+        refusal = _copy_claimed(candidate, job_fd, source_fd, base, max_bytes, uncached)
+    except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
             lock.release()
+        if moved and not isinstance(exc, _NotScanned) and not _put_back(job_fd, source_fd, base):
+            # The submitter's file is in our directory and cannot go back: the claim is
+            # left to recovery (its lock released), which re-queues it. Never deleted.
+            raise
         shutil.rmtree(job_dir, ignore_errors=True)
+        if isinstance(exc, _NotScanned):
+            log.info("not claiming incoming/%s: %s; it went back to incoming/ to be scanned again", candidate.name, exc)
+            return None
         if isinstance(exc, FileNotFoundError | ClaimLost):
             # ENOENT for the job file: another runner was faster. ENOENT for our own
             # directory: we stalled past the lease and recovery cleared the claim; the
@@ -129,24 +209,75 @@ def _claim_incoming(
         if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
             # Moving it will fail the same way next time (a directory of mode 555 cannot be
             # renamed: its ".." entry would change): let the scanner back off.
-            hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(candidate, layout)) else ""
+            hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(source_fd, base)) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
         if is_spool_io(exc):
             raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
-    source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
-    return Claim(job_dir, candidate.job_id, uid, token, 1, source, started, cancel, lock)
+    source = base  # the default id derives from the file's own name
+    return Claim(job_dir, candidate.job_id, token, token, 1, source, started, cancel, lock, refusal=refusal)
 
 
-def _lmode(candidate: Candidate, layout: SpoolLayout) -> int:
+def _put_back(job_fd: int, source_fd: int, base: str) -> bool:
+    """Return a claimed file to where it was (never over a file dropped there since)."""
     try:
-        return os.lstat(layout.incoming / candidate.name).st_mode
+        rename_noreplace(job_fd, defaults.SUBMITTED_FILENAME, source_fd, base)
+    except OSError:
+        return False
+    return True
+
+
+class _NotScanned(Exception):
+    """The claimed file is not the one the scan read (replaced meanwhile): it was put back."""
+
+
+def _copy_claimed(
+    candidate: Candidate, job_fd: int, source_fd: int, base: str, max_bytes: int, uncached: bool
+) -> str | None:
+    """Read the claimed file once, check it is the scan's, write the private copy.
+
+    Returns why the job cannot run (no regular file, too big: it fails with that reason,
+    its file kept as evidence), or None. Raises _NotScanned when the file is another than
+    the scan parsed: its id, queue and priority were the other file's, so nothing of them
+    may be used for it; it goes back to incoming/ under its name, and is scanned afresh.
+    """
+    try:
+        data, attrs = read_job_at(job_fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+        refusal = None
+    except JobInvalid as exc:
+        data, attrs, refusal = b"", None, "; ".join(exc.problems)
+    if candidate.sha256 is not None and (
+        attrs is None or attrs.inode != candidate.inode or hashlib.sha256(data).hexdigest() != candidate.sha256
+    ):
+        try:
+            # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
+            rename_noreplace(job_fd, defaults.SUBMITTED_FILENAME, source_fd, base)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+            # Its name was taken again: it cannot go back, so it fails (kept as evidence),
+            # and nothing of the scanned job (its id) is reserved for it.
+            return (
+                "the job file was replaced between the scan and the claim, and its name in "
+                "incoming/ was taken again; submit it again"
+            )
+        raise _NotScanned("the file was replaced after the scan read it")
+    if refusal is None:
+        write_copy(job_fd, data)
+    return refusal
+
+
+def _lmode(dir_fd: int, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
     except OSError:
         return 0
 
 
-def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
+def _claim_retry(
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
+) -> Claim | None:
     assert candidate.uid is not None
     token = new_token()
     job_dir = layout.running / running_name(candidate.job_id, candidate.uid, token)
@@ -172,6 +303,9 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
         run = next_run_number(job_dir)
+        # Older job directories hold the submitter's own file, a discarded run none: the
+        # copy is made now, under our lock (the seal still refuses a file that changed).
+        refusal = ensure_copy(job_dir, max_bytes, uncached=uncached)
     except (ClaimLost, FileNotFoundError):
         log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
         return None
@@ -187,7 +321,7 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.
     filename = f"{candidate.job_id}.yaml"
-    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock)
+    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock, refusal=refusal)
 
 
 def _active_job(job_dir: Path, token: str, run: int, started: float, cancel: CancelToken) -> ActiveJob:

@@ -50,6 +50,8 @@ class _Seen:
     invalid: bool = False
     invalid_id: str | None = None  # the id an invalid file is filed under (its readable `id:`)
     parsed_for: tuple[int, int, int] | None = None
+    inode: int | None = None  # the file the parse read, and the sha256 of its bytes
+    sha256: str | None = None
     at_startup: bool = False  # present at the scanner's first listing
     # The writer check's verdict holds while the signature does, unless it found a writer:
     # a deep queue costs one check per file, not one per listing. The runner's lease probe
@@ -130,7 +132,10 @@ class SpoolScanner:
             if not self._local and self._changed_on_server(candidate.name, path):
                 return True
         else:
-            path = self._layout.retry / candidate.name / defaults.JOB_FILENAME
+            job_dir = self._layout.retry / candidate.name
+            path = job_dir / defaults.JOB_FILENAME
+            if not os.path.lexists(path):  # a discarded run's: its claim copies the submitted file
+                path = job_dir / defaults.SUBMITTED_FILENAME
         # The lease alone: ~0.1 ms per claim. Where it cannot decide (another user's file
         # under an unprivileged runner, a filesystem without leases) the listing's /proc
         # verdict, at most one listing old, stands.
@@ -280,7 +285,9 @@ class SpoolScanner:
             age = None if spool_now is None else spool_now - st.st_mtime
             settled = quiet_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
-                seen.spec, seen.invalid, seen.invalid_id = parse_for_scan(self._config, path, base)
+                parsed = parse_for_scan(self._config, path, base)
+                seen.spec, seen.invalid, seen.invalid_id = parsed.spec, parsed.invalid, parsed.invalid_id
+                seen.inode, seen.sha256 = parsed.inode, parsed.sha256
                 seen.parsed_for = sig
             if seen.writer in (None, Writer.HELD):
                 seen.writer = writers.check(path, st)
@@ -323,5 +330,6 @@ class SpoolScanner:
                 if found is None:
                     continue  # another runner's job (status says when there is none)
                 rank = found
-            out.append(Candidate((rank, -priority, order, name), name, "incoming", job_id, None, queue_dir))
+            key = (rank, -priority, order, name)
+            out.append(Candidate(key, name, "incoming", job_id, None, queue_dir, seen.inode, seen.sha256))
         return out, waiting, wake
