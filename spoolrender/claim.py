@@ -28,13 +28,14 @@ from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
 from spoolrender.jobfile.reading import read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
-from spoolrender.owncopy import ensure_copy, open_dir, protect_job_dir, rename_noreplace, write_copy
+from spoolrender.owncopy import ensure_copy, job_dir_mode, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
 from spoolrender.scan import SpoolScanner
 from spoolrender.seal import JobFileState
 from spoolrender.spool_io import is_spool_io
+from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
 
 __all__ = ["Candidate", "Claim", "ScanResult", "SpoolScanner", "claim"]
 
@@ -103,70 +104,48 @@ def _claim_incoming(
     layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
 ) -> Claim | None:
     token = new_token()
-    uid = token  # the first claim names the job for the rest of its life
-    job_dir = layout.running / running_name(candidate.job_id, uid, token)
-    cancel = CancelToken()
-    queue_dir, _, base = candidate.name.rpartition("/")
-    try:
-        # The directory the file is in, held open, never through a symlink: a queue
-        # directory swapped for a link after the listing cannot send the rename elsewhere.
-        source_fd = open_dir(layout.incoming)
-    except OSError as exc:
-        if is_spool_io(exc):
-            raise
-        log.warning("could not claim %s: incoming/: %s", candidate.name, exc.strerror)
-        return None
-    job_fd: int | None = None
-    running_fd: int | None = None
-    try:
-        if queue_dir:
-            try:
-                queue_fd = open_dir(queue_dir, source_fd)
-            except OSError as exc:
-                # Gone, or no directory any more (a symlink now): not this listing's file.
-                log.info("not claiming incoming/%s: its directory %s", candidate.name, exc.strerror)
-                return None
-            os.close(source_fd)
-            source_fd = queue_fd
+    job_dir = layout.running / running_name(candidate.job_id, token, token)  # the first claim names the job
+    with contextlib.ExitStack() as held:
+        try:
+            incoming = held.enter_context(DirHandle.open(layout.incoming))
+            # The directory the file is in, held open, never through a symlink (and a queue
+            # directory only as spooldir honours it): a queue directory swapped for a link
+            # after the listing cannot send the rename elsewhere.
+            source, base = held.enter_context(entry_dir(incoming, candidate.name))
+        except (SpoolPathRefused, FileNotFoundError) as exc:
+            log.info("not claiming incoming/%s: %s", candidate.name, exc)
+            return None
+        running = held.enter_context(DirHandle.open(layout.running))
         # The directory, its lock and a first heartbeat exist *before* the job file is moved
         # in, so there is no moment at which running/ holds a job that no live lock covers.
         try:
-            running_fd = open_dir(layout.running)
-            os.mkdir(job_dir.name, dir_fd=running_fd)
-            job_fd = open_dir(job_dir.name, running_fd)
-            protect_job_dir(job_fd, os.fstat(running_fd).st_mode)
+            job = held.enter_context(running.mkdir(job_dir.name, job_dir_mode(os.fstat(running.fd))))
         except OSError as exc:
-            if job_fd is None or running_fd is None:
-                if is_spool_io(exc):
-                    raise  # the filesystem's trouble, not this job's: the runner backs off
-                log.warning("could not claim %s: %s", candidate.name, exc)
-                return None
-            shutil.rmtree(job_dir, ignore_errors=True)
-            raise
-        return _move_in(layout, candidate, heartbeat, clock, job_dir, job_fd, running_fd, source_fd, base, token,
-                        cancel, max_bytes, uncached)  # fmt: skip
-    finally:
-        for fd in (source_fd, job_fd, running_fd):
-            if fd is not None:
-                os.close(fd)
+            if os.path.lexists(job_dir):  # made, but not protected: it goes
+                shutil.rmtree(job_dir, ignore_errors=True)
+            if is_spool_io(exc):
+                raise  # the filesystem's trouble, not this job's: the runner backs off
+            log.warning("could not claim %s: %s", candidate.name, exc)
+            return None
+        return _move_in(candidate, heartbeat, clock, job_dir, job, running, source, base, token, max_bytes, uncached)
+    raise AssertionError("unreachable")  # pragma: no cover - ExitStack swallows nothing
 
 
 def _move_in(
-    layout: SpoolLayout,
     candidate: Candidate,
     heartbeat: HeartbeatWriter,
     clock: Clock,
     job_dir: Path,
-    job_fd: int,
-    running_fd: int,
-    source_fd: int,
+    job: DirHandle,
+    running: DirHandle,
+    source: DirHandle,
     base: str,
     token: str,
-    cancel: CancelToken,
     max_bytes: int,
     uncached: bool,
 ) -> Claim | None:
     """The claim proper, into the prepared ``job_dir``: the rename, the one read, the copy."""
+    cancel = CancelToken()
     lock = None
     moved = False
     try:
@@ -179,20 +158,21 @@ def _move_in(
             write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
-        # the others get ENOENT. Relative to the held descriptors: no name is resolved
-        # again. No fsync: until the job is decided, a claim lost in a power cut only
-        # means the job is found in incoming/ again, or recovered.
-        # The destination by its name in running/ (ours alone): once recovery has parked
-        # a stalled claim's directory, the rename fails with ENOENT instead of landing there.
-        os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source_fd, dst_dir_fd=running_fd)
+        # the others get ENOENT. From the held source directory (the listed name is not
+        # resolved again from the root); into our directory by its name in running/
+        # (only the runner writes there), so that once recovery has parked a stalled
+        # claim's directory the rename fails with ENOENT instead of landing in it. No
+        # fsync: until the job is decided, a claim lost in a power cut only means the
+        # job is found in incoming/ again, or recovered.
+        os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source.fd, dst_dir_fd=running.fd)
         moved = True
         crash_point("claim-after-rename")
-        refusal = _copy_claimed(candidate, job_fd, source_fd, base, max_bytes, uncached)
+        refusal = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
     except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
             lock.release()
-        if moved and not isinstance(exc, _NotScanned) and not _put_back(job_fd, source_fd, base):
+        if moved and not isinstance(exc, _NotScanned) and not _put_back(job, source, base):
             # The submitter's file is in our directory and cannot go back: the claim is
             # left to recovery (its lock released), which re-queues it. Never deleted.
             raise
@@ -209,20 +189,21 @@ def _move_in(
         if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
             # Moving it will fail the same way next time (a directory of mode 555 cannot be
             # renamed: its ".." entry would change): let the scanner back off.
-            hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(source_fd, base)) else ""
+            st = source.try_stat(base)
+            hint = " (a directory must be writable to be moved)" if st and stat.S_ISDIR(st.st_mode) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
         if is_spool_io(exc):
             raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
-    source = base  # the default id derives from the file's own name
-    return Claim(job_dir, candidate.job_id, token, token, 1, source, started, cancel, lock, refusal=refusal)
+    # The default id derives from the file's own name.
+    return Claim(job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal)
 
 
-def _put_back(job_fd: int, source_fd: int, base: str) -> bool:
+def _put_back(job: DirHandle, source: DirHandle, base: str) -> bool:
     """Return a claimed file to where it was (never over a file dropped there since)."""
     try:
-        rename_noreplace(job_fd, defaults.SUBMITTED_FILENAME, source_fd, base)
+        job.rename(defaults.SUBMITTED_FILENAME, source, base, replace=False)
     except OSError:
         return False
     return True
@@ -233,7 +214,7 @@ class _NotScanned(Exception):
 
 
 def _copy_claimed(
-    candidate: Candidate, job_fd: int, source_fd: int, base: str, max_bytes: int, uncached: bool
+    candidate: Candidate, job: DirHandle, source: DirHandle, base: str, max_bytes: int, uncached: bool
 ) -> str | None:
     """Read the claimed file once, check it is the scan's, write the private copy.
 
@@ -243,7 +224,7 @@ def _copy_claimed(
     may be used for it; it goes back to incoming/ under its name, and is scanned afresh.
     """
     try:
-        data, attrs = read_job_at(job_fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+        data, attrs = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
         refusal = None
     except JobInvalid as exc:
         data, attrs, refusal = b"", None, "; ".join(exc.problems)
@@ -252,10 +233,8 @@ def _copy_claimed(
     ):
         try:
             # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
-            rename_noreplace(job_fd, defaults.SUBMITTED_FILENAME, source_fd, base)
-        except OSError as exc:
-            if exc.errno != errno.EEXIST:
-                raise
+            job.rename(defaults.SUBMITTED_FILENAME, source, base, replace=False)
+        except FileExistsError:
             # Its name was taken again: it cannot go back, so it fails (kept as evidence),
             # and nothing of the scanned job (its id) is reserved for it.
             return (
@@ -264,15 +243,8 @@ def _copy_claimed(
             )
         raise _NotScanned("the file was replaced after the scan read it")
     if refusal is None:
-        write_copy(job_fd, data)
+        write_copy(job, data)
     return refusal
-
-
-def _lmode(dir_fd: int, name: str) -> int:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-    except OSError:
-        return 0
 
 
 def _claim_retry(

@@ -19,8 +19,6 @@ so ``job.yaml`` is complete whenever it exists); its claim is redone from the su
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import logging
 import os
 import stat
@@ -33,6 +31,7 @@ from spoolrender.failpoints import crash_point
 from spoolrender.jobfile.reading import read_job_at
 from spoolrender.layout import new_token
 from spoolrender.seal import JobFileState
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.writers import Writer, lease_probe
 
 log = logging.getLogger(__name__)
@@ -42,19 +41,12 @@ COPY_MODE = 0o444  # read-only for everyone: not even the runner rewrites a copy
 # umask 002 mkdir would make it group-writable, and a group member could swap job.yaml.
 JOB_DIR_MODE = 0o755
 _COPY_TEMP_PREFIX = ".job.yaml."
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_dir(path: Path | str, dir_fd: int | None = None) -> int:
-    """A descriptor of directory ``path`` (relative to ``dir_fd``), never through a symlink
-    (ELOOP/ENOTDIR then)."""
-    return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
-
-
-def protect_job_dir(fd: int, parent_mode: int) -> None:
-    """Make a job directory just created runner-only (plus its parent's setgid bit, which
-    mkdir would have inherited: files in it keep the spool's group)."""
-    os.fchmod(fd, JOB_DIR_MODE | (parent_mode & stat.S_ISGID))
+def job_dir_mode(parent: os.stat_result) -> int:
+    """The mode of a job directory made in ``parent``: runner-only, plus the parent's setgid
+    bit (mkdir would have inherited it: files in it keep the spool's group)."""
+    return JOB_DIR_MODE | (parent.st_mode & stat.S_ISGID)
 
 
 def holds_job(job_dir: Path) -> bool:
@@ -68,12 +60,12 @@ def is_private_copy(st: os.stat_result) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == COPY_MODE
 
 
-def write_copy(dir_fd: int, data: bytes) -> None:
-    """Write ``data`` as ``job.yaml`` in the job directory ``dir_fd``: complete, read-only,
+def write_copy(job: DirHandle, data: bytes) -> None:
+    """Write ``data`` as ``job.yaml`` in the job directory ``job``: complete, read-only,
     and (with fsync on) durable before the caller decides anything from it."""
     temp = f"{_COPY_TEMP_PREFIX}{new_token()}"
     # O_EXCL|O_NOFOLLOW: a name nobody else can have made (the directory is ours alone).
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, COPY_MODE, dir_fd=dir_fd)
+    fd = job.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, COPY_MODE)
     try:
         os.fchmod(fd, COPY_MODE)  # the umask must not decide the copy's mode
         view = memoryview(data)
@@ -84,16 +76,15 @@ def write_copy(dir_fd: int, data: bytes) -> None:
         os.close(fd)
     crash_point("copy-before-commit")
     # Into place in one rename: job.yaml is complete whenever it exists (recovery relies on it).
-    os.rename(temp, defaults.JOB_FILENAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    sync_fd(dir_fd)
+    job.rename(temp, job, defaults.JOB_FILENAME)
+    sync_fd(job.fd)
 
 
-def remove_stale_temps(dir_fd: int) -> None:
+def remove_stale_temps(job: DirHandle) -> None:
     """Copies a killed claim left half-written under their temporary names."""
-    for name in os.listdir(dir_fd):
+    for name in job.names():
         if name.startswith(_COPY_TEMP_PREFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=dir_fd)
+            job.unlink_if_present(name)
 
 
 def ensure_copy(job_dir: Path, max_bytes: int, *, uncached: bool = False) -> str | None:
@@ -106,28 +97,22 @@ def ensure_copy(job_dir: Path, max_bytes: int, *, uncached: bool = False) -> str
     - only ``submitted.yaml`` (a claim or a discarded run that stopped before its copy):
       it is copied now.
     """
-    fd = open_dir(job_dir)
-    try:
-        try:
-            st = os.stat(defaults.JOB_FILENAME, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
+    with DirHandle.open(job_dir) as job:
+        st = job.try_stat(defaults.JOB_FILENAME)
         if st is not None and is_private_copy(st):
             return None
         crash_point("retry-claim-before-copy")
-        remove_stale_temps(fd)
+        remove_stale_temps(job)
         if st is not None:
             # The submitter's inode under the copy's name: evidence from now on.
-            os.rename(defaults.JOB_FILENAME, defaults.SUBMITTED_FILENAME, src_dir_fd=fd, dst_dir_fd=fd)
+            job.rename(defaults.JOB_FILENAME, job, defaults.SUBMITTED_FILENAME)
             log.info("%s: converted to a private copy of its job file", job_dir.name)
         try:
-            data, _ = read_job_at(fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+            data, _ = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
         except JobInvalid as exc:
             return "; ".join(exc.problems)
-        write_copy(fd, data)
+        write_copy(job, data)
         return None
-    finally:
-        os.close(fd)
 
 
 def drop_copy(job_dir: Path) -> None:
@@ -151,29 +136,10 @@ def continued_append(job_dir: Path, copied: JobFileState, max_bytes: int, *, unc
     if lease_probe(path) is Writer.HELD:
         return "is still open for writing by a local process"
     try:
-        fd = open_dir(job_dir)
-    except OSError:
-        return None
-    try:
-        now, _ = read_job_at(fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
-    except (JobInvalid, OSError):
+        with DirHandle.open(job_dir) as job:
+            now, _ = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+    except (JobInvalid, SpoolPathRefused, OSError):
         return None  # gone, replaced by something else, or over the limit: no upload of this job
-    finally:
-        os.close(fd)
     if copied.continued_by(now):
         return f"grew from {copied.size} to {len(now)} bytes after it was claimed"
     return None
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None)
-_RENAME_NOREPLACE = 1
-
-
-def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
-    """renameat2(RENAME_NOREPLACE): move ``src`` to ``dst`` unless ``dst`` exists (EEXIST)."""
-    if _renameat2 is None:  # pragma: no cover - glibc < 2.28
-        raise OSError(errno.ENOSYS, "renameat2 is not available")
-    if _renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), dst)

@@ -33,11 +33,12 @@ from spoolrender.chunks.plan import ChunkPlan
 from spoolrender.durable import fsync_dir, rename_durable, write_atomic
 from spoolrender.failpoints import crash_point
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
-from spoolrender.owncopy import open_dir, write_copy
+from spoolrender.owncopy import write_copy
 from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
 from spoolrender.seal import SEAL_KEY, JobFileState
+from spoolrender.spooldir import DirHandle
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +100,8 @@ def create_chunk(
         # The parent's private copy (owncopy.py), copied in turn: the chunk validates and
         # renders exactly what the parent validated, and checks it against the hash here.
         data = (parent_dir / defaults.JOB_FILENAME).read_bytes()
-        stage_fd = open_dir(stage)
-        try:
-            write_copy(stage_fd, data)
-        finally:
-            os.close(stage_fd)
+        with DirHandle.open(stage) as staged:
+            write_copy(staged, data)
         with contextlib.suppress(FileNotFoundError):  # its queue directory, for routing
             write_atomic(stage / QUEUE_FILENAME, (parent_dir / QUEUE_FILENAME).read_bytes())
         info = {"parent_id": job_id, "parent_uid": uid, "index": index, "count": plan.count,
