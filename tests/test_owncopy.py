@@ -15,7 +15,9 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -23,7 +25,9 @@ from chunk_jobs import FRAMES_CONFIG, frames_job, video
 from conftest import entries, stopped, wait_for, write_spool_config
 from uploads_harness import digest, job_file, job_hash_command
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.cli.exit_codes import EXIT_JOBS_FAILED
+from spoolrender.defaults import MAX_UPLOAD_DISCARDS
+from spoolrender.layout import RETRY_NAME, SpoolLayout, retry_name
 
 Start = Callable[..., subprocess.Popen[bytes]]
 
@@ -70,6 +74,10 @@ def _claimed(spool: SpoolLayout, inode: int) -> Path:
 def _done_record(spool: SpoolLayout, prefix: str) -> tuple[Path, dict[str, object]]:
     (entry,) = [e for e in entries(spool, "done") if e.startswith(prefix)]
     return spool.done / entry, json.loads((spool.done / entry / "result.json").read_text())
+
+
+def _decided(spool: SpoolLayout, pattern: str) -> bool:
+    return any(spool.root.glob(pattern))
 
 
 def _hold_props(tmp_path: Path, **extra: object) -> str:
@@ -239,3 +247,108 @@ def test_chunks_render_the_parents_copy_whatever_its_file_does(
     assert (spool.root / "output" / "split.mp4").read_text() == video(30)
     runs = record["runs"]
     assert isinstance(runs, list) and [r["outcome"] for r in runs][-1] == "publishing"
+
+
+def _legacy_retry_entry(spool: SpoolLayout, start_runner: Start, tmp_path: Path, original: bytes) -> Path:
+    """A job waiting in retry/ after a sealed run, as fe27397 left it: its job.yaml is the
+    submitter's own file (here: this version's entry, turned back into that shape)."""
+    write_spool_config(spool, _config(backoff_base_seconds=600, backoff_cap_seconds=600))
+    _drop_tracked(spool, "legacy.yaml", original)
+    proc = start_runner("--drain", log=tmp_path / "first.log")
+    assert proc.wait(timeout=120) == 0
+    (entry,) = entries(spool, "retry")
+    job_dir = spool.retry / entry
+    os.unlink(job_dir / "job.yaml")
+    os.rename(job_dir / "submitted.yaml", job_dir / "job.yaml")
+    os.chmod(job_dir / "job.yaml", 0o644)
+    m = RETRY_NAME.fullmatch(entry)
+    assert m is not None
+    due_now = spool.retry / retry_name("legacy", m.group("uid"), time.time(), 0)
+    os.rename(job_dir, due_now)
+    write_spool_config(spool, _config())
+    return due_now / "job.yaml"
+
+
+def test_legacy_retry_entry_is_converted_at_its_claim(spool: SpoolLayout, start_runner: Start, tmp_path: Path) -> None:
+    original = job_file("legacy", 1_000, props=json.dumps({"fail_until_attempt": 2}))
+    legacy = _legacy_retry_entry(spool, start_runner, tmp_path, original)
+    inode = os.stat(legacy).st_ino
+    assert start_runner("--drain", log=tmp_path / "second.log").wait(timeout=120) == 0
+    done_dir, _ = _done_record(spool, "legacy.")
+    assert os.stat(done_dir / "submitted.yaml").st_ino == inode  # kept as evidence
+    copy = os.lstat(done_dir / "job.yaml")
+    assert stat.S_IMODE(copy.st_mode) == 0o444 and copy.st_ino != inode
+    assert (spool.root / "output" / "uploads" / "legacy.txt").read_text() == digest(original)
+
+
+def test_legacy_retry_entry_edited_while_it_waited_is_refused(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    original = job_file("legacy", 1_000, props=json.dumps({"fail_until_attempt": 2}))
+    legacy = _legacy_retry_entry(spool, start_runner, tmp_path, original)
+    legacy.write_bytes(original.replace(b"padding", b"EDITED!"))
+    assert start_runner("--drain", log=tmp_path / "second.log").wait(timeout=120) == EXIT_JOBS_FAILED
+    (entry,) = entries(spool, "failed")
+    failure = json.loads((spool.failed / entry / "failure.json").read_text())
+    assert failure["kind"] == "job-changed" and "cannot be edited" in failure["reason"]
+    assert not (spool.root / "output" / "uploads" / "legacy.txt").exists()
+
+
+def test_discards_for_an_upload_that_goes_on_are_capped(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    """A remote writer that keeps appending (seen only as bytes continuing the copy) has
+    runs discarded, MAX_UPLOAD_DISCARDS at most: then the job decides from its copy."""
+    write_spool_config(spool, _config())
+    start_runner(log=tmp_path / "runner.log")
+    (tmp_path / "go").touch()
+    original = job_file("growing", 1_000, props=_hold_props(tmp_path))
+    inode = _drop_tracked(spool, "growing.yaml", original)
+    read, release = tmp_path / "read", tmp_path / "release"
+    for run in range(1, MAX_UPLOAD_DISCARDS + 2):
+        wait_for(read.exists, timeout=60)
+        read.unlink()
+        path = _submitters_file(spool, inode)
+        assert path is not None
+        with open(path, "ab") as fh:
+            fh.write(f"# appended after run {run} read its copy\n".encode())
+        release.touch()
+        wait_for(partial(_decided, spool, f"*/growing.*/run-{run:04d}.json"), timeout=60)
+        release.unlink()
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
+    done_dir, record = _done_record(spool, "growing.")
+    runs = record["runs"]
+    assert isinstance(runs, list)
+    assert [r["outcome"] for r in runs] == ["requeue"] * MAX_UPLOAD_DISCARDS + ["publishing"]
+    assert {r["error"]["kind"] for r in runs[:-1]} == {"upload-in-progress"}
+    assert "rendered from the copy made at the claim" in runs[-1]["details"]["submitted_file"]
+    rendered = (done_dir / "job.yaml").read_bytes()
+    assert rendered.count(b"# appended after run") == MAX_UPLOAD_DISCARDS
+    assert (spool.root / "output" / "uploads" / "growing.txt").read_text() == digest(rendered)
+
+
+def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    """Crash point discard-before-decide: the directory holds submitted.yaml and no copy;
+    recovery re-queues it (no attempt used) and its next claim copies the complete file."""
+    write_spool_config(spool, _config())
+    killed = start_runner(env={"SPOOLRENDER_CRASH_AT": "discard-before-decide"}, log=tmp_path / "killed.log")
+    (tmp_path / "go").touch()
+    original = job_file("crashed", 1_000, props=_hold_props(tmp_path))
+    inode = _drop_tracked(spool, "crashed.yaml", original)
+    wait_for((tmp_path / "read").exists, timeout=60)
+    path = _submitters_file(spool, inode)
+    assert path is not None
+    rest = b"# the rest of the upload\n"
+    with open(path, "ab") as fh:
+        fh.write(rest)
+    (tmp_path / "release").touch()
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    start_runner(log=tmp_path / "runner.log")
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
+    done_dir, record = _done_record(spool, "crashed.")
+    runs = record["runs"]
+    assert isinstance(runs, list)
+    assert [(r["outcome"], r["attempt"]) for r in runs] == [("requeue", None), ("publishing", 1)]
+    assert (done_dir / "job.yaml").read_bytes() == original + rest
