@@ -446,7 +446,7 @@ class JobExecutor(SplitJobRuns):
             return self._finish(claim, base, FAILED, error=error)
         # Only a failure this run decided counts against the host: not one of a run taken
         # over meanwhile (a host frozen past the lease that times out on waking), nor a
-        # discarded one, nor one refused as a changed job (a sealed job edited meanwhile).
+        # discarded one (an upload that went on, see _upload_went_on).
         counted = end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]) and end.error_kind == error["kind"]
         if against_host and counted:
             try:
