@@ -58,7 +58,7 @@ class Claim:
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
     refusal: str | None = None  # why the claimed file cannot be a job (a FIFO, too big...): it fails
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
-    sealed: bool = False  # an earlier run was decided: the job file may not change any more
+    sealed: bool = False  # an earlier run was decided: its seal stands, and no upload can go on
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
     # What this run has learnt of the job (priority, queue, seal...): the details of its
     # record, also when a spool error ends the run before it is decided (executor.execute).

@@ -75,9 +75,12 @@ def write_copy(job: DirHandle, data: bytes) -> None:
     finally:
         os.close(fd)
     crash_point("copy-before-commit")
-    # Into place in one rename: job.yaml is complete whenever it exists (recovery relies on it).
+    # Into place in one rename: job.yaml is complete whenever it exists (recovery relies on
+    # it). No directory fsync here: every decision is a run record created in this same
+    # directory and fsynced with it (records.decide), which makes this name durable before
+    # any decision is; a power cut before that leaves a claim without its copy, which
+    # recovery re-queues (a job directory holding only submitted.yaml).
     job.rename(temp, job, defaults.JOB_FILENAME)
-    sync_fd(job.fd)
 
 
 def remove_stale_temps(job: DirHandle) -> None:

@@ -102,6 +102,7 @@ def create_chunk(
         data = (parent_dir / defaults.JOB_FILENAME).read_bytes()
         with DirHandle.open(stage) as staged:
             write_copy(staged, data)
+            staged.fsync()  # no decision follows in here to make its name durable
         with contextlib.suppress(FileNotFoundError):  # its queue directory, for routing
             write_atomic(stage / QUEUE_FILENAME, (parent_dir / QUEUE_FILENAME).read_bytes())
         info = {"parent_id": job_id, "parent_uid": uid, "index": index, "count": plan.count,
