@@ -32,8 +32,8 @@ def wait_for(path: str) -> None:
 time.sleep(float(props.get("sleep", 0)))
 if props.get("wait_for"):
     wait_for(props["wait_for"])
-with open(job_file, "rb") as fh:
-    data = fh.read()
+with open(job_file, "rb") as job_fh:
+    data = job_fh.read()
 if props.get("read_marker"):
     open(props["read_marker"], "w").close()
 with open(output, "w") as fh:
