@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from spoolrender import defaults
 from spoolrender.clock import SystemClock, spool_time
 from spoolrender.config import SpoolConfig
-from spoolrender.durable import rename_durable, write_atomic
+from spoolrender.durable import write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.jobfile import job_fields, read_job_bytes
@@ -22,13 +23,13 @@ from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
     SpoolLayout,
-    list_names,
     new_token,
     priority_from_key,
     retry_name,
 )
-from spoolrender.lookup import find_job
+from spoolrender.lookup import Located, find_job, job_dir_of
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 
 def retry_all_failed(config: SpoolConfig) -> list[str]:
@@ -109,40 +110,54 @@ def _reset_failed(config: SpoolConfig, job_id: str | None) -> list[RetryChange]:
     # stat'ed), not once per entry, so `retry --all-failed` costs one probe, not thousands.
     now = spool_time(layout.private, "retry")
     moved = []
-    for name in sorted(list_names(layout.failed)):
-        m = FINAL_NAME.fullmatch(name)
-        if m is None or (job_id is not None and m.group("id") != job_id):
-            continue
-        job_dir = layout.failed / name
-        priority = job_priority(config, job_dir)
-        wall = time.time()
-        not_before = _not_before(config, job_dir)
-        due = max(now, not_before or now)
-        # The cancel request goes first: a runner claiming the job from retry/ would fail
-        # it as cancelled again at once. Withdrawn before the reset is decided, so a crash
-        # in between leaves a failed job without it, which the next retry moves as usual.
-        with contextlib.suppress(FileNotFoundError):
-            (job_dir / defaults.CANCEL_FILENAME).unlink()
-        record = RunRecord(
-            run=next_run_number(job_dir),
-            outcome=RESET,
-            host=HOSTNAME,
-            pid=os.getpid(),
-            token=new_token(),
-            ended=wall,
-            details={"by": "spoolrender retry"},
-        )
-        # The reset is recorded (exclusively) before the move, so a runner claiming the
-        # job from retry/ already counts attempts from zero.
-        if not decide(job_dir, record):
-            continue  # another `retry` is doing this one
-        try:
-            rename_durable(job_dir, layout.retry / retry_name(m.group("id"), m.group("uid"), due, priority))
-        except FileNotFoundError:
-            continue
-        text = f"failed/{name}: back to retry/, {_when(due, now, not_before)}, with fresh attempts"
-        moved.append(RetryChange(f"failed/{name}", due, text))
+    # Through descriptors (spoolrender.spooldir): an entry is never followed anywhere.
+    with DirHandle.open(layout.failed) as failed, DirHandle.open(layout.retry) as retry_dir:
+        for name in sorted(failed.names()):
+            m = FINAL_NAME.fullmatch(name)
+            if m is None or (job_id is not None and m.group("id") != job_id):
+                continue
+            try:
+                with failed.sub(name) as job:
+                    change = _reset_one(config, failed, job, retry_dir, m, now)
+            except (FileNotFoundError, SpoolPathRefused):
+                continue  # gone, or no job directory (never followed)
+            if change is not None:
+                moved.append(change)
     return moved
+
+
+def _reset_one(
+    config: SpoolConfig, failed: DirHandle, job: DirHandle, retry_dir: DirHandle, m: re.Match[str], now: float
+) -> RetryChange | None:
+    name = m.group(0)
+    job_dir = job.through  # the open directory itself, for the record readers and writers
+    priority = job_priority(config, job_dir)
+    wall = time.time()
+    not_before = _not_before(config, job_dir)
+    due = max(now, not_before or now)
+    # The cancel request goes first: a runner claiming the job from retry/ would fail
+    # it as cancelled again at once. Withdrawn before the reset is decided, so a crash
+    # in between leaves a failed job without it, which the next retry moves as usual.
+    job.unlink_if_present(defaults.CANCEL_FILENAME)
+    record = RunRecord(
+        run=next_run_number(job_dir),
+        outcome=RESET,
+        host=HOSTNAME,
+        pid=os.getpid(),
+        token=new_token(),
+        ended=wall,
+        details={"by": "spoolrender retry"},
+    )
+    # The reset is recorded (exclusively) before the move, so a runner claiming the
+    # job from retry/ already counts attempts from zero.
+    if not decide(job_dir, record):
+        return None  # another `retry` is doing this one
+    try:
+        failed.move(name, retry_dir, retry_name(m.group("id"), m.group("uid"), due, priority))
+    except FileNotFoundError:
+        return None
+    text = f"failed/{name}: back to retry/, {_when(due, now, not_before)}, with fresh attempts"
+    return RetryChange(f"failed/{name}", due, text)
 
 
 def make_due_now(config: SpoolConfig, job_id: str) -> list[RetryChange]:
@@ -157,31 +172,37 @@ def make_due_now(config: SpoolConfig, job_id: str) -> list[RetryChange]:
     layout.check()
     now = spool_time(layout.private, "retry")  # due times are on the spool's clock
     changed = []
-    for name in sorted(list_names(layout.retry)):
-        m = RETRY_NAME.fullmatch(name)
-        if m is None or m.group("id") != job_id:
-            continue
+    with DirHandle.open(layout.retry) as retry_dir:
+        for name in sorted(retry_dir.names()):
+            m = RETRY_NAME.fullmatch(name)
+            if m is None or m.group("id") != job_id:
+                continue
+            try:
+                change = _due_now(config, retry_dir, m, now)
+            except (FileNotFoundError, SpoolPathRefused):
+                continue  # claimed meanwhile (it is running now), or no job directory
+            changed.append(change)
+    return changed
+
+
+def _due_now(config: SpoolConfig, retry_dir: DirHandle, m: re.Match[str], now: float) -> RetryChange:
+    name, job_id = m.group(0), m.group("id")
+    with retry_dir.sub(name) as job:
         # As for a failed job: a cancel request left in the entry (a cancelled split job
         # woken, a run that failed before it saw the cancel) would fail it again at once.
-        with contextlib.suppress(FileNotFoundError):
-            (layout.retry / name / defaults.CANCEL_FILENAME).unlink()
-        was_due = int(m.group("due")) / 1000
-        not_before = _not_before(config, layout.retry / name)
-        due = max(now, not_before or now)
-        if was_due <= due:
-            already = "already due; the next runner to look claims it"
-            if was_due > now and not_before is not None:
-                already = f"not made due now: its not_before is {utc_text(not_before)} (retry never runs a job early)"
-            changed.append(RetryChange(f"retry/{name}", was_due, f"retry/{name}: {already}"))
-            continue
-        target = retry_name(job_id, m.group("uid"), due, priority_from_key(m.group("prio")))
-        try:
-            rename_durable(layout.retry / name, layout.retry / target)
-        except FileNotFoundError:
-            continue  # claimed meanwhile: it is running now
-        text = f"retry/{name}: {_when(due, now, not_before)} (was due later), attempts kept"
-        changed.append(RetryChange(f"retry/{name}", due, text))
-    return changed
+        job.unlink_if_present(defaults.CANCEL_FILENAME)
+        not_before = _not_before(config, job.through)
+    was_due = int(m.group("due")) / 1000
+    due = max(now, not_before or now)
+    if was_due <= due:
+        already = "already due; the next runner to look claims it"
+        if was_due > now and not_before is not None:
+            already = f"not made due now: its not_before is {utc_text(not_before)} (retry never runs a job early)"
+        return RetryChange(f"retry/{name}", was_due, f"retry/{name}: {already}")
+    target = retry_name(job_id, m.group("uid"), due, priority_from_key(m.group("prio")))
+    retry_dir.move(name, retry_dir, target)  # FileNotFoundError: claimed meanwhile
+    text = f"retry/{name}: {_when(due, now, not_before)} (was due later), attempts kept"
+    return RetryChange(f"retry/{name}", due, text)
 
 
 # --- pause / resume ---------------------------------------------------------------------
@@ -228,18 +249,20 @@ def purge(
     now = spool_time(layout.private, "purge")
     removed = []
     for state in states:
-        directory = layout.state_dir(state)
-        for name in list_names(directory):
-            if name.startswith("."):
-                continue
-            try:
-                age = now - os.stat(directory / name).st_mtime
-            except FileNotFoundError:
-                continue
-            if age >= older_than:
-                if not dry_run:
-                    shutil.rmtree(directory / name, ignore_errors=True)
-                removed.append(f"{state}/{name}")
+        # Through the state directory's descriptor: an entry is judged by its own mtime
+        # (fstatat, never following a symlink) and removed without following one anywhere.
+        with DirHandle.open(layout.state_dir(state)) as directory:
+            for name in directory.names():
+                if name.startswith("."):
+                    continue
+                st = directory.try_stat(name)
+                if st is None:
+                    continue
+                if now - st.st_mtime >= older_than:
+                    if not dry_run:
+                        with contextlib.suppress(OSError):
+                            directory.rmtree(name)
+                    removed.append(f"{state}/{name}")
     return removed
 
 
@@ -275,11 +298,11 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                 # Waiting for its chunks: marked, then woken into retry/, where the next
                 # pass claims and fails it like any queued job (its chunks stop then).
                 try:
-                    write_atomic(where.path / defaults.CANCEL_FILENAME, f"{message}\n".encode())
-                except FileNotFoundError:
+                    priority = _mark_cancelled(where, message, parent_priority)
+                except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
                     lost_race = True  # woken meanwhile; look again
                     continue
-                wake_parent(layout, where.path.name, parent_priority(where.path), spool_time(layout.private, "cancel"))
+                wake_parent(layout, where.name, priority, spool_time(layout.private, "cancel"))
                 # A runner that claims it first fails it as cancelled itself, else the next
                 # pass here does; either way its chunks are stopped when it fails.
                 done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")
@@ -287,9 +310,9 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                 continue
             if where.state == "running":
                 try:
-                    write_atomic(where.path / defaults.CANCEL_FILENAME, f"{message}\n".encode())
+                    _mark_cancelled(where, message)
                     done.append(f"{where.entry}: asked its runner to stop it")
-                except FileNotFoundError:
+                except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
                     lost_race = True  # it just moved on; look again
                 continue
             uid = None
@@ -297,7 +320,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
                 m = RETRY_NAME.fullmatch(where.path.name)
                 uid = m.group("uid") if m else None
             # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
-            name = where.path.relative_to(layout.incoming).as_posix() if where.state == "incoming" else where.path.name
+            name = where.name
             candidate = Candidate((0, 0, 0.0, name), name, where.state, job_id, uid)
             heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
             claimed = claim(layout, candidate, heartbeat, clock, max_job_bytes=config.max_job_bytes)
@@ -324,3 +347,11 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     if not done:
         raise SpoolrenderError(f"no queued or running job with id {job_id!r}")
     return done
+
+
+def _mark_cancelled(where: Located, message: str, priority_of: Callable[[Path], int] = lambda _: 0) -> int:
+    """Write the cancel request into a job's directory, opened through descriptors (never a
+    symlink); returns ``priority_of`` that directory (a split job's, to wake it with)."""
+    with job_dir_of(where) as job:
+        job.write_file(defaults.CANCEL_FILENAME, f"{message}\n".encode())
+        return priority_of(job.through)

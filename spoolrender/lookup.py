@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from spoolrender import defaults
@@ -19,9 +20,10 @@ from spoolrender.errors import JobInvalid, JobMoving, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
-from spoolrender.queues import list_incoming
+from spoolrender.queues import incoming_view
 from spoolrender.records import PUBLISHING, attempts_used, read_runs
 from spoolrender.render_cache import describe_result
+from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
 
 PATTERNS = {
     "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
@@ -36,11 +38,20 @@ T = TypeVar("T")
 class Located:
     job_id: str
     state: str
-    path: Path  # the incoming file, or the job directory
+    path: Path  # the incoming file, or the job directory: for messages, never re-resolved
+    listed: str = ""  # its name as listed in its state directory (``urgent/a.yaml``); "": path's name
 
     @property
     def entry(self) -> str:
         return f"{self.state}/{self.path.name}"
+
+    @property
+    def name(self) -> str:
+        return self.listed or self.path.name
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(*self.path.parts[: -len(Path(self.name).parts)])
 
     @property
     def uid(self) -> str | None:
@@ -50,18 +61,60 @@ class Located:
         return m.group("uid") if m else None
 
 
+@contextlib.contextmanager
+def entry_holder(where: Located) -> Iterator[tuple[DirHandle, str]]:
+    """The open directory that holds ``where`` and its name in it (spoolrender.spooldir):
+    its queue directory or incoming/ for a waiting file, its state directory for a job
+    directory. A queue directory swapped for a symlink since the listing is refused."""
+    with DirHandle.open(where.state_dir) as state_dir:
+        if where.state == "incoming":
+            with entry_dir(state_dir, where.name) as found:
+                yield found
+        else:
+            yield state_dir, where.name
+
+
+@contextlib.contextmanager
+def job_dir_of(where: Located) -> Iterator[DirHandle]:
+    """The job directory of a claimed entry, open (never through a symlink)."""
+    with entry_holder(where) as (holder, name), holder.sub(name) as job_dir:
+        yield job_dir
+
+
+def read_job_file(where: Located, max_bytes: int) -> bytes:
+    """The job file of an entry (the waiting file, or its job directory's job.yaml),
+    read through descriptors; JobInvalid if it is not a readable regular file."""
+    try:
+        if where.state == "incoming":
+            with entry_holder(where) as (holder, name):
+                return read_job_bytes(holder.anchored(name), max_bytes)
+        with job_dir_of(where) as job_dir:
+            return read_job_bytes(job_dir.anchored(defaults.JOB_FILENAME), max_bytes)
+    except (OSError, SpoolPathRefused) as exc:
+        raise JobInvalid([f"job file: cannot open: {exc}"]) from exc
+
+
 # A job file is UTF-8 (jobfile.load_yaml_mapping), so the only way its `id:` can spell
 # an id without the id's plain bytes is an escape in a double-quoted string.
 _ESCAPE = b"\\"
 
 
-def incoming_id(config: SpoolConfig, path: Path) -> str:
+def incoming_id(config: SpoolConfig, where: Located) -> str:
     """The id a waiting file will get: its ``id:`` field, else its file name's stem."""
     try:
-        data = read_job_bytes(path, config.max_job_bytes)
-    except (JobInvalid, OSError):
-        return id_from_filename(path.name)
-    return job_id_of(config, data, path.name)
+        data = read_job_file(where, config.max_job_bytes)
+    except JobInvalid:
+        return id_from_filename(where.path.name)
+    return job_id_of(config, data, where.path.name)
+
+
+def entry_mtime(where: Located) -> float | None:
+    """The mtime of an entry (fstatat through its holder, never followed); None if gone."""
+    try:
+        with entry_holder(where) as (holder, name):
+            return holder.stat(name).st_mtime
+    except (OSError, SpoolPathRefused):
+        return None
 
 
 def job_id_of(config: SpoolConfig, data: bytes, name: str) -> str:
@@ -99,32 +152,28 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
     layout = SpoolLayout(config.spool)
     layout.check()
     found = []
-    for name in sorted(list_incoming(layout.incoming)) if incoming else ():  # queue directories too
-        path = layout.incoming / name
-        # Not by name alone: an explicit `id:` may differ from the file name.
-        if is_candidate_name(path.name) and incoming_has_id(config, path, job_id):
-            found.append(Located(job_id, "incoming", path))
+    with incoming_view(layout.incoming) as view:
+        for name in sorted(view.names) if incoming else ():  # queue directories too
+            # Not by name alone: an explicit `id:` may differ from the file name. Read
+            # through the listing's descriptors.
+            if is_candidate_name(PurePath(name).name) and incoming_has_id(config, view.anchored(name), job_id):
+                path = layout.incoming / name  # spooldir: message only
+                found.append(Located(job_id, "incoming", path, name))
     for state, pattern in PATTERNS.items():
         for name in sorted(list_names(layout.state_dir(state))):
             if state != "retry" and not name.startswith(job_id + "."):
                 continue  # cheap: done/ may hold 100k entries
             m = pattern.fullmatch(name)
             if m and m.group("id") == job_id:
-                found.append(Located(job_id, state, layout.state_dir(state) / name))
+                found.append(Located(job_id, state, layout.state_dir(state) / name, name))
     return found
 
 
 def by_relevance(found: list[Located]) -> list[Located]:
     """A job's entries, the one a person means first: live ones, then the newest finished."""
 
-    def mtime(where: Located) -> float:
-        try:
-            return os.stat(where.path).st_mtime
-        except OSError:
-            return 0.0
-
     live = sorted((w for w in found if w.state in LIVE_STATES), key=lambda w: LIVE_STATES.index(w.state))
-    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=mtime)
+    finished = sorted((w for w in found if w.state not in LIVE_STATES), key=lambda w: entry_mtime(w) or 0.0)
     return live + finished[::-1]
 
 
@@ -156,10 +205,10 @@ def read_entry(
         try:
             with _opened(found[0]) as (through, before):
                 result = read(found, through)
-        except FileNotFoundError:
-            continue  # gone before it was opened, or an earlier entry of the id moved
+        except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
+            continue  # gone before it was opened, swapped, or an earlier entry of the id moved
         last = found, result
-        if _identity(found[0].path) == before:
+        if _identity(found[0]) == before:
             return last
     if last is not None:
         return last
@@ -172,42 +221,31 @@ def read_entry(
 def _opened(where: Located) -> Iterator[tuple[Path, tuple[int, int]]]:
     """A path to read ``where`` through, and the identity of the file it names.
 
-    A job directory is opened (O_NOFOLLOW: an entry is never followed out of the spool)
-    and read through /proc/self/fd/N, which names the open directory even after a rename.
-    A waiting file in incoming/ only ever moves on to running/, where the next lookup
-    finds it, so it is read by its path.
+    Through descriptors (spoolrender.spooldir): a job directory is opened (never through a
+    symlink) and read through /proc/self/fd/N, which names the open directory even after
+    a rename; a waiting file through the open directory that holds it (a queue directory
+    swapped since the listing is refused, so nothing outside the spool is ever read).
     """
-    fd = -1
-    if where.state != "incoming" and _PROC_FD.is_dir():
-        try:
-            fd = os.open(where.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise
-        except OSError:
-            pass  # not a directory (a stray entry): read by its path, as anything else
-    if fd < 0:
-        before = _identity(where.path)
-        if before is None:
+    with entry_holder(where) as (holder, name):
+        st = holder.try_stat(name)
+        if st is None:
             raise FileNotFoundError(where.path)
-        yield where.path, before
-        return
+        if where.state == "incoming" or not stat.S_ISDIR(st.st_mode):
+            yield holder.anchored(name), (st.st_dev, st.st_ino)  # a stray entry: as it is
+            return
+        with holder.sub(name) as job_dir:
+            st = os.fstat(job_dir.fd)
+            yield job_dir.through, (st.st_dev, st.st_ino)
+
+
+def _identity(where: Located) -> tuple[int, int] | None:
+    """Which file ``where`` names now (never followed), or None."""
     try:
-        st = os.fstat(fd)
-        yield _PROC_FD / str(fd), (st.st_dev, st.st_ino)
-    finally:
-        os.close(fd)
-
-
-_PROC_FD = Path("/proc/self/fd")
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """Which file ``path`` names now (lstat: a job entry is never followed), or None."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        with entry_holder(where) as (holder, name):
+            st = holder.try_stat(name)
+    except (OSError, SpoolPathRefused):
         return None
-    return st.st_dev, st.st_ino
+    return None if st is None else (st.st_dev, st.st_ino)
 
 
 def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:

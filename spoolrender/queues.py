@@ -4,9 +4,12 @@ A job's queue comes from where it was dropped or from its ``queue:`` field:
 
 - ``incoming/<queue>/job.yaml``: a drop directory per queue, so scp/NFS/cron users pick a
   queue by the path they copy to, without editing YAML (Postfix and Maildir route by
-  directory the same way). A queue directory is made by whoever first drops into it
-  (``mkdir incoming/urgent``), or by ``spoolrender init``'s callers; any directory whose
-  name is a queue name is one.
+  directory the same way). The operator makes queue directories (``spoolrender queue add
+  urgent`` or ``init --queue urgent``: owned by the runner's user, mode 3775 like
+  incoming/). A directory a submitter made (``mkdir incoming/urgent``) is not honoured:
+  they own it, so they could delete or replace the other submitters' drops in it, or swap
+  it for a symlink; its files wait unclaimed and ``status`` says why
+  (spoolrender.spooldir.queue_dir_problem).
 - ``queue: urgent`` in the job file, for jobs dropped into ``incoming/`` itself. A file in
   a queue directory may repeat its directory's name; naming another queue is invalid.
 - otherwise ``default``.
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender.errors import SpoolrenderError
-from spoolrender.layout import list_names
+from spoolrender.spooldir import IncomingView
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_QUEUE = "default"
@@ -84,15 +87,19 @@ def queue_dir_of(name: str) -> str | None:
     return head if sep else None
 
 
+def is_queue_dir_name(name: str) -> bool:
+    return NAME.fullmatch(name) is not None
+
+
+def incoming_view(incoming: Path) -> IncomingView:
+    """incoming/ and its honoured queue directories, held open (close it: a context manager)."""
+    return IncomingView.open(incoming, is_queue_dir_name)
+
+
 def list_incoming(incoming: Path) -> list[str]:
-    """Names waiting in incoming/, those in queue directories as ``<queue>/<name>``."""
-    out: list[str] = []
-    for name in list_names(incoming):
-        if NAME.fullmatch(name) and (incoming / name).is_dir() and not (incoming / name).is_symlink():
-            out.extend(f"{name}/{child}" for child in list_names(incoming / name))
-        else:
-            out.append(name)
-    return out
+    """Names waiting in incoming/, those in honoured queue directories as ``<queue>/<name>``."""
+    with incoming_view(incoming) as view:
+        return view.names
 
 
 def waiting_groups(routes: Iterable[tuple[Route, float]]) -> list[dict[str, Any]]:
@@ -122,23 +129,23 @@ def listed_groups(incoming: Path, names: list[str], read_limit: int, max_bytes: 
     from spoolrender.jobfile import load_yaml_mapping, read_job_bytes  # only without runners
 
     routes: list[tuple[Route, float]] = []
-    for i, name in enumerate(names):
-        path = incoming / name
-        try:
-            arrived = path.lstat().st_mtime
-        except FileNotFoundError:
-            continue  # claimed meanwhile
-        declared: Any = None
-        requires: Any = ()
-        if i < read_limit:
-            try:
-                doc = load_yaml_mapping(read_job_bytes(path, max_bytes))
-                declared, requires = doc.get("queue"), doc.get("requires") or ()
-            except (OSError, SpoolrenderError):
-                pass  # unreadable or invalid: a runner fails it; counted where it was dropped
-        queue = queue_dir_of(name) or (declared if name_problem("queue", declared) is None else None)
-        tags = [requires] if isinstance(requires, str) else requires if isinstance(requires, list) else []
-        routes.append((route(queue, [t for t in tags if name_problem("tag", t) is None]), arrived))
+    with incoming_view(incoming) as view:
+        listed = set(view.names)
+        for i, name in enumerate(n for n in names if n in listed):
+            st = view.stat(name)
+            if st is None:
+                continue  # claimed meanwhile
+            declared: Any = None
+            requires: Any = ()
+            if i < read_limit:
+                try:
+                    doc = load_yaml_mapping(read_job_bytes(view.anchored(name), max_bytes))
+                    declared, requires = doc.get("queue"), doc.get("requires") or ()
+                except (OSError, SpoolrenderError):
+                    pass  # unreadable or invalid: a runner fails it; counted where it was dropped
+            queue = queue_dir_of(name) or (declared if name_problem("queue", declared) is None else None)
+            tags = [requires] if isinstance(requires, str) else requires if isinstance(requires, list) else []
+            routes.append((route(queue, [t for t in tags if name_problem("tag", t) is None]), st.st_mtime))
     return waiting_groups(routes)
 
 

@@ -18,7 +18,6 @@ scanned by :mod:`spoolrender.retry_scan`; the claim itself is :mod:`spoolrender.
 from __future__ import annotations
 
 import logging
-import os
 import stat
 import threading
 from collections.abc import Callable
@@ -33,8 +32,9 @@ from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name
 from spoolrender.layout import SpoolLayout
 from spoolrender.netcache import fresh_attributes
-from spoolrender.queues import Route, Subscription, list_incoming, queue_dir_of, route, waiting_groups
+from spoolrender.queues import Route, Subscription, incoming_view, queue_dir_of, route, waiting_groups
 from spoolrender.retry_scan import RetryScan
+from spoolrender.spooldir import IncomingView, SpoolPathRefused, candidate_dir
 from spoolrender.writers import Writer, WriterCheck, lease_probe
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ class SpoolScanner:
         self._seen: dict[str, _Seen] = {}
         self.uploads = UploadTracker()
         self._blocked: dict[str, Blocked] = {}
+        self._refused_queues: dict[str, str] = {}  # queue dirs not honoured, and why
         self._first_listing = True
         self._lock = threading.Lock()
         self._arrived = True
@@ -127,20 +128,22 @@ class SpoolScanner:
         """The authoritative check just before the claim: does a local process hold the
         candidate's job file open for writing, or (a network filesystem) has the server
         seen a write that this client's caches hid? Then it stays where it is, waiting."""
-        if candidate.source == "incoming":
-            path = self._layout.incoming / candidate.name
-            if not self._local and self._changed_on_server(candidate.name, path):
-                return True
-        else:
-            job_dir = self._layout.retry / candidate.name
-            path = job_dir / defaults.JOB_FILENAME
-            if not os.path.lexists(path):  # a discarded run's: its claim copies the submitted file
-                path = job_dir / defaults.SUBMITTED_FILENAME
-        # The lease alone: ~0.1 ms per claim. Where it cannot decide (another user's file
-        # under an unprivileged runner, a filesystem without leases) the listing's /proc
-        # verdict, at most one listing old, stands.
-        if lease_probe(path) is not Writer.HELD:
-            return False
+        try:
+            with candidate_dir(self._layout, candidate) as (where, base):
+                # Through the held descriptor (spoolrender.spooldir): a queue directory
+                # swapped for a symlink since the listing leads nowhere else.
+                if candidate.source == "retry" and where.try_stat(base) is None:
+                    base = defaults.SUBMITTED_FILENAME  # a discarded run's: its claim copies this
+                path = where.anchored(base)
+                if candidate.source == "incoming" and not self._local and self._changed_on_server(candidate.name, path):
+                    return True
+                # The lease alone: ~0.1 ms per claim. Where it cannot decide (another user's
+                # file under an unprivileged runner, a filesystem without leases) the
+                # listing's /proc verdict, at most one listing old, stands.
+                if lease_probe(path) is not Writer.HELD:
+                    return False
+        except (OSError, SpoolPathRefused):
+            return False  # gone, or its directory swapped: the claim finds out and says why
         log.info("not claiming %s/%s yet: a local process still writes it", candidate.source, candidate.name)
         with self._lock:
             if self._cached is not None:
@@ -198,9 +201,11 @@ class SpoolScanner:
             )
 
     def blocked(self) -> dict[str, str]:
-        """Entries that cannot be claimed now, and why (for the runner's beacon/status)."""
+        """Entries that cannot be claimed now, and why (for the runner's beacon/status):
+        also the queue directories not honoured (``q1/``: spoolrender.spooldir)."""
         with self._lock:
-            return {name: b.reason for name, b in self._blocked.items()}
+            refused = {f"{name}/": why for name, why in self._refused_queues.items()}
+            return refused | {name: b.reason for name, b in self._blocked.items()}
 
     def scan(self, spool_now: Callable[[], float | None]) -> ScanResult:
         """Claimable candidates in queue order.
@@ -238,6 +243,20 @@ class SpoolScanner:
     def _scan_incoming(
         self, spool_now: float | None, routes: list[tuple[Route, float]]
     ) -> tuple[list[Candidate], int, float | None]:
+        with incoming_view(self._layout.incoming) as view:
+            self._note_refused(view.refused)
+            return self._scan_listed(view, spool_now, routes)
+
+    def _note_refused(self, refused: dict[str, str]) -> None:
+        for name, why in refused.items():
+            if self._refused_queues.get(name) != why:
+                log.warning("not claiming from %s", why)
+        with self._lock:
+            self._refused_queues = dict(refused)
+
+    def _scan_listed(
+        self, view: IncomingView, spool_now: float | None, routes: list[tuple[Route, float]]
+    ) -> tuple[list[Candidate], int, float | None]:
         mono = self._clock.monotonic()
         # not_before is judged on the spool filesystem's clock, like retry due times.
         now = self._clock.wall() if spool_now is None else spool_now
@@ -245,7 +264,7 @@ class SpoolScanner:
         out: list[Candidate] = []
         waiting = 0
         wake: float | None = None
-        names = list_incoming(self._layout.incoming)
+        names = view.names
         present = set(names)
         startup, self._first_listing = self._first_listing, False
         with self._lock:
@@ -264,10 +283,10 @@ class SpoolScanner:
             if name in blocked and mono < blocked[name].next_try:
                 wake = blocked[name].next_try if wake is None else min(wake, blocked[name].next_try)
                 continue
-            path = self._layout.incoming / name
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
+            # Stat and read through the listing's descriptors, never by path again.
+            path = view.anchored(name)
+            st = view.stat(name)
+            if st is None:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 # Symlinks, FIFOs, directories: complete as they are; claimed so that they

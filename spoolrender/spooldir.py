@@ -40,16 +40,29 @@ import shutil
 import stat
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
+from spoolrender import defaults
 from spoolrender.durable import sync_fd
 from spoolrender.errors import SpoolrenderError
+from spoolrender.failpoints import crash_point
+from spoolrender.layout import SpoolLayout
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE = 1  # <linux/fs.h>
 QUEUE_DIR_MODE = 0o3775  # as incoming/: group-writable, setgid, sticky
+
+
+class Listed(Protocol):
+    """What a scan found (spoolrender.candidates.Candidate): a name relative to its source."""
+
+    @property
+    def source(self) -> str: ...  # "incoming" or "retry"
+
+    @property
+    def name(self) -> str: ...
 
 
 class SpoolPathRefused(SpoolrenderError):
@@ -138,6 +151,20 @@ class DirHandle:
                 os.close(fd)
                 raise SpoolPathRefused(f"{child} is owned by uid {uid}, not by the runner", path=child)
         return DirHandle(fd, child)
+
+    def anchored(self, name: str) -> Path:
+        """A path to ``name`` that goes through this open descriptor, not through any name
+        (``/proc/self/fd/<fd>/<name>``): for a function that takes a path (a lease probe,
+        an attribute check), valid while this handle is open. The kernel resolves the
+        ``/proc`` entry to the directory held, so a swap of its name changes nothing; the
+        function must still open ``name`` itself with O_NOFOLLOW."""
+        return self.through / self._name(name)
+
+    @property
+    def through(self) -> Path:
+        """A path naming this open directory itself (``/proc/self/fd/<fd>``), wherever it
+        is renamed to: for readers that take a directory path, valid while it is open."""
+        return Path(f"/proc/self/fd/{self.fd}")
 
     def names(self) -> list[str]:
         """The names in this directory, unsorted, listed through the descriptor."""
@@ -230,6 +257,16 @@ class DirHandle:
                 raise OSError(err, os.strerror(err), str(self.path / name))
         self._rename_noreplace_fallback(name, dst, dst_name)
 
+    def move(self, name: str, dst: DirHandle, dst_name: str, *, replace: bool = True) -> None:
+        """:meth:`rename`, made to survive a power cut: both directories changed, the
+        destination is fsynced first (the entry must be somewhere). FileNotFoundError when
+        ``name`` is gone: the caller decides what losing that race means."""
+        self.rename(name, dst, dst_name, replace=replace)
+        crash_point("after-move")
+        dst.fsync()
+        if not os.path.samestat(os.fstat(self.fd), os.fstat(dst.fd)):
+            self.fsync()
+
     def _rename_noreplace_fallback(self, name: str, dst: DirHandle, dst_name: str) -> None:
         # Without RENAME_NOREPLACE: a file is hard-linked (linkat refuses an existing name)
         # and then unlinked; a directory is checked, then renamed (a narrow race, only on
@@ -267,9 +304,6 @@ class DirHandle:
         except FileNotFoundError:
             return False
         return True
-
-    def rmdir(self, name: str) -> None:
-        os.rmdir(self._name(name), dir_fd=self.fd)
 
     def rmtree(self, name: str) -> None:
         """Remove ``name`` and everything below it without following a symlink anywhere
@@ -330,37 +364,86 @@ def open_queue_dir(incoming: DirHandle, name: str) -> DirHandle:
     return handle
 
 
-@dataclass(frozen=True)
-class IncomingListing:
-    """One listing of incoming/: the waiting names (``<queue>/<name>`` in queue dirs) and the
-    queue directories refused, with the reason (``{"q1": "incoming/q1 is owned by ..."}``)."""
+class IncomingView:
+    """incoming/ and its honoured queue directories, listed and held open for one pass (a
+    scan, a status): ``names`` are the waiting entries (``<queue>/<name>`` in a queue
+    directory), ``refused`` the queue directories not honoured, with the reason
+    (``{"q1": "incoming/q1 is owned by ..."}``; their files are not listed, so never
+    claimed, and nothing is deleted). Every later use of a listed name goes through the
+    descriptors the listing was made with (:meth:`where`).
 
-    names: list[str]
-    refused: dict[str, str]
-
-
-def list_incoming(incoming: DirHandle, is_queue_name: Callable[[str], bool]) -> IncomingListing:
-    """List incoming/ and its honoured queue directories through descriptors.
-
-    ``is_queue_name`` says which names may be queue
-    directories; a directory of such a name that is refused lists no files (they are not
-    claimed, nothing deleted) and its reason is in ``refused``.
+    ``is_queue_name`` says which names may be queue directories (spoolrender.queues).
     """
-    out: list[str] = []
-    refused: dict[str, str] = {}
-    for name in incoming.names():
-        st = incoming.try_stat(name) if is_queue_name(name) else None
-        if st is None or not stat.S_ISDIR(st.st_mode):
-            out.append(name)  # a file, or a symlink: claimed and failed with a reason
-            continue
+
+    def __init__(self, incoming: DirHandle, is_queue_name: Callable[[str], bool]) -> None:
+        self.incoming = incoming
+        self.names: list[str] = []
+        self.refused: dict[str, str] = {}
+        self._queues: dict[str, DirHandle] = {}
         try:
-            with open_queue_dir(incoming, name) as queue:
-                out.extend(f"{name}/{child}" for child in queue.names())
-        except SpoolPathRefused as exc:
-            refused[name] = str(exc)
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # removed meanwhile
-    return IncomingListing(out, refused)
+            self._list(is_queue_name)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def open(cls, incoming: Path, is_queue_name: Callable[[str], bool]) -> IncomingView:
+        """List ``incoming`` (a missing one lists as empty)."""
+        try:
+            handle = DirHandle.open(incoming)
+        except FileNotFoundError:
+            handle = DirHandle(-1, incoming)
+        return cls(handle, is_queue_name)
+
+    def _list(self, is_queue_name: Callable[[str], bool]) -> None:
+        if self.incoming.fd < 0:
+            return
+        for name in self.incoming.names():
+            st = self.incoming.try_stat(name) if is_queue_name(name) else None
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                self.names.append(name)  # a file, or a symlink: claimed and failed with a reason
+                continue
+            try:
+                queue = open_queue_dir(self.incoming, name)
+            except SpoolPathRefused as exc:
+                self.refused[name] = str(exc)
+                continue
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed or swapped meanwhile: the next listing sees what it is
+            self._queues[name] = queue
+            self.names.extend(f"{name}/{child}" for child in queue.names())
+
+    def where(self, name: str) -> tuple[DirHandle, str]:
+        """The open directory holding the listed entry ``name``, and its name in it."""
+        head, sep, base = name.partition("/")
+        if not sep:
+            return self.incoming, check_name(name, self.incoming.path)
+        queue = self._queues.get(head)
+        if queue is None:
+            raise SpoolPathRefused(f"incoming/{head} was not listed as a queue directory", path=self.incoming.path)
+        return queue, check_name(base, queue.path)
+
+    def stat(self, name: str) -> os.stat_result | None:
+        """fstatat of a listed entry (not following a symlink); None if it is gone."""
+        where, base = self.where(name)
+        return where.try_stat(base)
+
+    def anchored(self, name: str) -> Path:
+        """:meth:`DirHandle.anchored` for a listed entry."""
+        where, base = self.where(name)
+        return where.anchored(base)
+
+    def close(self) -> None:
+        for queue in self._queues.values():
+            queue.close()
+        self._queues.clear()
+        self.incoming.close()
+
+    def __enter__(self) -> IncomingView:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
 @contextmanager
@@ -374,3 +457,45 @@ def entry_dir(incoming: DirHandle, name: str) -> Iterator[tuple[DirHandle, str]]
         return
     with open_queue_dir(incoming, head) as queue:
         yield queue, check_name(base, queue.path)
+
+
+@contextmanager
+def candidate_dir(layout: SpoolLayout, candidate: Listed) -> Iterator[tuple[DirHandle, str]]:
+    """The open directory holding a scan's candidate and its name in it: for ``incoming``
+    its queue directory (opened and checked anew, :func:`entry_dir`) or incoming/ itself,
+    for ``retry`` the job directory ``retry/<name>`` with the name of its job file."""
+    if candidate.source == "incoming":
+        with DirHandle.open(layout.incoming) as incoming, entry_dir(incoming, candidate.name) as found:
+            yield found
+        return
+    with DirHandle.open(layout.retry) as retry, retry.sub(candidate.name) as job_dir:
+        yield job_dir, defaults.JOB_FILENAME
+
+
+def add_queue_dir(incoming_path: Path, name: str) -> str:
+    """Create the queue directory ``incoming/<name>`` with the rules of incoming/ (owned by
+    the runner's user, the spool's group, mode 3775), or bring a runner-owned one to them.
+    Returns what was done, for the CLI. A directory another user made is refused: its
+    owner could still delete or swap the others' drops; the operator moves its files out
+    and removes it first."""
+    with DirHandle.open(incoming_path) as incoming:
+        st = incoming.try_stat(name)
+        if st is None:
+            queue = incoming.mkdir(name, QUEUE_DIR_MODE)
+            done = "created"
+        elif stat.S_ISDIR(st.st_mode) and st.st_uid in runner_owners():
+            queue = incoming.sub(name)
+            done = "kept"
+        else:
+            problem = queue_dir_problem(st, f"incoming/{name}") or f"incoming/{name} is not usable"
+            raise SpoolPathRefused(
+                f"{problem.partition(':')[0]}: move its files to incoming/ and remove it, then add the queue again",
+                path=incoming.path / name,
+            )
+        with queue:
+            incoming_gid = os.fstat(incoming.fd).st_gid
+            os.fchown(queue.fd, -1, incoming_gid)  # the spool's group, as incoming/ has
+            # fchmod after the chown: a chown clears setgid; mkdir's mode is umask-filtered.
+            os.fchmod(queue.fd, QUEUE_DIR_MODE)
+        incoming.fsync()
+        return done

@@ -33,7 +33,7 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
-from spoolrender.queues import list_incoming, listed_groups, queue_report
+from spoolrender.queues import incoming_view, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 
 RECENT_FAILURES = 10
@@ -78,14 +78,16 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
         for state in defaults.STATE_DIRS
     }
-    # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory).
-    names["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(n.rpartition("/")[2])]
-    counts = {state: len(entries) for state, entries in names.items()}
+    # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory);
+    # only honoured ones, stat'ed through the listing's descriptors (spoolrender.spooldir).
     oldest = None
-    for n in names["incoming"]:
-        t = _mtime(layout.incoming / n)
-        if t is not None and (oldest is None or t < oldest):
-            oldest = t
+    with incoming_view(layout.incoming) as view:
+        names["incoming"] = [n for n in view.names if is_candidate_name(n.rpartition("/")[2])]
+        for n in names["incoming"]:
+            st = view.stat(n)
+            if st is not None and (oldest is None or st.st_mtime < oldest):
+                oldest = st.st_mtime
+    counts = {state: len(entries) for state, entries in names.items()}
     runners = []
     for name in sorted(list_names(layout.runners)):
         if not name.endswith(".json"):

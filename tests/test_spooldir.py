@@ -12,9 +12,10 @@ from spoolrender.queues import NAME
 from spoolrender.spooldir import (
     QUEUE_DIR_MODE,
     DirHandle,
+    IncomingView,
     SpoolPathRefused,
+    add_queue_dir,
     entry_dir,
-    list_incoming,
     open_queue_dir,
 )
 
@@ -107,6 +108,10 @@ def _incoming(tmp_path: Path) -> Path:
     return incoming
 
 
+def _queue_name(name: str) -> bool:
+    return NAME.fullmatch(name) is not None
+
+
 @needs_root
 def test_a_member_made_queue_dir_is_not_honoured(tmp_path: Path) -> None:
     incoming = _incoming(tmp_path)
@@ -117,33 +122,59 @@ def test_a_member_made_queue_dir_is_not_honoured(tmp_path: Path) -> None:
         os.chmod(incoming / name, mode)
         (incoming / name / "j.yaml").write_text("x")
     (incoming / "sw").symlink_to(incoming / "ops")
-    with DirHandle.open(incoming) as handle:
-        listing = list_incoming(handle, lambda n: NAME.fullmatch(n) is not None)
+    with IncomingView.open(incoming, _queue_name) as listing:
         assert sorted(listing.names) == ["ops/j.yaml", "sw", "top.yaml"]
         assert "incoming/q1 is owned by uid 65534, not by the runner" in listing.refused["q1"]
         assert "spoolrender queue add q1" in listing.refused["q1"]
         assert "not sticky" in listing.refused["open"]
         with pytest.raises(SpoolPathRefused, match="owned by uid"):
-            open_queue_dir(handle, "q1")
+            open_queue_dir(listing.incoming, "q1")
         with pytest.raises(SpoolPathRefused):
-            open_queue_dir(handle, "sw")
+            open_queue_dir(listing.incoming, "sw")
+        with pytest.raises(SpoolPathRefused, match="not listed"):
+            listing.where("q1/j.yaml")
     assert (incoming / "q1" / "j.yaml").exists()  # refused, not deleted
 
 
-def test_entry_dir_reopens_the_queue_dir_without_following_a_swap(tmp_path: Path) -> None:
-    """Listing, then a swap of the queue dir for a symlink, then the use: refused."""
+def test_a_swap_of_a_queue_dir_after_the_listing_changes_nothing(tmp_path: Path) -> None:
+    """Listing, then the queue dir swapped for a symlink, then the use: the listed one,
+    through its descriptor (the view), or refused (a fresh look, entry_dir)."""
     incoming = _incoming(tmp_path)
     (incoming / "q1").mkdir()
     (incoming / "q1" / "x.yaml").write_text("mine")
     (tmp_path / "victim").mkdir()
     (tmp_path / "victim" / "x.yaml").write_text("someone else's")
-    with DirHandle.open(incoming) as handle:
-        names = list_incoming(handle, lambda n: n == "q1").names
-        assert names == ["q1/x.yaml"]
+    with IncomingView.open(incoming, _queue_name) as listing:
+        assert listing.names == ["q1/x.yaml"]
         os.rename(incoming / "q1", tmp_path / "q1.aside")
         (incoming / "q1").symlink_to(tmp_path / "victim")
-        with pytest.raises(SpoolPathRefused), entry_dir(handle, names[0]):
+        where, base = listing.where("q1/x.yaml")
+        assert where.read_file(base, 100)[0] == b"mine"
+        assert listing.anchored("q1/x.yaml").read_text() == "mine"
+        with pytest.raises(SpoolPathRefused), entry_dir(listing.incoming, "q1/x.yaml"):
             pass
-        with entry_dir(handle, "top.yaml") as (where, base):
-            assert where is handle and base == "top.yaml"
+        with entry_dir(listing.incoming, "top.yaml") as (top, name):
+            assert top is listing.incoming and name == "top.yaml"
     assert (tmp_path / "victim" / "x.yaml").read_text() == "someone else's"
+
+
+@needs_root
+def test_queue_add_makes_queue_dirs_with_the_rules_of_incoming(tmp_path: Path) -> None:
+    from spoolrender.cli.main import main
+
+    spool = tmp_path / "spool"
+    assert main(["init", str(spool), "--queue", "urgent"]) == 0
+    incoming = spool / "incoming"
+    st = os.stat(incoming / "urgent")
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (QUEUE_DIR_MODE, os.geteuid(), os.stat(incoming).st_gid)
+    (incoming / "batch").mkdir(mode=0o775)  # the operator's own mkdir: kept, mode fixed
+    os.chmod(incoming / "batch", 0o775)
+    (incoming / "theirs").mkdir()
+    os.chown(incoming / "theirs", OTHER_UID, -1)
+    assert add_queue_dir(incoming, "batch") == "kept"
+    assert os.stat(incoming / "batch").st_mode & 0o7777 == QUEUE_DIR_MODE
+    with pytest.raises(SpoolPathRefused, match=r"owned by uid 65534.*move its files to incoming/ and remove it"):
+        add_queue_dir(incoming, "theirs")
+    assert main(["queue", "add", "batch", "--spool", str(spool)]) == 0
+    with IncomingView.open(incoming, _queue_name) as listing:
+        assert set(listing.refused) == {"theirs"}

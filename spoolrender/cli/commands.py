@@ -101,6 +101,7 @@ def _init(args: argparse.Namespace) -> int:
             raise SpoolrenderError(f"--remotion-project: {problem}")
     layout = init_spool(_spool_path(args), group=args.group)
     print(f"spool ready at {printable(layout.root)}")
+    _add_queues(layout.incoming, args.queue)
     configured = project_setup.configured_project(layout.root / CONFIG_FILENAME)
     if project is None and configured is not None:
         print(f"Remotion project: {printable(configured)} (remotion_project, kept)")
@@ -131,6 +132,14 @@ def _init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_queues(incoming: Path, names: list[str]) -> None:
+    from spoolrender.spooldir import add_queue_dir
+
+    for name in names:
+        done = add_queue_dir(incoming, name)
+        print(f"queue {name}: incoming/{name}/ {done} (mode 3775, the spool's group)")
+
+
 def _spool(args: argparse.Namespace) -> Spool:
     from spoolrender.api import Spool
 
@@ -140,6 +149,11 @@ def _spool(args: argparse.Namespace) -> Spool:
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
         return _init(args)
+    if args.command == "queue":
+        from spoolrender.layout import SpoolLayout
+
+        _add_queues(SpoolLayout(_config(args).spool).incoming, args.names)
+        return EXIT_OK
     if args.command == "submit":
         return _submit(args)
     if args.command == "compositions":

@@ -24,6 +24,7 @@ A spool has one directory per state:
 EPILOG = """\
 examples:
   spoolrender init spool                    create a spool (and spool/spoolrender.yaml)
+  spoolrender queue add urgent              a drop directory for a queue: incoming/urgent/
   spoolrender submit job.yaml               queue a job atomically
   spoolrender compositions                  what the project can render, and which props
   spoolrender run                           render jobs as they arrive (Ctrl-C to stop)
@@ -57,6 +58,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _queue_name(value: str) -> str:
+    from spoolrender.queues import name_problem
+
+    problem = name_problem("queue", value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spoolrender", description=DESCRIPTION, epilog=EPILOG,
@@ -84,6 +94,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="your Remotion project (the directory with package.json); recorded as remotion_project. "
         "Without it init looks beside the spool (../remotion) and in the current directory",
     )  # fmt: skip
+    p.add_argument(
+        "--queue", action="append", default=[], metavar="NAME", type=_queue_name,
+        help="also create the queue directory incoming/NAME (as `spoolrender queue add NAME`); repeatable",
+    )  # fmt: skip
+    _add_common(p)
+
+    p = sub.add_parser(
+        "queue", help="create queue directories (incoming/NAME/)", formatter_class=raw,
+        description="Create drop directories for named queues: incoming/NAME/, owned by the runner's user "
+        "and the spool's group, mode 3775 like incoming/ (members drop files; nobody deletes or replaces "
+        "another member's). Runners honour only such directories: one a member made with mkdir is theirs, "
+        "so its files are not claimed and `status` says why.",
+        epilog=textwrap.dedent("""\
+            examples:
+              spoolrender queue add urgent            then: scp job.yaml host:spool/incoming/urgent/
+              spoolrender queue add urgent batch      several at once
+            Run it as the runner's user (or root). An existing runner-owned directory gets the
+            right mode; one another user made is refused until its files are moved out.
+        """),
+    )  # fmt: skip
+    p.add_argument("action", choices=("add",), help="add: create (or fix the mode of) the queue directories")
+    p.add_argument("names", nargs="+", metavar="NAME", type=_queue_name, help="queue name (a-z, 0-9, - and _)")
     _add_common(p)
 
     p = sub.add_parser(

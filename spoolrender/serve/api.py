@@ -29,9 +29,20 @@ from spoolrender.control import cancel, pause, resume, retry
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
-from spoolrender.lookup import LIVE_STATES, Located, by_relevance, describe, find_job, incoming_id, read_entry
+from spoolrender.lookup import (
+    LIVE_STATES,
+    Located,
+    by_relevance,
+    describe,
+    entry_mtime,
+    find_job,
+    incoming_id,
+    job_dir_of,
+    read_entry,
+    read_job_file,
+)
 from spoolrender.metrics import spool_metrics_text
-from spoolrender.queues import list_incoming
+from spoolrender.queues import incoming_view, list_incoming
 from spoolrender.serve.browse import Filters, JobIndex
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
@@ -43,6 +54,7 @@ from spoolrender.serve.readmodel import (
     mtime,
     result_summary,
 )
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.status import (
     SCHEMA_VERSION,
     collect_status,
@@ -137,7 +149,8 @@ def list_jobs(
                 item.update(result_summary(path) or {})
                 item.update(output_urls(item["id"], item.get("output"), posters=posters))
             else:
-                item = {"id": incoming_id(config, path), "entry": name, "queued_at": mtime(path)}
+                waiting = Located("", s, path, name)
+                item = {"id": incoming_id(config, waiting), "entry": name, "queued_at": entry_mtime(waiting)}
             where = index.route(s, name)
             item["queue"], item["requires"] = where.queue, None if where.requires is None else list(where.requires)
             jobs.append({"state": s, **item})
@@ -243,12 +256,10 @@ def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
         position = names.index(where.path.name) + 1 if where.path.name in names else None
         return {"due": int(m.group("due")) / 1000 if m else None, "retry_position": position, "retry_total": len(names)}
     if where.state == "incoming":
-        queued = mtime(where.path)
-        ahead = 0
-        for name in list_incoming(layout.incoming):  # queue directories too
-            other = mtime(layout.incoming / name)
-            if queued is not None and other is not None and other < queued:
-                ahead += 1
+        with incoming_view(layout.incoming) as view:  # queue directories too
+            times = {name: st.st_mtime for name in view.names if (st := view.stat(name)) is not None}
+        queued = times.get(where.name)
+        ahead = sum(1 for t in times.values() if queued is not None and t < queued)
         return {"queued_at": queued, "arrived_before": ahead}
     return {}
 
@@ -256,12 +267,24 @@ def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
 def job_file(config: SpoolConfig, job_id: str) -> tuple[str, bytes]:
     """``GET /jobs/{id}/file``: the job file as submitted (its bytes, never followed links)."""
     for where in find_entries(config, job_id):
-        path = where.path if where.state == "incoming" else where.path / defaults.JOB_FILENAME
         try:
-            return where.entry, read_job_bytes(path, config.max_job_bytes)
+            # Through descriptors (lookup.read_job_file): a queue directory swapped for a
+            # symlink since the listing is refused, never followed to another file.
+            return where.entry, read_job_file(where, config.max_job_bytes)
         except JobInvalid:
             continue  # moved on meanwhile, or not a readable regular file
     raise ApiError(404, f"job {job_id!r} has no readable job file")
+
+
+def _open_log(where: Located, run: int | None) -> tuple[int, str]:
+    """The latest (or ``run``'s) log of a job entry, opened through its job directory's
+    descriptor (never following a link), and its name; ``(-1, "")`` if it has none."""
+    with job_dir_of(where) as job_dir:
+        runs = _log_runs(job_dir)
+        if not runs or (run is not None and run not in runs):
+            return -1, ""
+        name = runs[run if run is not None else max(runs)]
+        return job_dir.open_file(name), name
 
 
 @dataclass(frozen=True)
@@ -275,9 +298,9 @@ class LogTail:
     data: bytes
 
 
-def _log_runs(job_dir: Path) -> dict[int, str]:
+def _log_runs(job_dir: DirHandle) -> dict[int, str]:
     try:
-        names = os.listdir(job_dir)
+        names = job_dir.names()
     except OSError:
         return {}
     return {int(m.group(1)): n for n in names if (m := LOG_FILE.fullmatch(n))}
@@ -302,15 +325,13 @@ def log_tail(
     for where in find_entries(config, job_id):
         if where.state == "incoming":
             continue
-        runs = _log_runs(where.path)
-        if not runs or (run is not None and run not in runs):
-            continue
-        name = runs[run if run is not None else max(runs)]
-        want = MAX_LOG_BYTES if lines is not None else tail_bytes
         try:
-            fd = os.open(where.path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+            fd, name = _open_log(where, run)
+        except (OSError, SpoolPathRefused):
             continue  # moved on meanwhile, or not a plain file
+        if fd < 0:
+            continue
+        want = MAX_LOG_BYTES if lines is not None else tail_bytes
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

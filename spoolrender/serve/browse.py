@@ -34,9 +34,11 @@ from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.lookup import Located, entry_holder
 from spoolrender.queues import QUEUE_FILENAME, name_problem, queue_dir_of, route
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 MAX_QUERY_LENGTH = 200
 # The file whose mtime says when an entry got into its state (written just before the move).
@@ -156,30 +158,45 @@ class JobIndex:
     def route(self, state: str, name: str) -> JobRoute:
         """The entry's queue and required tags, read once per entry (per version of a waiting file)."""
         known = self._routes[state]
-        if state == "incoming":
-            path = self.layout.incoming / name
-            queue_dir = queue_dir_of(name)
-        else:
-            path = self.layout.state_dir(state) / name / defaults.JOB_FILENAME
-            try:
-                # Written at the claim from the drop directory's name; it outranks the field.
-                queue_dir = (path.parent / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
-            except OSError:
-                queue_dir = None
+        where = Located("", state, self.layout.state_dir(state) / name, name)
         try:
-            st = os.stat(path)
-        except OSError:
-            return JobRoute(queue_dir, None)  # moved on meanwhile: not kept
-        version = (st.st_size, st.st_mtime) if state == "incoming" else None
+            # Through descriptors (lookup.entry_holder): a queue directory swapped since the
+            # listing is refused, a job directory never followed through a symlink.
+            with entry_holder(where) as (holder, base):
+                if state == "incoming":
+                    return self._route_of(known, name, holder, base, queue_dir_of(name), incoming=True)
+                with holder.sub(base) as job_dir:
+                    try:
+                        # Written at the claim from the drop directory's name; it outranks the field.
+                        queue_dir = job_dir.read_text(QUEUE_FILENAME, 4096).strip() or None
+                    except (OSError, SpoolPathRefused, UnicodeDecodeError):
+                        queue_dir = None
+                    return self._route_of(known, name, job_dir, defaults.JOB_FILENAME, queue_dir, incoming=False)
+        except (OSError, SpoolPathRefused):
+            return JobRoute(None if state != "incoming" else queue_dir_of(name), None)  # moved on: not kept
+
+    def _route_of(
+        self,
+        known: dict[str, tuple[tuple[int, float] | None, JobRoute]],
+        name: str,
+        holder: DirHandle,
+        base: str,
+        queue_dir: str | None,
+        *,
+        incoming: bool,
+    ) -> JobRoute:
+        """The route of the job file ``base`` in ``holder`` (cached per version of a waiting file)."""
+        st = holder.stat(base)
+        version = (st.st_size, st.st_mtime) if incoming else None
         cached = known.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
-        decided = None if state == "incoming" else _decided_route(path.parent)
+        decided = None if incoming else _decided_route(holder.through)
         if decided is not None:
             known[name] = (version, decided)
             return decided
         try:
-            spec = parse_job(read_job_bytes(path, self._config.max_job_bytes), path.name, self._config)
+            spec = parse_job(read_job_bytes(holder.anchored(base), self._config.max_job_bytes), base, self._config)
         except (JobInvalid, OSError):
             found = JobRoute(queue_dir, None)
         else:

@@ -41,7 +41,7 @@ from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
-from spoolrender.lookup import by_relevance, find_job, incoming_id
+from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
 
@@ -216,7 +216,9 @@ class EventHub:
     def _identify(self, state: str, name: str) -> Ident:
         if state == "incoming":
             if name not in self._incoming_ids:
-                self._incoming_ids[name] = incoming_id(self.config, self.layout.incoming / name)
+                self._incoming_ids[name] = incoming_id(
+                    self.config, Located("", "incoming", self.layout.incoming / name, name)
+                )
             return self._incoming_ids[name], None
         m = PATTERNS[state].fullmatch(name)
         return (m.group("id"), m.group("uid")) if m else (name, None)
