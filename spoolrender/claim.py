@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import shutil
@@ -22,16 +23,19 @@ from spoolrender import defaults
 from spoolrender.candidates import Candidate, ScanResult
 from spoolrender.clock import Clock
 from spoolrender.durable import write_atomic
-from spoolrender.errors import ClaimBlocked, ClaimLost
+from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
+from spoolrender.jobfile.reading import read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
+from spoolrender.owncopy import ensure_copy, job_dir_mode, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
 from spoolrender.scan import SpoolScanner
 from spoolrender.seal import JobFileState
 from spoolrender.spool_io import is_spool_io
+from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
 
 __all__ = ["Candidate", "Claim", "ScanResult", "SpoolScanner", "claim"]
 
@@ -52,8 +56,9 @@ class Claim:
     cancel: CancelToken
     lock: JobLock | None
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
+    refusal: str | None = None  # why the claimed file cannot be a job (a FIFO, too big...): it fails
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
-    sealed: bool = False  # an earlier run was decided: the job file may not change any more
+    sealed: bool = False  # an earlier run was decided: its seal stands, and no upload can go on
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
     # What this run has learnt of the job (priority, queue, seal...): the details of its
     # record, also when a spool error ends the run before it is decided (executor.execute).
@@ -73,34 +78,76 @@ class Claim:
             self.lock = None
 
 
-def claim(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
-    """Try to take ``candidate``; None if another runner was faster (a normal outcome).
+def claim(
+    layout: SpoolLayout,
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    clock: Clock,
+    *,
+    max_job_bytes: int = defaults.MAX_JOB_BYTES,
+    uncached: bool = False,
+) -> Claim | None:
+    """Try to take ``candidate``; None if another runner was faster (a normal outcome), or
+    if the file claimed is not the one the scan decided on (it went back to incoming/).
 
-    A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a full disk...) propagates,
-    with nothing of the claim left behind: the caller backs off.
+    Either way the job renders from a private copy (spoolrender.owncopy) of the bytes read
+    once at the claim (``max_job_bytes``: the cap; ``uncached``: past a network
+    filesystem's caches). A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a
+    full disk...) propagates, with nothing of the claim left behind: the caller backs off.
     """
     if candidate.source == "incoming":
-        return _claim_incoming(layout, candidate, heartbeat, clock)
-    return _claim_retry(layout, candidate, heartbeat, clock)
+        return _claim_incoming(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
+    return _claim_retry(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
 
 
 def _claim_incoming(
-    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
 ) -> Claim | None:
     token = new_token()
-    uid = token  # the first claim names the job for the rest of its life
-    job_dir = layout.running / running_name(candidate.job_id, uid, token)
+    job_dir = layout.running / running_name(candidate.job_id, token, token)  # the first claim names the job
+    with contextlib.ExitStack() as held:
+        try:
+            incoming = held.enter_context(DirHandle.open(layout.incoming))
+            # The directory the file is in, held open, never through a symlink (and a queue
+            # directory only as spooldir honours it): a queue directory swapped for a link
+            # after the listing cannot send the rename elsewhere.
+            source, base = held.enter_context(entry_dir(incoming, candidate.name))
+        except (SpoolPathRefused, FileNotFoundError) as exc:
+            log.info("not claiming incoming/%s: %s", candidate.name, exc)
+            return None
+        running = held.enter_context(DirHandle.open(layout.running))
+        # The directory, its lock and a first heartbeat exist *before* the job file is moved
+        # in, so there is no moment at which running/ holds a job that no live lock covers.
+        try:
+            job = held.enter_context(running.mkdir(job_dir.name, job_dir_mode(os.fstat(running.fd))))
+        except OSError as exc:
+            if os.path.lexists(job_dir):  # made, but not protected: it goes
+                shutil.rmtree(job_dir, ignore_errors=True)
+            if is_spool_io(exc):
+                raise  # the filesystem's trouble, not this job's: the runner backs off
+            log.warning("could not claim %s: %s", candidate.name, exc)
+            return None
+        return _move_in(candidate, heartbeat, clock, job_dir, job, running, source, base, token, max_bytes, uncached)
+    raise AssertionError("unreachable")  # pragma: no cover - ExitStack swallows nothing
+
+
+def _move_in(
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    clock: Clock,
+    job_dir: Path,
+    job: DirHandle,
+    running: DirHandle,
+    source: DirHandle,
+    base: str,
+    token: str,
+    max_bytes: int,
+    uncached: bool,
+) -> Claim | None:
+    """The claim proper, into the prepared ``job_dir``: the rename, the one read, the copy."""
     cancel = CancelToken()
-    # The directory, its lock and a first heartbeat exist *before* the job file is moved
-    # in, so there is no moment at which running/ holds a job that no live lock covers.
-    try:
-        os.mkdir(job_dir)
-    except OSError as exc:
-        if is_spool_io(exc):
-            raise  # the filesystem's trouble, not this job's: the runner backs off
-        log.warning("could not claim %s: %s", candidate.name, exc)
-        return None
     lock = None
+    moved = False
     try:
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
@@ -111,15 +158,28 @@ def _claim_incoming(
             write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
-        # the others get ENOENT. No fsync: until the job is decided, a claim lost in a
-        # power cut only means the job is found in incoming/ again, or recovered.
-        os.rename(layout.incoming / candidate.name, job_dir / defaults.JOB_FILENAME)
+        # the others get ENOENT. From the held source directory (the listed name is not
+        # resolved again from the root); into our directory by its name in running/
+        # (only the runner writes there), so that once recovery has parked a stalled
+        # claim's directory the rename fails with ENOENT instead of landing in it. No
+        # fsync: until the job is decided, a claim lost in a power cut only means the
+        # job is found in incoming/ again, or recovered.
+        os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source.fd, dst_dir_fd=running.fd)
+        moved = True
         crash_point("claim-after-rename")
-    except (FileNotFoundError, ClaimLost, OSError) as exc:
+        refusal = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
+    except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
             lock.release()
+        if moved and not isinstance(exc, _NotScanned) and not _put_back(job, source, base):
+            # The submitter's file is in our directory and cannot go back: the claim is
+            # left to recovery (its lock released), which re-queues it. Never deleted.
+            raise
         shutil.rmtree(job_dir, ignore_errors=True)
+        if isinstance(exc, _NotScanned):
+            log.info("not claiming incoming/%s: %s; it went back to incoming/ to be scanned again", candidate.name, exc)
+            return None
         if isinstance(exc, FileNotFoundError | ClaimLost):
             # ENOENT for the job file: another runner was faster. ENOENT for our own
             # directory: we stalled past the lease and recovery cleared the claim; the
@@ -129,24 +189,67 @@ def _claim_incoming(
         if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
             # Moving it will fail the same way next time (a directory of mode 555 cannot be
             # renamed: its ".." entry would change): let the scanner back off.
-            hint = " (a directory must be writable to be moved)" if stat.S_ISDIR(_lmode(candidate, layout)) else ""
+            st = source.try_stat(base)
+            hint = " (a directory must be writable to be moved)" if st and stat.S_ISDIR(st.st_mode) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
         if is_spool_io(exc):
             raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
-    source = candidate.name.rpartition("/")[2]  # the default id derives from the file's own name
-    return Claim(job_dir, candidate.job_id, uid, token, 1, source, started, cancel, lock)
+    # The default id derives from the file's own name.
+    return Claim(job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal)
 
 
-def _lmode(candidate: Candidate, layout: SpoolLayout) -> int:
+def _put_back(job: DirHandle, source: DirHandle, base: str) -> bool:
+    """Return a claimed file to where it was (never over a file dropped there since)."""
     try:
-        return os.lstat(layout.incoming / candidate.name).st_mode
+        job.rename(defaults.SUBMITTED_FILENAME, source, base, replace=False)
     except OSError:
-        return 0
+        return False
+    return True
 
 
-def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock) -> Claim | None:
+class _NotScanned(Exception):
+    """The claimed file is not the one the scan read (replaced meanwhile): it was put back."""
+
+
+def _copy_claimed(
+    candidate: Candidate, job: DirHandle, source: DirHandle, base: str, max_bytes: int, uncached: bool
+) -> str | None:
+    """Read the claimed file once, check it is the scan's, write the private copy.
+
+    Returns why the job cannot run (no regular file, too big: it fails with that reason,
+    its file kept as evidence), or None. Raises _NotScanned when the file is another than
+    the scan parsed: its id, queue and priority were the other file's, so nothing of them
+    may be used for it; it goes back to incoming/ under its name, and is scanned afresh.
+    """
+    try:
+        data, attrs = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+        refusal = None
+    except JobInvalid as exc:
+        data, attrs, refusal = b"", None, "; ".join(exc.problems)
+    if candidate.sha256 is not None and (
+        attrs is None or attrs.inode != candidate.inode or hashlib.sha256(data).hexdigest() != candidate.sha256
+    ):
+        try:
+            # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
+            job.rename(defaults.SUBMITTED_FILENAME, source, base, replace=False)
+        except FileExistsError:
+            # Its name was taken again: it cannot go back, so it fails (kept as evidence),
+            # and nothing of the scanned job (its id) is reserved for it.
+            return (
+                "the job file was replaced between the scan and the claim, and its name in "
+                "incoming/ was taken again; submit it again"
+            )
+        raise _NotScanned("the file was replaced after the scan read it")
+    if refusal is None:
+        write_copy(job, data)
+    return refusal
+
+
+def _claim_retry(
+    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
+) -> Claim | None:
     assert candidate.uid is not None
     token = new_token()
     job_dir = layout.running / running_name(candidate.job_id, candidate.uid, token)
@@ -172,6 +275,9 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
         run = next_run_number(job_dir)
+        # Older job directories hold the submitter's own file, a discarded run none: the
+        # copy is made now, under our lock (the seal still refuses a file that changed).
+        refusal = ensure_copy(job_dir, max_bytes, uncached=uncached)
     except (ClaimLost, FileNotFoundError):
         log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
         return None
@@ -187,7 +293,7 @@ def _claim_retry(layout: SpoolLayout, candidate: Candidate, heartbeat: Heartbeat
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.
     filename = f"{candidate.job_id}.yaml"
-    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock)
+    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock, refusal=refusal)
 
 
 def _active_job(job_dir: Path, token: str, run: int, started: float, cancel: CancelToken) -> ActiveJob:

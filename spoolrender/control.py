@@ -369,7 +369,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
             name = where.name
             candidate = Candidate((0, 0, 0.0, name), name, where.state, job_id, uid)
             heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
-            claimed = claim(layout, candidate, heartbeat, clock)
+            claimed = claim(layout, candidate, heartbeat, clock, max_job_bytes=config.max_job_bytes)
             if claimed is None:
                 lost_race = True
                 continue

@@ -13,7 +13,12 @@ STATE_DIRS = ("incoming", "running", "retry", "done", "failed", "split")
 OPTIONAL_STATE_DIRS = ("split",)
 PRIVATE_DIR = ".spoolrender"  # staging for atomic writes, id reservations, runners
 CONFIG_FILENAME = "spoolrender.yaml"
-JOB_FILENAME = "job.yaml"  # the user's original bytes, in every state after claim
+JOB_FILENAME = "job.yaml"  # the runner-owned, read-only private copy of the claimed bytes (owncopy.py)
+SUBMITTED_FILENAME = "submitted.yaml"  # the submitter's own file after the claim: evidence only
+# Runs of one job discarded because its submitter's file was still being appended to at the
+# decision (a remote upload the intake could not see): after that many the job decides from
+# its private copy (owncopy.py), so no writer can keep a job from ending.
+MAX_UPLOAD_DISCARDS = 3
 HEARTBEAT_FILENAME = "heartbeat"
 LOCK_FILENAME = "lock"
 RESULT_FILENAME = "result.json"  # written into done/<job>/

@@ -34,6 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
+from spoolrender.owncopy import continued_append, drop_copy, holds_job
 from spoolrender.publish import fsync_file, output_taken_problem, prepare_scratch, remove_scratch, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
@@ -149,7 +150,7 @@ class JobExecutor(SplitJobRuns):
                 # be decided. Not the job's fault: back to retry/, no attempt used.
                 return self._spool_io_requeue(claim, {**_base(claim, None), "details": claim.details}, exc)
         except FileNotFoundError:
-            if os.path.lexists(claim.job_dir / defaults.JOB_FILENAME):
+            if holds_job(claim.job_dir):
                 raise
             # Our running/ directory moved away under us (we stalled past the lease and
             # another runner recovered the job): a lost claim, not a spool failure.
@@ -165,19 +166,22 @@ class JobExecutor(SplitJobRuns):
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
         base = _base(claim, attempt)
-        if not os.path.lexists(job_dir / defaults.JOB_FILENAME):
+        if not holds_job(job_dir):
             # A claim without its job file was moved away (and maybe recreated by an old
             # runner): lost, never "invalid", which would fail a job that lives elsewhere.
             return self._lost(claim)
         cancel_request = _cancel_request(job_dir)
         if cancel_request is not None:  # asked while the job waited, or before a recovery
             return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
-        job_file = job_dir / defaults.JOB_FILENAME
+        if claim.refusal is not None:  # the claimed file is no job file (a FIFO, too big...)
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", claim.refusal, False))
         try:
-            data = read_job_bytes(job_file, self._config.max_job_bytes, uncached=self._uncached)
-            claim.job_file = seal.observe(job_file, data, uncached=self._uncached)
+            # The private copy (owncopy.py): runner-owned and read-only, so these bytes are
+            # the ones every later step reads too ({job_file}, chunks, hooks, show).
+            data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+        claim.job_file = seal.JobFileState.of(data)
         sealed = seal.sealed_hash(runs)
         claim.sealed = sealed is not None
         if sealed is not None and sealed != claim.job_file.sha256:
@@ -187,12 +191,18 @@ class JobExecutor(SplitJobRuns):
                 FAILED,
                 error=_error(seal.JOB_CHANGED, seal.refused_change(sealed, f"is now {claim.job_file.short()}"), False),
             )
-        if not claim.sealed and seal.still_writing(job_file):
-            return self._discard(claim, base, "is still open for writing by a local process")
         try:
             spec = parse_job(data, claim.source_name, self._config)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+        if chunk_info(job_dir) is None and spec.id != claim.job_id:
+            # Claimed as another job (its file replaced between a scan and a claim): nothing
+            # of that job's id may be used for this one, nor this one published under it.
+            message = (
+                f"the job file says id {spec.id!r}, but it was claimed as job {claim.job_id!r} "
+                "(replaced after it was queued); submit it again"
+            )
+            return self._finish(claim, base, FAILED, error=_error("invalid-job", message, False))
         # The claim holds the same dict: a spool error before the run is decided keeps them.
         base["details"] = claim.details = {
             "priority": spec.priority,
@@ -439,7 +449,7 @@ class JobExecutor(SplitJobRuns):
             return self._finish(claim, base, FAILED, error=error)
         # Only a failure this run decided counts against the host: not one of a run taken
         # over meanwhile (a host frozen past the lease that times out on waking), nor a
-        # discarded one, nor one refused as a changed job (a sealed job edited meanwhile).
+        # discarded one (an upload that went on, see _upload_went_on).
         counted = end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]) and end.error_kind == error["kind"]
         if against_host and counted:
             try:
@@ -454,30 +464,39 @@ class JobExecutor(SplitJobRuns):
     def _discard(self, claim: Claim, base: dict[str, Any], problem: str) -> RunEnd:
         """The upload was not finished when the job was claimed: this run never counts."""
         log.warning(
-            "job %s: discarding run %d: the job file %s; it runs again once the upload has finished",
+            "job %s: discarding run %d: the submitted job file %s; it runs again once the upload has finished",
             claim.job_id, claim.run, problem,
         )  # fmt: skip
-        error = _error(seal.UPLOAD_IN_PROGRESS, f"the job file {problem}", True)
+        # The copy of the unfinished upload goes before the decision: the next claim copies
+        # the file again (recovery re-queues a directory left without a copy meanwhile).
+        drop_copy(claim.job_dir)
+        crash_point("discard-before-decide")
+        error = _error(seal.UPLOAD_IN_PROGRESS, f"the submitted job file {problem}", True)
         due = self._clock.wall() + self._config.settle_seconds
         return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=due)
 
+    def _upload_went_on(self, claim: Claim, base: dict[str, Any]) -> str | None:
+        """Before the job's first decision: why the run must be discarded (its submitted
+        file was still being appended to), or None. Capped: after MAX_UPLOAD_DISCARDS the
+        job decides from its copy, and its record says what was seen."""
+        if claim.sealed or claim.job_file is None:
+            return None
+        problem = continued_append(claim.job_dir, claim.job_file, self._config.max_job_bytes, uncached=self._uncached)
+        if problem is None:
+            return None
+        if seal.upload_discards(read_runs(claim.job_dir)) < defaults.MAX_UPLOAD_DISCARDS:
+            return problem
+        base["details"][seal.SUBMITTED_NOTE_KEY] = (
+            f"the submitted job file {problem}; rendered from the copy made at the claim "
+            f"({claim.job_file.short()}) after {defaults.MAX_UPLOAD_DISCARDS} discarded runs"
+        )
+        return None
+
     def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> RunEnd:
-        if outcome != REQUEUE and claim.job_file is not None:
-            # The job file must still be what this run validated and rendered from.
-            problem = seal.change_since(
-                claim.job_dir / defaults.JOB_FILENAME,
-                claim.job_file,
-                self._config.max_job_bytes,
-                uncached=self._uncached,
-            )
-            if problem is not None and not claim.sealed:
-                return self._discard(claim, base, problem)
+        if outcome != REQUEUE:
+            problem = self._upload_went_on(claim, base)
             if problem is not None:
-                # Sealed by an earlier run: an edit of a queued job, refused for good.
-                sealed = seal.sealed_hash(read_runs(claim.job_dir)) or claim.job_file.sha256
-                error = _error(seal.JOB_CHANGED, seal.refused_change(sealed, problem), False)
-                outcome = FAILED
-                fields = {**{k: v for k, v in fields.items() if k not in ("publish", "due")}, "error": error}
+                return self._discard(claim, base, problem)
         record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
         offset = None if self._spool_clock is None else self._spool_clock.offset()
         if offset is not None:

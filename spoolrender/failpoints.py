@@ -22,7 +22,8 @@ import threading
 
 CRASH_POINTS = (
     "claim-before-rename",  # incoming claim: running/ dir, lock and heartbeat made, file not yet moved
-    "claim-after-rename",  # incoming claim: job file moved into running/
+    "claim-after-rename",  # incoming claim: job file moved into running/ as submitted.yaml, no copy yet
+    "copy-before-commit",  # a claim's private copy written under its temporary name, not yet job.yaml
     "retry-claim-after-rename",  # retry claim: directory moved, no lock or heartbeat yet
     "after-decide",  # a run's outcome recorded, job not moved yet
     "after-publish",  # output linked into place, job not yet in done/
@@ -52,6 +53,8 @@ RACE_POINTS = (
     "abandoned-claim-before-remove",  # recovery judged a running/ entry without job.yaml abandoned
     "abandoned-claim-parked",  # that entry renamed into .spoolrender/abandoned/, not yet cleared
     "id-holder-lookup",  # reserve_id: between listing two state directories for the holder
+    "retry-claim-before-copy",  # retry claim of an entry without a private copy (older or discarded): none made yet
+    "discard-before-decide",  # a discarded run's copy removed, its requeue not yet recorded
     "id-moved-aside",  # an id reservation renamed into ids/.aside/, not yet re-created or put back
     "retention-lease-taken",  # a runner holds the retention lease, nothing purged yet
 )

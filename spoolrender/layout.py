@@ -1,9 +1,10 @@
 """Where things live in a spool, and how entry names encode queue order.
 
-A spool is a directory with one sub-directory per state. A job enters as a single file in
-``incoming/``; from its claim on it is a directory (its original ``job.yaml`` plus the
-runner's records beside it) that moves between states with one ``rename`` each, so a job
-is always in exactly one state and its records always travel with it.
+A spool is a directory with one sub-directory per state. A job enters as a single file
+in ``incoming/``; from its claim on it is a directory (the runner's private copy
+``job.yaml``, the submitted file as evidence, and the runner's records beside them) that
+moves between states with one ``rename`` each, so a job is always in exactly one state
+and its records always travel with it.
 
 Entry names (``uid`` is fixed at the first claim, ``token`` is new for every claim):
 

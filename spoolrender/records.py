@@ -1,4 +1,4 @@
-"""The runner's records inside a job directory, beside the user's untouched ``job.yaml``.
+"""The runner's records inside a job directory, beside the job's private copy ``job.yaml``.
 
 Every claim of a job is a *run*, numbered from 1. Its outcome is written once, as
 ``run-NNNN.json``, by whoever decides it: the owning runner, or a runner that found the

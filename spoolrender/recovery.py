@@ -11,11 +11,16 @@ owner that was only paused and wakes up finds the decision made and backs off:
 - otherwise decide it as a failed attempt ("runner died"): to retry/ with backoff while
   attempts are left, else to failed/.
 
-An entry without ``job.yaml`` is a claim abandoned before its job file was moved in. It
-is never deleted where it lies: a claimer that only stalled may complete its rename at
-any moment. It is first renamed into ``.spoolrender/abandoned/`` (after which the
-claimer's rename fails with ENOENT and the file stays in incoming/), and a job file that
-made it in before that rename is re-queued to retry/, not deleted.
+An entry without ``job.yaml`` and ``submitted.yaml`` is a claim abandoned before its job
+file was moved in. It is never deleted where it lies: a claimer that only stalled may
+complete its rename at any moment. It is first renamed into ``.spoolrender/abandoned/``
+(after which the claimer's rename fails with ENOENT and the file stays in incoming/), and
+a job file that made it in before that rename is re-queued to retry/, not deleted.
+
+An entry holding ``submitted.yaml`` but no ``job.yaml`` is a claim (or a discarded run)
+whose owner died before its private copy was committed (spoolrender.owncopy): nothing was
+rendered from it, so its run is decided as a ``requeue`` that uses no attempt, and its
+retry claim copies the submitted file.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from spoolrender.heartbeat import (
 )
 from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
+from spoolrender.owncopy import holds_job
 from spoolrender.probe_dirs import PROBE_PREFIX
 from spoolrender.publish import SCRATCH_DIR, remove_scratch
 from spoolrender.records import (
@@ -147,7 +153,7 @@ class Recoverer:
         return None
 
     def recover(self, job_dir: Path, job_id: str, uid: str, token: str, why: str) -> bool:
-        if not os.path.lexists(job_dir / defaults.JOB_FILENAME):  # lexists: a symlink is a job too
+        if not holds_job(job_dir):  # lexists: a symlink is a job too
             # The owner died (or stalled) between preparing the claim and moving the file
             # in: the job file is still in incoming/, or arrives right now.
             crash_point("abandoned-claim-before-remove")
@@ -168,7 +174,10 @@ class Recoverer:
         record = read_run(job_dir, run)
         if record is None:
             owner = hb if hb is not None and hb.token == token else None
-            record = self._dead_run_record(job_dir, run, token, why, owner)
+            if os.path.lexists(job_dir / defaults.JOB_FILENAME):
+                record = self._dead_run_record(job_dir, run, token, why, owner)
+            else:  # died before its copy was committed: nothing was rendered
+                record = self._requeue_record(job_dir, run, token, "claimed by a runner that died before copying it")
             if not decide(job_dir, record):
                 record = read_run(job_dir, run)
                 if record is None:
@@ -195,19 +204,13 @@ class Recoverer:
         of several runners doing this at once, the run file and the rename pick one.
         """
         m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
-        if m is None or not os.path.lexists(parked / defaults.JOB_FILENAME):
+        if m is None or not holds_job(parked):
             shutil.rmtree(parked, ignore_errors=True)
             return
         job_id, uid = m.group("id"), m.group("uid")
         run = next_run_number(parked)
-        now = self._clock.wall()
-        _, priority = self._job_limits(parked)
-        record = RunRecord(
-            run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=m.group("token"), ended=now, due=now,
-            error={"kind": "claim-abandoned", "message": "claimed by a runner that stalled before starting it",
-                   "transient": True},
-            details={"priority": priority},
-        )  # fmt: skip
+        stalled = "claimed by a runner that stalled before starting it"
+        record = self._requeue_record(parked, run, m.group("token"), stalled)
         if not decide(parked, record):
             decided = read_run(parked, run)
             if decided is None:
@@ -217,14 +220,24 @@ class Recoverer:
         log.warning("job %s: its claim was abandoned after the job file moved in; re-queued to %s/",
                     job_id, target.parent.name)  # fmt: skip
 
+    def _requeue_record(self, job_dir: Path, run: int, token: str, message: str) -> RunRecord:
+        """A claim that never started its job: back to retry/, due now, no attempt used."""
+        now = self._clock.wall()
+        _, priority = self._job_limits(job_dir)
+        return RunRecord(
+            run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=now, due=now,
+            error={"kind": "claim-abandoned", "message": message, "transient": True},
+            details={"priority": priority},
+        )  # fmt: skip
+
     def _job_limits(self, job_dir: Path) -> tuple[int, int]:
-        """The job's max_attempts and priority, or the spool's defaults if it does not parse."""
+        """The job's max_attempts and priority, or the spool's defaults if it does not parse
+        (read from its private copy, or from the submitted file a claim died before copying)."""
+        name = defaults.JOB_FILENAME
+        if not os.path.lexists(job_dir / name):
+            name = defaults.SUBMITTED_FILENAME
         try:
-            spec = parse_job(
-                read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes),
-                job_dir.name,
-                self._config,
-            )
+            spec = parse_job(read_job_bytes(job_dir / name, self._config.max_job_bytes), job_dir.name, self._config)
         except (JobInvalid, OSError):
             return self._config.max_attempts, defaults.DEFAULT_PRIORITY
         return spec.max_attempts, spec.priority

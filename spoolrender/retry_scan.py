@@ -11,6 +11,7 @@ just failed transiently on this host is left to another host that could take it 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,11 @@ class RetryScan:
         host its last attempt failed on; read once per entry (its name changes with every move)."""
         if name not in self._retry_routes:
             job_dir = self._layout.retry / name
-            spec, _, _ = parse_for_scan(self._config, job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME)
+            # The private copy; an entry still without one (spoolrender.owncopy) routes by
+            # the submitted file it will be copied from at its claim.
+            spec = parse_for_scan(self._config, job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME).spec
+            if spec is None and not os.path.lexists(job_dir / defaults.JOB_FILENAME):
+                spec = parse_for_scan(self._config, job_dir / defaults.SUBMITTED_FILENAME, defaults.JOB_FILENAME).spec
             try:
                 queue_dir: str | None = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
             except OSError:

@@ -155,11 +155,13 @@ class Runner:
         self._force = threading.Event()
         # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
         self._closers = CloserTracker(on_change=self._writer_exited, settle_seconds=config.settle_seconds)
+        # On a network filesystem job files are read past the client's caches (netcache.py).
+        self._uncached = is_network_filesystem(config.spool)
         self._scanner = SpoolScanner(
             self.layout,
             config,
             self.clock,
-            local=not is_network_filesystem(config.spool),
+            local=not self._uncached,
             closers_alive=self._closers.alive,
         )
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id, self._spool_io)
@@ -396,7 +398,8 @@ class Runner:
             if self._scanner.writer_holds(candidate):
                 continue  # an upload still in progress: it waits in place
             try:
-                claimed = claim(self.layout, candidate, self._heartbeat, self.clock)
+                claimed = claim(self.layout, candidate, self._heartbeat, self.clock,
+                                max_job_bytes=self.config.max_job_bytes, uncached=self._uncached)  # fmt: skip
             except ClaimBlocked as exc:
                 self._scanner.claim_failed(candidate.name, str(exc))
                 continue

@@ -50,6 +50,8 @@ class _Seen:
     invalid: bool = False
     invalid_id: str | None = None  # the id an invalid file is filed under (its readable `id:`)
     parsed_for: tuple[int, int, int] | None = None
+    inode: int | None = None  # the file the parse read, and the sha256 of its bytes
+    sha256: str | None = None
     at_startup: bool = False  # present at the scanner's first listing
     # The writer check's verdict holds while the signature does, unless it found a writer:
     # a deep queue costs one check per file, not one per listing. The runner's lease probe
@@ -130,6 +132,8 @@ class SpoolScanner:
             with candidate_dir(self._layout, candidate) as (where, base):
                 # Through the held descriptor (spoolrender.spooldir): a queue directory
                 # swapped for a symlink since the listing leads nowhere else.
+                if candidate.source == "retry" and where.try_stat(base) is None:
+                    base = defaults.SUBMITTED_FILENAME  # a discarded run's: its claim copies this
                 path = where.anchored(base)
                 if candidate.source == "incoming" and not self._local and self._changed_on_server(candidate.name, path):
                     return True
@@ -300,7 +304,9 @@ class SpoolScanner:
             age = None if spool_now is None else spool_now - st.st_mtime
             settled = quiet_for >= settle or (age is not None and age >= settle)
             if seen.parsed_for != sig:
-                seen.spec, seen.invalid, seen.invalid_id = parse_for_scan(self._config, path, base)
+                parsed = parse_for_scan(self._config, path, base)
+                seen.spec, seen.invalid, seen.invalid_id = parsed.spec, parsed.invalid, parsed.invalid_id
+                seen.inode, seen.sha256 = parsed.inode, parsed.sha256
                 seen.parsed_for = sig
             if seen.writer in (None, Writer.HELD):
                 seen.writer = writers.check(path, st)
@@ -343,5 +349,6 @@ class SpoolScanner:
                 if found is None:
                     continue  # another runner's job (status says when there is none)
                 rank = found
-            out.append(Candidate((rank, -priority, order, name), name, "incoming", job_id, None, queue_dir))
+            key = (rank, -priority, order, name)
+            out.append(Candidate(key, name, "incoming", job_id, None, queue_dir, seen.inode, seen.sha256))
         return out, waiting, wake

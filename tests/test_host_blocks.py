@@ -215,22 +215,21 @@ def test_only_a_failure_of_the_hosts_own_sends_its_retry_elsewhere(spool: SpoolL
     assert not (hosts_dir(spool) / f"{HOSTNAME}.json").exists()
 
 
-def test_a_sealed_job_edited_while_it_renders_does_not_count_against_the_host(
+def test_a_sealed_job_edited_while_it_waits_does_not_count_against_the_host(
     spool: SpoolLayout, start_runner: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """Run 1 fails here (counted); the job, sealed by it, is edited during run 2, whose
-    render then fails transiently: refused as job-changed, which says nothing of the host."""
+    """Run 1 fails here (counted); the job's copy, sealed by it, is edited (as only root
+    could) while it waits in retry/: run 2 refuses it as job-changed, which says nothing of
+    the host. (What a submitter does to their own file during a run changes nothing at all:
+    tests/test_owncopy.py.)"""
     write_spool_config(spool, {"backoff_base_seconds": 3, "backoff_cap_seconds": 3})
     go = tmp_path / "go"
     go.touch()
     start_runner()
     drop(spool, "edited.yaml", command_job(until_file=str(go), exit=75, content="original"))
     wait_for(lambda: len(entries(spool, "retry")) == 1, timeout=60)
-    go.unlink()
-    wait_for(lambda: any(spool.running.glob("*/job.yaml")), timeout=60)
-    (running,) = spool.running.glob("*/job.yaml")
-    running.write_text(running.read_text().replace("original", "tampered"))
-    go.touch()
+    (queued,) = spool.retry.glob("*/job.yaml")
+    queued.write_text(queued.read_text().replace("original", "tampered"))
     wait_for(lambda: len(entries(spool, "failed")) == 1, timeout=60)
     failure = json.loads((spool.failed / entries(spool, "failed")[0] / "failure.json").read_text())
     assert failure["kind"] == "job-changed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,11 @@ def test_symlinks_fifos_and_directories_fail_with_a_reason(spool: SpoolLayout, t
     os.symlink(secret, spool.incoming / "link.yaml")
     os.mkfifo(spool.incoming / "fifo.yaml")
     (spool.incoming / "dir.yaml").mkdir()
+    (spool.incoming / "big.yaml").write_bytes(b"# " + b"x" * 2000 + b"\n")
+    write_spool_config(spool, {"max_job_bytes": 1000})
     drop(spool, "fine.yaml", command_job())
     summary = drain(spool)
-    assert (summary.done, summary.failed) == (1, 3)
+    assert (summary.done, summary.failed) == (1, 4)
     reasons = {}
     for entry in entries(spool, "failed"):
         failure = json.loads((spool.failed / entry / "failure.json").read_text())
@@ -206,9 +209,14 @@ def test_symlinks_fifos_and_directories_fail_with_a_reason(spool: SpoolLayout, t
         "link": "job file: expected a regular file, got a symlink",
         "fifo": "job file: expected a regular file, got a FIFO",
         "dir": "job file: expected a regular file, got a directory",
+        "big": "job file: 2003 bytes is over the limit of 1000 (max_job_bytes)",
     }
     assert secret.read_text().startswith("renderer")  # never followed, never moved
-    assert os.path.islink(next(iter((spool.failed).glob("link.*"))) / "job.yaml")
+    # Kept as evidence, as what it was; no private copy made of what is no job file.
+    (link_dir,) = spool.failed.glob("link.*")
+    assert os.path.islink(link_dir / "submitted.yaml") and not os.path.lexists(link_dir / "job.yaml")
+    (fifo_dir,) = spool.failed.glob("fifo.*")
+    assert stat.S_ISFIFO(os.lstat(fifo_dir / "submitted.yaml").st_mode)
 
 
 def test_fallback_props_apply_on_the_last_attempt(spool: SpoolLayout) -> None:

@@ -240,11 +240,11 @@ def test_job_file_changed_during_its_first_run_is_discarded_and_runs_again(
     go = tmp_path / "go"  # the render reads its job file once this exists
     first = job_file("late", 4_000, props=json.dumps({"wait_for": str(go)}))
     drop(spool, "late.yaml", first)
-    # The job file itself, not only its running/ directory: the claim makes the directory
-    # (with its lock) first and renames the file in after; opening job.yaml in between would
-    # create a stray file that the claim's rename then replaces.
+    # The submitter's file itself, renamed in by the claim (submitted.yaml), once the
+    # private copy the run renders from (job.yaml) exists beside it: the copy was read
+    # before these writes.
     wait_for(lambda: any(spool.running.glob("*/job.yaml")), timeout=60)
-    (claimed,) = spool.running.glob("*/job.yaml")
+    (claimed,) = spool.running.glob("*/submitted.yaml")
     rest = b"# the rest of a slow upload\n" * 100
     with open(claimed, "ab") as fh:  # the path moves on; the open file goes with it
         fh.write(rest[:1000])

@@ -25,6 +25,7 @@ from spoolrender.durable import create_exclusive
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.records import FAILED, PUBLISHING, read_runs
 from spoolrender.renderers.base import ChunkPart
+from spoolrender.seal import SEAL_KEY
 
 PLAN_FILENAME = "plan.json"
 FINISHED_DIR = "finished"
@@ -63,6 +64,7 @@ class Finished:
     entry: Path  # finished/NNNN
     files: Path | None  # its verified files in the store; None when it failed
     error: dict[str, Any] | None = None  # the failure, when it failed
+    job_sha256: str | None = None  # the job bytes its decided run rendered from (its seal)
 
 
 @dataclass
@@ -105,7 +107,9 @@ def read_finished(layout: SpoolLayout, output_root: Path, key: str, part: ChunkP
     last = decided[-1]
     if last.outcome == FAILED:
         return Finished(part, entry, None, last.error or {"kind": "error", "message": "failed"})
-    return Finished(part, entry, store_dir(output_root, key) / chunk_store_name(part.index, last.token))
+    files = store_dir(output_root, key) / chunk_store_name(part.index, last.token)
+    sealed = last.details.get(SEAL_KEY) if isinstance(last.details, dict) else None
+    return Finished(part, entry, files, job_sha256=sealed if isinstance(sealed, str) else None)
 
 
 def chunk_states(layout: SpoolLayout, output_root: Path, key: str, parent_uid: str, plan: ChunkPlan) -> ChunkStates:

@@ -34,9 +34,12 @@ from spoolrender.chunks.plan import ChunkPlan
 from spoolrender.durable import fsync_dir, rename_durable, write_atomic
 from spoolrender.failpoints import crash_point
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
+from spoolrender.owncopy import write_copy
 from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
+from spoolrender.seal import SEAL_KEY, JobFileState
+from spoolrender.spooldir import DirHandle
 from spoolrender.trusted_dirs import UntrustedDir, ensure_trusted_path
 
 log = logging.getLogger(__name__)
@@ -96,12 +99,17 @@ def create_chunk(
     stage = ledger_dir(layout, key) / f".new-{index:04d}-{new_token()}"
     stage.mkdir()
     try:
-        # The parent's own bytes: the chunk validates and renders exactly what it would.
-        write_atomic(stage / defaults.JOB_FILENAME, (parent_dir / defaults.JOB_FILENAME).read_bytes())
+        # The parent's private copy (owncopy.py), copied in turn: the chunk validates and
+        # renders exactly what the parent validated, and checks it against the hash here.
+        data = (parent_dir / defaults.JOB_FILENAME).read_bytes()
+        with DirHandle.open(stage) as staged:
+            write_copy(staged, data)
+            staged.fsync()  # no decision follows in here to make its name durable
         with contextlib.suppress(FileNotFoundError):  # its queue directory, for routing
             write_atomic(stage / QUEUE_FILENAME, (parent_dir / QUEUE_FILENAME).read_bytes())
         info = {"parent_id": job_id, "parent_uid": uid, "index": index, "count": plan.count,
-                "first": part.first, "last": part.last, "fps": plan.span.fps}  # fmt: skip
+                "first": part.first, "last": part.last, "fps": plan.span.fps,
+                SEAL_KEY: JobFileState.of(data).sha256}  # fmt: skip
         write_atomic(stage / defaults.CHUNK_FILENAME, json.dumps(info, indent=2).encode())
         target = layout.retry / retry_name(chunk_id(job_id, index), chunk_uid(uid, index), due, priority)
         try:

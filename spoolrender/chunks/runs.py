@@ -34,6 +34,7 @@ from spoolrender.layout import final_name
 from spoolrender.publish import fsync_file, remove_tree, scratch_dir
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
+from spoolrender.seal import JOB_CHANGED, SEAL_KEY, refused_change
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -106,6 +107,11 @@ class SplitJobRuns:
             problem = _error("invalid-chunk", f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
             return self._finish(claim, base, FAILED, error=problem)
         base["details"]["chunk"] = {"index": part.index, "count": part.count, "first": part.first, "last": part.last}
+        planned = info.get(SEAL_KEY)
+        if planned is not None and claim.job_file is not None and planned != claim.job_file.sha256:
+            # Its job file is not the parent's copy it was planned from: never rendered.
+            refusal = refused_change(str(planned), f"of this chunk is {claim.job_file.short()}")
+            return self._finish(claim, base, FAILED, error=_error(JOB_CHANGED, refusal, False))
         if not ledger_dir(self._layout, key).is_dir():
             # Its job ended (done, failed, cancelled) after this chunk was queued.
             message = "its job has ended; this chunk is not needed"
@@ -228,6 +234,10 @@ class SplitJobRuns:
             problem = None
             if done.files is None or not done.files.is_dir():
                 problem = "its files are missing"
+            elif claim.job_file is not None and done.job_sha256 not in (None, claim.job_file.sha256):
+                # Rendered from other bytes than the job's copy: joining it would publish
+                # (and store in the render cache under this job's key) what was not asked.
+                problem = f"it was rendered from other job bytes (sha256 {str(done.job_sha256)[:12]})"
             else:
                 check = self._request(claim, base, spec, attempt, done.files, chunk=done.part)
                 try:

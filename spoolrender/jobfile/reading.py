@@ -16,13 +16,25 @@ def read_job_bytes(path: Path, max_bytes: int, *, uncached: bool = False) -> byt
     ``uncached`` (a spool on a network filesystem): the bytes the server has now, not a
     prefix the client cached while another host was still writing (spoolrender.netcache).
     """
+    return read_job_at(None, path, max_bytes, uncached=uncached)[0]
+
+
+def read_job_at(
+    dir_fd: int | None, name: str | Path, max_bytes: int, *, uncached: bool = False
+) -> tuple[bytes, Attributes]:
+    """The bytes of job file ``name`` (in directory ``dir_fd``, or a path) and the
+    attributes of the very file they were read from (its descriptor's fstat).
+
+    Raises JobInvalid (with a reason for the job's record) for anything but a regular
+    file within ``max_bytes``; opening never follows a symlink nor waits for a FIFO.
+    """
     try:
         # O_NOFOLLOW: a symlink dropped into incoming/ must not make us read (and echo
         # into records) some other file. O_NONBLOCK: opening a FIFO must not hang.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         try:
-            kind = _file_kind(os.lstat(path).st_mode)
+            kind = _file_kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
         except OSError:
             kind = None
         if kind is not None and kind != "regular file":
@@ -40,7 +52,7 @@ def read_job_bytes(path: Path, max_bytes: int, *, uncached: bool = False) -> byt
             data = fh.read(max_bytes + 1)
         if len(data) > max_bytes:  # grew after fstat
             raise JobInvalid([f"job file: over the limit of {max_bytes} bytes (max_job_bytes)"])
-        return data
+        return data, st
     finally:
         os.close(fd)
 

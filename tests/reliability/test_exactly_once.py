@@ -142,7 +142,7 @@ def test_late_retry_claimer_never_makes_a_phantom(
 def test_abandoned_claim_cleanup_never_deletes_a_job(
     tmp_path: Path, procs: Callable[..., subprocess.Popen[bytes]], recoverer_dies: bool
 ) -> None:
-    """Item 3: recovery judged running/<job>/ abandoned (no job.yaml yet), then the stalled
+    """Item 3: recovery judged running/<job>/ abandoned (no job file yet), then the stalled
     claimer completed its rename before recovery removed the directory. Variant: the
     recoverer is SIGKILLed right after parking the claim; the next runner re-queues it."""
     layout = make_spool(tmp_path / "spool")
@@ -160,7 +160,7 @@ def test_abandoned_claim_cleanup_never_deletes_a_job(
 
     claimer.send_signal(signal.SIGCONT)  # the rename completes, then it freezes again
     (entry,) = names(layout, "running")
-    wait_for(lambda: (layout.running / entry / "job.yaml").exists() and stopped(claimer), what="rename done")
+    wait_for(lambda: (layout.running / entry / "submitted.yaml").exists() and stopped(claimer), what="rename done")
     recoverer.send_signal(signal.SIGCONT)  # clears the "abandoned" claim
     wait_for(lambda: not names(layout, "running"), what="claim cleared")
     if recoverer_dies:
