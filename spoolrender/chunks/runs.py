@@ -31,7 +31,7 @@ from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.hosts import online_hosts
 from spoolrender.layout import final_name
-from spoolrender.publish import fsync_file, remove_tree, scratch_dir
+from spoolrender.publish import fsync_file, prepare_scratch, remove_tree, scratch_dir
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
 from spoolrender.seal import JOB_CHANGED, SEAL_KEY, refused_change
@@ -122,8 +122,9 @@ class SplitJobRuns:
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
         timer.daemon = True
         try:
-            remove_tree(scratch)
-            request.output.mkdir(parents=True)
+            # A scratch tree another user made is refused (spoolrender.trusted_dirs).
+            prepare_scratch(self._config.output_root, claim.key)
+            request.output.mkdir()
             timer.start()
             result = renderer.render(request, self._progress(claim.token), claim.cancel)
             if claim.cancel.is_set():
