@@ -147,17 +147,18 @@ def test_a_command_reading_its_job_id_is_not_served_another_jobs_output(spool: S
 
 
 def test_a_render_its_run_did_not_publish_is_never_stored(spool: SpoolLayout, tmp_path: Path) -> None:
-    """A verified render whose run is then not decided as published (here: its job file
-    changed during the render, which the decision refuses) leaves no cache entry; before,
+    """A verified render whose run is then not decided as published (here: the submitted
+    file is appended to during the render, a continued upload that voids the run) leaves no
+    cache entry; before,
     the entry was stored first and the run's retry was a hit of its own refused render."""
     # Paths of directories only: an argument that is an existing file is keyed by content.
-    edit_once = (  # by the running/ path: {job_file} would put the file's bytes in the key
+    edit_once = (  # by the running/ path: the submitter's file, kept beside the copy until the decision
         "import glob, os, sys\n"
         "flag, marker = os.path.join(sys.argv[3], 'edited'), os.path.join(sys.argv[3], 'renders')\n"
         "if not os.path.exists(flag):\n"
         "    open(flag, 'w').close()\n"
-        "    (job_file,) = glob.glob(os.path.join(sys.argv[2], '*', 'job.yaml'))\n"
-        "    open(job_file, 'a').write('# edited during the render\\n')\n"
+        "    (submitted,) = glob.glob(os.path.join(sys.argv[2], '*', 'submitted.yaml'))\n"
+        "    open(submitted, 'a').write('# appended during the render\\n')\n"
         "open(sys.argv[1], 'w').write('video')\n"
         "open(marker, 'a').write('rendered\\n')\n"
     )
