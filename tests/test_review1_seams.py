@@ -81,3 +81,36 @@ def test_spool_rerun_from_python_queues_the_done_job_again(spool: SpoolLayout) -
     drain(spool)
     queued = Spool(spool.root).rerun("recap")
     assert Path(queued) == spool.incoming / "recap.yaml" and "rerun: true" in queued.read_text()
+
+
+def test_a_cached_command_never_sees_its_job_id_through_its_working_directory(spool: SpoolLayout) -> None:
+    """docs/reliability.md: "A cached command cannot be served an output made from another
+    job's id." The run's working directory, $TMPDIR, {work_dir} and {output} are named
+    after the running/ entry, which is the job's id: a cached command that writes where it
+    runs (a log line, a "rendered in ..." caption) serves job y an output that names job x."""
+    write_spool_config(spool, {"render_cache": True, "commands": {"where": ["sh", "-c", 'basename "$PWD" > "$1"',
+                                                                            "sh", "{output}"]}})  # fmt: skip
+    for job_id in ("x", "y"):
+        drop(spool, f"{job_id}.yaml", {"renderer": "command", "command": "where", "id": job_id,
+                                       "output": f"{job_id}.txt"})  # fmt: skip
+        drain(spool)
+    served = (spool.root / "output" / "y.txt").read_text()
+    assert not served.startswith("x."), f"job y was served an output made with job x's id: {served!r}"
+
+
+def test_a_refused_rerun_leaves_the_done_job_holding_its_id(spool: SpoolLayout) -> None:
+    """docs/reliability.md: "a job id is published at most once unless it says rerun: true".
+    A rerun takes the id's reservation over from the done job; when it fails (here
+    rerun-refused: a user's file at the output) the failure releases the reservation, the
+    done job holds its id no more, and a plain job of that id dropped into incoming/ is
+    published again."""
+    drop(spool, "a.yaml", {**command_job(content="1"), "id": "a", "output": "a.txt"})
+    drain(spool)
+    (spool.root / "output" / "c.txt").write_text("a user's file")
+    drop(spool, "a2.yaml", {**command_job(content="2"), "id": "a", "output": "c.txt", "rerun": True})
+    drain(spool)
+    assert failure_of(spool, "a")["kind"] == RERUN_REFUSED
+    drop(spool, "a3.yaml", {**command_job(content="3"), "id": "a", "output": "d.txt"})  # no rerun
+    drain(spool)
+    assert not (spool.root / "output" / "d.txt").exists(), "id 'a' was published again without rerun: true"
+    assert len([e for e in entries(spool, "done") if e.startswith("a.")]) == 1
