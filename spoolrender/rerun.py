@@ -50,7 +50,7 @@ def refusal_for(
     if previous is not None and previous.matches(st):
         return None
     if previous is None:
-        why = f"the spool has no record of job {job_id!r} publishing it last"
+        why = f"job {job_id!r} did not publish it last (or before the spool recorded publishers)"
     else:
         why = f"it is no longer the file job {job_id!r} published (inode {previous.inode}, {previous.bytes} bytes)"
     return PublishError(

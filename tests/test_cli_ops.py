@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.api import Spool
 from spoolrender.compositions import Composition, submit_problems
 from spoolrender.config import load_config
 from spoolrender.failed_select import select_failed
@@ -230,3 +231,13 @@ def test_job_index_orders_every_state_newest_first_when_asked(spool: SpoolLayout
     names = os.listdir(spool.incoming)
     assert index.select("incoming", names, Filters()) == ["mid.yaml", "new.yaml", "old.yaml"]  # by name
     assert index.select("incoming", names, Filters(), newest_first=True) == ["new.yaml", "mid.yaml", "old.yaml"]
+
+
+def test_spool_rerun_from_python_queues_the_done_job_again(spool: SpoolLayout) -> None:
+    """docs/operations.md: "`Spool.rerun(ID)` does the same from Python"; the merge of opcli
+    moved rerun() into spoolrender.rerun_done, but api.py (and cli/ops_commands.py) still
+    import it from spoolrender.rerun."""
+    drop(spool, "recap.yaml", {**command_job(content="first"), "output": "recap.txt"})
+    drain(spool)
+    queued = Spool(spool.root).rerun("recap")
+    assert Path(queued) == spool.incoming / "recap.yaml" and "rerun: true" in queued.read_text()
