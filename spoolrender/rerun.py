@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
+from spoolrender import defaults
 from spoolrender.errors import PublishError
 from spoolrender.layout import SpoolLayout
 from spoolrender.output_index import last_publish
 from spoolrender.publish import RenderedFile, existing_output
 
 # The failure kind of a re-run whose output is not the one its id published last.
-RERUN_REFUSED = "rerun-refused"
+RERUN_REFUSED = defaults.RERUN_REFUSED
 
 
 def last_published(layout: SpoolLayout, job_id: str, rel: PurePosixPath) -> RenderedFile | None:
