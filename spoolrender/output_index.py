@@ -10,7 +10,8 @@ output path>``, after the file is in place and before the job reaches done/. A c
 between is finished by recovery, which carries the same decision out again
 (transitions.complete_publish), so the entry is never missing for a done job.
 
-Cost: one small write-and-rename per publish (bench/output_index.py).
+Cost: one small write-and-rename per publish, not fsynced (:func:`record_publish`;
+bench/output_index.py).
 """
 
 from __future__ import annotations
@@ -52,13 +53,19 @@ def record_publish(layout: SpoolLayout, rel: PurePosixPath, job_id: str, uid: st
     path = entry_path(layout, rel)
     entry = {"output": str(rel), "id": job_id, "uid": uid, "inode": file.inode, "bytes": file.bytes,
              "mtime_ns": file.mtime_ns}  # fmt: skip
+    # Atomic (a temporary file renamed over the entry) but not fsynced: an entry lost or
+    # cut short by a power cut only refuses reruns (fail-safe), and one that reverts to
+    # the name's previous publisher names a file that is no longer there (the identity
+    # check refuses it, unless it is the same inode through a render-cache hit: the one
+    # case a power cut reopens). Two fsyncs would cost 4-5 ms per publish, ten times the
+    # entry itself (bench/output_index.py).
     try:
-        write_json_atomic(path, entry)  # durable: the job's done/ move comes after it
+        write_json_atomic(path, entry, durable=False)
     except FileNotFoundError:
         # A spool made before the index existed: make its directory (mode of ids/).
         with contextlib.suppress(FileExistsError):
             os.mkdir(path.parent, 0o2755)
-        write_json_atomic(path, entry)
+        write_json_atomic(path, entry, durable=False)
 
 
 def last_publish(layout: SpoolLayout, rel: PurePosixPath) -> LastPublish | None:
