@@ -1,9 +1,9 @@
 """Putting a rendered file in place under the output root, never half, never outside it.
 
 Renders write to a scratch directory on the output root's filesystem
-(``<output_root>/.spoolrender-tmp/<digest of the job's running/ name>/``). Publishing is then one ``link()`` (or
-``rename()`` for re-runs that replace their own older output) into the final name, so a consumer
-sees no file or the whole file, never a partial one.
+(``<output_root>/.spoolrender-tmp/<digest of the job's running/ name>/``). Publishing is
+then one ``link()`` (or ``rename()`` for re-runs that replace their own older output) into
+the final name, so a consumer sees no file or the whole file, never a partial one.
 
 Hostile output paths: job files only give relative paths without ``..`` (checked when
 the job is parsed), and here every directory below the root is opened with O_NOFOLLOW
