@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`spoolrender list` on a deep spool: 100k done, 10k incoming, 1k failed (issue 23: "fast on a
-deep spool"), beside `status` on the same spool.
+deep spool"), beside `status` and `show` (an id that exists, and unknown ids, which get a
+did-you-mean hint) on the same spool.
 
 The spool is bench/status_scale.py's (real job directories with job.yaml, a run record
 and result.json or failure.json; real job files in incoming/). A page of `list` comes from
@@ -61,6 +62,12 @@ def main() -> None:
             seconds = timed([*CMD, *extra, "--spool", str(spool)], args.repeats)
             if label.startswith("list") and "--queue" not in extra:
                 worst = max(worst, seconds)
+            print(f"{label:<34} {seconds:>7.3f} s")
+        # An id no job has gets a did-you-mean hint (spoolrender.suggest): 13-16 s at 100k
+        # done before difflib's pool was bounded; an id that exists never computes one.
+        for label, job_id in (("show job-0000042 (exists)", "job-0000042"), ("show job-00000x42 (a typo)",
+                              "job-00000x42"), ("show zzz (nothing close)", "zzz")):  # fmt: skip
+            seconds = timed([*CMD, "show", job_id, "--spool", str(spool)], args.repeats, check=False)
             print(f"{label:<34} {seconds:>7.3f} s")
         print(goal(f"every list page but --queue <= {LIST_GOAL_S:g} s at {args.done} done + {args.incoming} "
                    f"incoming + {args.failed} failed", f"{worst:.3f} s", worst <= LIST_GOAL_S))  # fmt: skip

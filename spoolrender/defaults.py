@@ -122,8 +122,10 @@ STATUS_QUEUE_READS = 1000
 STATUS_WATCH_MIN_S = 0.1  # `status --watch`: shorter redraws faster than anyone reads, on a shared host
 LIST_LIMIT = 50  # `spoolrender list`: jobs per page (a screenful); --limit for more
 # Failure kinds a retry cannot cure as the job stands: `retry --all-failed` leaves them out
-# unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose.
-HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled")
+# unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose; a
+# rerun-refused one finds the same file at its output until someone removes it.
+RERUN_REFUSED = "rerun-refused"  # the failure kind of a rerun: true whose output is not its own
+HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled", RERUN_REFUSED)
 # Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.

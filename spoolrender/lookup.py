@@ -311,8 +311,16 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
     if where.state == "failed":
         outcomes.append((defaults.FAILURE_FILENAME, "failure"))
     for name, key in outcomes:
-        with contextlib.suppress(OSError, ValueError):
-            info[key] = json.loads((job_dir / name).read_text())
+        try:
+            found = json.loads((job_dir / name).read_text())
+        except OSError:
+            continue  # none yet (a running job), or moved on meanwhile
+        except ValueError:
+            found = None
+        if isinstance(found, dict):
+            info[key] = found
+        else:  # damaged (by hand, a full disk of an old version): say so, never a traceback
+            info.setdefault("damaged", []).append(f"{name} is not a JSON object; its fields are not shown")
     if where.state in ("running", "retry", "split") and where.uid is not None:
         # A split job: its chunks' progress (spoolrender.chunks); chunks are never jobs.
         chunks = chunk_progress(SpoolLayout(config.spool), config.output_root, final_name(where.job_id, where.uid),
@@ -374,12 +382,14 @@ def format_description(info: dict[str, Any]) -> str:
         lines.append(f"  run {run['run']}: {label} on {p(run['host'])}{_run_times(run)}{why}")
     if "result" in info:
         r = info["result"]
-        lines.append(f"output: {p(r['output'])} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
+        lines.append(f"output: {p(r.get('output'))} ({p(r.get('bytes'))} bytes, {p(r.get('duration_seconds'))} s)")
         cache = describe_result(r)
         if cache is not None:
             lines.append(p(cache))
     if "failure" in info:
         lines.append(f"failed: {p(info['failure'].get('reason'))}")
+    for problem in info.get("damaged", []):
+        lines.append(f"damaged: {p(problem)}")
     for path in info.get("logs", []):
         lines.append(f"log: {p(path)}")
     return "\n".join(lines)

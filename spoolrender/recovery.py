@@ -51,7 +51,7 @@ from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.owncopy import holds_job
 from spoolrender.probe_dirs import PROBE_PREFIX
-from spoolrender.publish import SCRATCH_DIR, remove_scratch
+from spoolrender.publish import SCRATCH_DIR, remove_scratch, remove_scratch_dir, scratch_name
 from spoolrender.records import (
     FAILED,
     REQUEUE,
@@ -128,13 +128,15 @@ class Recoverer:
             # Left by a recoverer that died between parking a claim and clearing it.
             with contextlib.suppress(FileNotFoundError):
                 self._clear_parked(self._layout.private / ABANDONED_DIR / parked)
-        for key in set(scratch) - set(names) - own_keys:
-            if key.startswith(PROBE_PREFIX):
+        # Named by the key's digest; by the key itself in versions before it (a mixed cluster).
+        live = {name for key in set(names) | own_keys for name in (key, scratch_name(key))}
+        for name in set(scratch) - live:
+            if name.startswith(PROBE_PREFIX):
                 continue  # a start-up probe's, live or not: spoolrender.probe_dirs judges it
             # Left by a runner killed after its job left running/ (done, failed, retry):
             # nothing in it is needed any more.
-            remove_scratch(self._config.output_root, key)
-            log.debug("removed orphaned scratch dir %s", key)
+            remove_scratch_dir(scratch_root / name)
+            log.debug("removed orphaned scratch dir %s", name)
         return recovered
 
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:

@@ -220,3 +220,21 @@ def test_a_cache_made_under_umask_002_is_the_runners_alone_and_used(spool: Spool
     cache = cache_root(spool.root / "output")
     for path in (cache, cache / "entries", cache / "staging", cache / "inflight", *(cache / "entries").iterdir()):
         assert stat.S_IMODE(os.stat(path).st_mode) & 0o022 == 0, path
+
+
+def test_a_cached_command_never_sees_its_job_id_through_the_paths_it_is_given(spool: SpoolLayout) -> None:
+    """docs/reliability.md: "A cached command cannot be served an output made from another
+    job's id." Its working directory, $TMPDIR, {work_dir}, {output} and {job_file} were
+    named after the running/ entry (<id>.<uid>.<token>): a cached command that writes where
+    it runs (a log line, a "rendered in ..." caption) served job y an output naming job x.
+    The job files are identical (the ids come from the file names), so y is a cache hit."""
+    write_spool_config(spool, {"render_cache": True, "commands": {"where": [
+        "sh", "-c", 'printf "%s\\n%s\\n%s\\n%s\\n" "$PWD" "$TMPDIR" "$2" "$3" > "$1"',
+        "sh", "{output}", "{job_file}", "{work_dir}"]}})  # fmt: skip
+    for job_id in ("x", "y"):
+        drop(spool, f"{job_id}.yaml", {"renderer": "command", "command": "where"})
+        drain(spool)
+    assert result_of(spool, "y")["cache"] == "hit"
+    served = (spool.root / "output" / "y.mp4").read_text()
+    names = {part for line in served.split() for part in Path(line).parts}
+    assert not any(n == "x" or n.startswith("x.") for n in names), f"job y was served job x's id: {served!r}"
