@@ -67,11 +67,12 @@ def test_the_publish_itself_refuses_an_output_replaced_during_the_rerun(
     output = spool.root / "output" / "shared.mp4"
     drop(spool, "a.yaml", job("a", "first render of a"))
     drain(spool)
-    release = tmp_path / "release"
-    drop(spool, "a2.yaml", job("a", "second render of a", rerun=True, props={"until_file": str(release),
-                                                                            "content": "second"}))  # fmt: skip
+    release, started = tmp_path / "release", tmp_path / "started"
+    props = {"until_file": str(release), "pidfile": str(started), "content": "second"}
+    drop(spool, "a2.yaml", job("a", "second render of a", rerun=True, props=props))
     start_runner()
-    wait_for(lambda: bool(entries(spool, "running")), timeout=60)
+    # The render has begun (the run's own start check is behind it), not just the claim.
+    wait_for(started.exists, timeout=60)
     planted = output.with_name("planted")
     planted.write_bytes(b"swapped in during the render")
     os.rename(planted, output)
