@@ -187,6 +187,7 @@ RENDER_CACHE_POLL_S = 0.5
 # Staging left by a runner killed while storing an entry is removed after this long.
 RENDER_CACHE_STAGING_S = 3600.0
 RENDER_CACHE_META_MAX_BYTES = 1024**2  # an entry.json is a few hundred bytes; more is not one of ours
+RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 
 
 # Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
