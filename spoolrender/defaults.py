@@ -188,6 +188,8 @@ RENDER_CACHE_POLL_S = 0.5
 RENDER_CACHE_STAGING_S = 3600.0
 RENDER_CACHE_META_MAX_BYTES = 1024**2  # an entry.json is a few hundred bytes; more is not one of ours
 RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
+# A host's failures file holds one window's failures (~60 bytes each); more is not one of ours.
+HOST_RECORD_MAX_BYTES = 16 * 1024**2
 
 
 # Warm Remotion workers (one per project) a job slot keeps; the least recently used goes
