@@ -42,7 +42,6 @@ NOT_YET_CONVERTED = {
     "chunks/sweep.py": "split/ and the chunk store (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
     "serve/browse.py": "done/, failed/, running/ stamps (runner-owned); routes go through descriptors",
-    "serve/history.py": "done/ (runner-owned)",
     "status.py": "running/, failed/, runners/ (runner-owned); incoming/ through descriptors",
     "retry_scan.py": "retry/ (runner-owned)",
     "lookup.py": "describe() of an id's earlier entries without `through` (runner-owned states)",
