@@ -41,7 +41,6 @@ NOT_YET_CONVERTED = {
     "chunks/moves.py": "retry/, running/ (runner-owned)",
     "chunks/sweep.py": "split/ and the chunk store (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
-    "status.py": "running/, failed/, runners/ (runner-owned); incoming/ through descriptors",
     "retry_scan.py": "retry/ (runner-owned)",
     "lookup.py": "describe() of an id's earlier entries without `through` (runner-owned states)",
     "serve/api.py": "done/, failed/ records of a page (runner-owned); incoming/ through descriptors",
