@@ -43,7 +43,6 @@ NOT_YET_CONVERTED = {
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
     "retry_scan.py": "retry/ (runner-owned)",
     "lookup.py": "describe() of an id's earlier entries without `through` (runner-owned states)",
-    "serve/api.py": "done/, failed/ records of a page (runner-owned); incoming/ through descriptors",
 }
 
 
