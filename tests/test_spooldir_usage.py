@@ -42,7 +42,6 @@ NOT_YET_CONVERTED = {
     "chunks/sweep.py": "split/ and the chunk store (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
     "retry_scan.py": "retry/ (runner-owned)",
-    "lookup.py": "describe() of an id's earlier entries without `through` (runner-owned states)",
 }
 
 
