@@ -38,7 +38,6 @@ EXEMPT = "# spooldir: message only"
 # modules converted next; none of them lists incoming/ or a queue directory.
 NOT_YET_CONVERTED = {
     "chunks/moves.py": "retry/, running/ (runner-owned)",
-    "chunks/sweep.py": "split/ and the chunk store (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
     "retry_scan.py": "retry/ (runner-owned)",
 }
