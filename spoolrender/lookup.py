@@ -167,8 +167,8 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
                 continue  # cheap: done/ may hold 100k entries
             m = pattern.fullmatch(name)
             if m and m.group("id") == job_id:
-                where = layout.state_dir(state) / name  # spooldir: message only (Located.path)
-                found.append(Located(job_id, state, where, name))
+                path = layout.state_dir(state) / name  # spooldir: message only (Located.path)
+                found.append(Located(job_id, state, path, name))
     return found
 
 

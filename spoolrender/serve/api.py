@@ -188,8 +188,8 @@ def _in_job_dir(where: Located, read: Callable[[Path], T]) -> T | None:
 
 def _failed_item(where: Located) -> dict[str, Any]:
     kind, reason = _in_job_dir(where, read_failure) or (None, None)
-    return {"id": final_id(where.name), "entry": where.name, "failed_at": entry_mtime(where), "kind": kind,
-            "reason": reason}  # fmt: skip
+    failed_at = entry_mtime(where)
+    return {"id": final_id(where.name), "entry": where.name, "failed_at": failed_at, "kind": kind, "reason": reason}
 
 
 def _job_spec(config: SpoolConfig, where: Located, through: Path) -> tuple[dict[str, Any] | None, list[str]]:
