@@ -110,6 +110,7 @@ LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) i
 # A runner beacon from another host unchanged this long is removed from `status`
 # (same-host runners are expired as soon as their process is provably gone).
 RUNNER_EXPIRY_S = 24 * 3600.0
+RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 BACKOFF_BASE_S = 30.0
@@ -175,6 +176,9 @@ HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock
 # host, one of two or three, two of four), and never the last online host of a queue:
 # a rule meant to route around a bad host must never stop the farm (host_blocks.py).
 HOST_BLOCK_MAX_SHARE = 0.5
+# A host's records (hosts/): its failures file holds one window's failures (~60 bytes each)
+# and its block marker a few of them; more is not one of ours.
+HOST_RECORD_MAX_BYTES = 16 * 1024**2
 # A blocked host claims one job as a probe this long after its block began and after each
 # probe that failed; a probe done lifts the block.
 HOST_PROBE_S = 60.0

@@ -167,7 +167,8 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
                 continue  # cheap: done/ may hold 100k entries
             m = pattern.fullmatch(name)
             if m and m.group("id") == job_id:
-                found.append(Located(job_id, state, layout.state_dir(state) / name, name))
+                path = layout.state_dir(state) / name  # spooldir: message only (Located.path)
+                found.append(Located(job_id, state, path, name))
     return found
 
 
@@ -293,13 +294,21 @@ def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]
 def describe(config: SpoolConfig, where: Located, through: Path | None = None) -> dict[str, Any]:
     """Everything `show` prints about one job: state, attempts, runs, errors, logs, result.
 
-    Read from ``through`` (default: its path). By path, a job that moves while it is read
-    gives FileNotFoundError or a description of two states: see :func:`read_entry`.
+    Read from ``through`` (:func:`read_entry`'s open directory: one snapshot of a job that
+    moves while it is read). Without it, the entry's directory is opened through its state
+    directory's descriptor (:func:`job_dir_of`, never by its path); one gone meanwhile is
+    described by its state and path alone.
     """
     info: dict[str, Any] = {"id": where.job_id, "state": where.state, "path": str(where.path)}
     if where.state == "incoming":
         return info
-    job_dir = through or where.path
+    if through is None:
+        try:
+            with job_dir_of(where) as held:
+                return describe(config, where, held.through)
+        except (OSError, SpoolPathRefused):
+            return info  # purged or moved on meanwhile
+    job_dir = through
     runs = read_runs(job_dir)
     # The attempt being rendered counts: a job on its second try is at attempt 2, not 1.
     info["attempts"] = attempts_used(runs) + (1 if where.state == "running" else 0)
