@@ -1,0 +1,91 @@
+"""Review 2 of issue 20: new examples of its classes, played by a hostile spool-group member.
+
+Each test FAILS on the reviewed main (a06cdd8) and states what should hold instead. The
+member is uid/gid 65534 (nobody/nogroup) acting through ``setpriv`` (tests run as root);
+the spool is made with ``init_spool(group="nogroup")`` in a directory every uid can traverse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import command_job, drop, entries, wait_for, write_spool_config
+
+from spoolrender.layout import SpoolLayout, init_spool
+
+MEMBER_UID = 65534
+MEMBER_GROUP = "nogroup"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root")
+pytestmark = needs_root
+Start = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spool() -> Iterator[SpoolLayout]:
+    """A spool of group nogroup in a directory the member can reach (pytest's tmp is 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="review2-"))
+    os.chmod(base, 0o755)
+    layout = init_spool(base / "spool", group=MEMBER_GROUP)
+    write_spool_config(layout, {"slots": 1})
+    yield layout
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def as_member(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as the hostile spool-group member (uid 65534, group nogroup only)."""
+    return subprocess.run(
+        ["setpriv", f"--reuid={MEMBER_UID}", f"--regid={MEMBER_GROUP}", "--clear-groups", *argv],
+        check=check,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_member_made_scratch_tree_fails_every_other_users_job(spool: SpoolLayout, start_runner: Start) -> None:
+    """Class B item 7 turned around: the refusal itself is the attack. On a shared output root
+    the spool group may write to (docs/reliability.md's own premise), one member makes
+    ``.spoolrender-tmp/`` before the runner does; from then on EVERY job of every user fails
+    with ``untrusted-dir`` after burning all its attempts, until an operator notices.
+    Expected: the runner moves the foreign tree aside, or keeps its scratch where nobody else can write (e.g. inside the spool's private dir),
+    or at least stops claiming (a spool-level block, no attempt used), never fails jobs."""
+    output = spool.root / "output"
+    output.mkdir(exist_ok=True)
+    os.chmod(output, 0o1777)  # shared output root, writable by the submitters
+    as_member("mkdir", str(output / ".spoolrender-tmp"))
+    drop(spool, "victim.yaml", command_job())
+    start_runner()
+    wait_for(lambda: bool(entries(spool, "failed") or entries(spool, "done")), timeout=90)
+    failed = entries(spool, "failed")
+    reasons = [json.loads((spool.failed / e / "failure.json").read_text()) for e in failed]
+    assert not failed, f"another member's job failed because of the member's mkdir: {reasons}"
+
+
+def test_a_member_dropped_directory_gives_them_a_writable_dir_inside_failed(
+    spool: SpoolLayout, start_runner: Start
+) -> None:
+    """Threat model breach (issue20-design: 'every state directory except incoming/ is the
+    runner's: a member cannot create anything in them'). A member drops a *directory*
+    ``incoming/d.yaml/``; the root runner renames it (root may move a directory it cannot
+    write... it owns incoming/) into ``running/<job>/submitted.yaml`` and fails it, keeping
+    it as evidence in ``failed/<entry>/submitted.yaml``: still the member's, mode 0755 of
+    theirs, so they can create anything inside failed/ (a tree deep enough that purge's
+    fd-per-level rmtree runs out of descriptors, files of any size, symlinks...).
+    Expected: a non-regular claimed entry is not kept where the member can write (record
+    its kind and remove it / do not claim directories at all)."""
+    incoming_dir = spool.incoming / "d.yaml"
+    as_member("mkdir", "-m", "0755", str(incoming_dir))
+    os.utime(incoming_dir, (1, 1))
+    assert start_runner("--drain").wait(timeout=120) is not None
+    wait_for(lambda: len(entries(spool, "failed")) == 1, timeout=60)
+    (entry,) = entries(spool, "failed")
+    evidence = spool.failed / entry / "submitted.yaml"
+    planted = as_member("touch", str(evidence / "planted-by-member"), check=False)
+    assert planted.returncode != 0, (
+        f"the member created a file inside failed/{entry}/ (owner uid {os.lstat(evidence).st_uid})"
+    )
