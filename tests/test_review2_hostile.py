@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import command_job, drop, entries, wait_for, write_spool_config
+from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
 from spoolrender.layout import SpoolLayout, init_spool
 
@@ -89,3 +90,25 @@ def test_a_member_dropped_directory_gives_them_a_writable_dir_inside_failed(
     assert planted.returncode != 0, (
         f"the member created a file inside failed/{entry}/ (owner uid {os.lstat(evidence).st_uid})"
     )
+
+
+def test_purge_survives_a_deep_tree_a_member_grew_inside_failed(spool: SpoolLayout, start_runner: Start) -> None:
+    """Follows from the member-writable evidence directory above: the member grows a tree
+    1,500 levels deep inside ``failed/<entry>/submitted.yaml/``. ``spoolrender purge`` (and
+    retention, which shares forget_finished) dies with RecursionError in shutil.rmtree's
+    recursive fd walk (forget_finished suppresses OSError only), so every purge stops at
+    that entry and retention never frees failed/ again. Expected: purge removes it (an
+    iterative, bounded walk) or reports it and goes on with the other entries."""
+    incoming_dir = spool.incoming / "d.yaml"
+    as_member("mkdir", "-m", "0755", str(incoming_dir))
+    os.utime(incoming_dir, (1, 1))
+    assert start_runner("--drain").wait(timeout=120) is not None
+    (entry,) = entries(spool, "failed")
+    evidence = spool.failed / entry / "submitted.yaml"
+    grow = f"import os\nos.chdir({str(evidence)!r})\nfor _ in range(1500):\n    os.mkdir('a')\n    os.chdir('a')\n"
+    as_member(sys.executable, "-c", grow)
+    purged = subprocess.run(
+        spoolrender_cmd("purge", "--spool", str(spool.root), "--older-than", "0m"), capture_output=True, text=True
+    )
+    assert "RecursionError" not in purged.stderr, purged.stderr[-400:]
+    assert purged.returncode == 0 and entries(spool, "failed") == []
