@@ -112,3 +112,41 @@ def test_purge_survives_a_deep_tree_a_member_grew_inside_failed(spool: SpoolLayo
     )
     assert "RecursionError" not in purged.stderr, purged.stderr[-400:]
     assert purged.returncode == 0 and entries(spool, "failed") == []
+
+
+def test_another_member_appending_to_a_claimed_job_changes_what_it_renders(
+    spool: SpoolLayout, start_runner: Start
+) -> None:
+    """Class A, new example. docs/contrib.md advises ``umask 002``, so a job file is 0664
+    of the spool's group: every member may write it. After the claim the owncopy docstring
+    promises "Nothing done to it can change a render". But a *continued append* (the
+    prefix unchanged, more bytes after it) to ``running/<job>/submitted.yaml`` discards
+    the run and the next claim copies the file again, appended keys included: here another
+    member adds ``output:`` to the victim's job (which had none) and its video is published
+    where they chose. Expected: the re-copy after a discard takes only what the original
+    submitter could have been uploading (e.g. only when the appender is the file's owner
+    and the file is not writable by others), or the job fails/asks for a resubmit."""
+    from uploads_harness import job_hash_command
+
+    write_spool_config(spool, {"slots": 1, "commands": {"jobhash": job_hash_command()}})
+    base = spool.root.parent
+    props = json.dumps({"read_marker": str(base / "read"), "hold_until": str(base / "release")})
+    victim = f"renderer: command\ncommand: jobhash\nprops: {props}\n".encode()
+    path = spool.incoming / "victim.yaml"
+    path.write_bytes(victim)
+    os.chown(path, 1, -1)  # the victim (uid 1), group = the spool's (incoming/ is setgid)
+    os.chmod(path, 0o664)  # umask 002, as docs/contrib.md advises
+    os.utime(path, (1, 1))
+    inode = os.stat(path).st_ino
+    start_runner()
+    wait_for((base / "read").exists, timeout=60)
+    (claimed,) = [p for p in spool.running.glob("*/submitted.yaml") if os.stat(p).st_ino == inode]
+    as_member("sh", "-c", f"printf 'output: stolen/chosen-by-member.txt\\n' >> {claimed}")
+    (base / "release").touch()
+    wait_for(lambda: bool(entries(spool, "done") or entries(spool, "failed")), timeout=90)
+    (entry,) = entries(spool, "done") or entries(spool, "failed")
+    state = "done" if entries(spool, "done") else "failed"
+    copy = (spool.root / state / entry / "job.yaml").read_bytes()
+    assert not (spool.root / "output" / "stolen" / "chosen-by-member.txt").exists(), (
+        f"published where another member chose; the rendered copy is {copy!r}"
+    )
