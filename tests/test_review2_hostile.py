@@ -53,8 +53,9 @@ def test_a_member_made_scratch_tree_fails_every_other_users_job(spool: SpoolLayo
     the spool group may write to (docs/reliability.md's own premise), one member makes
     ``.spoolrender-tmp/`` before the runner does; from then on EVERY job of every user fails
     with ``untrusted-dir`` after burning all its attempts, until an operator notices.
-    Expected: the runner moves the foreign tree aside, or keeps its scratch where nobody else can write (e.g. inside the spool's private dir),
-    or at least stops claiming (a spool-level block, no attempt used), never fails jobs."""
+    Expected: the runner moves the foreign tree aside, or keeps its scratch where nobody
+    else can write, or at least stops claiming (a spool-level block, no attempt used);
+    it never fails the other users' jobs for it."""
     output = spool.root / "output"
     output.mkdir(exist_ok=True)
     os.chmod(output, 0o1777)  # shared output root, writable by the submitters
@@ -72,8 +73,7 @@ def test_a_member_dropped_directory_gives_them_a_writable_dir_inside_failed(
 ) -> None:
     """Threat model breach (issue20-design: 'every state directory except incoming/ is the
     runner's: a member cannot create anything in them'). A member drops a *directory*
-    ``incoming/d.yaml/``; the root runner renames it (root may move a directory it cannot
-    write... it owns incoming/) into ``running/<job>/submitted.yaml`` and fails it, keeping
+    ``incoming/d.yaml/``; the root runner renames it into ``running/<job>/submitted.yaml`` and fails it, keeping
     it as evidence in ``failed/<entry>/submitted.yaml``: still the member's, mode 0755 of
     theirs, so they can create anything inside failed/ (a tree deep enough that purge's
     fd-per-level rmtree runs out of descriptors, files of any size, symlinks...).
