@@ -150,3 +150,22 @@ def test_another_member_appending_to_a_claimed_job_changes_what_it_renders(
     assert not (spool.root / "output" / "stolen" / "chosen-by-member.txt").exists(), (
         f"published where another member chose; the rendered copy is {copy!r}"
     )
+
+
+def test_a_secret_file_owned_by_a_member_is_refused(spool: SpoolLayout) -> None:
+    """Item 11, new example: the secret checks look at the mode and the group only, never
+    at the owner. A 0600 token file owned by a spool-group member (planted at the configured
+    path, e.g. in a directory the member can write, or reached through a symlink, which the
+    reader follows on purpose) is accepted: its owner knows, and can change, serve's token
+    or a webhook's HMAC key. Expected: refused unless owned by the runner's uid or root."""
+    from spoolrender.errors import ConfigError
+    from spoolrender.secret_file import read_secret_line
+
+    home = spool.root.parent / "member-home"
+    home.mkdir()
+    os.chown(home, MEMBER_UID, -1)
+    token = home / "token"
+    as_member("sh", "-c", f"umask 077 && printf 'chosen-by-the-member-0123456789\\n' > {token}")
+    assert os.stat(token).st_uid == MEMBER_UID and os.stat(token).st_mode & 0o777 == 0o600
+    with pytest.raises(ConfigError):
+        read_secret_line(token, f"serve_token_file {token}", "anyone with it can pause the spool", spool.root)
