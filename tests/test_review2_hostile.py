@@ -169,3 +169,29 @@ def test_a_secret_file_owned_by_a_member_is_refused(spool: SpoolLayout) -> None:
     assert os.stat(token).st_uid == MEMBER_UID and os.stat(token).st_mode & 0o777 == 0o600
     with pytest.raises(ConfigError):
         read_secret_line(token, f"serve_token_file {token}", "anyone with it can pause the spool", spool.root)
+
+
+def test_the_private_copy_does_not_widen_who_may_read_a_job(spool: SpoolLayout, start_runner: Start) -> None:
+    """Class A side effect: the copy is made 0444 whatever the submitted file's mode. A
+    member who drops a 0600 job (its props hold a customer's data or an API key; a root
+    runner reads it anyway) finds it readable by EVERY local user in ``running/`` and, for
+    good, ``done/<job>/job.yaml`` (the spool is 2755, job directories 0755). Expected: the
+    copy is no more readable than the submitted file was (e.g. 0400 + the submitter's group
+    bits, or 0440 of the spool's group when the original was group-readable)."""
+    home = spool.root.parent / "member-home"
+    home.mkdir()
+    os.chown(home, MEMBER_UID, -1)
+    secret = "renderer: command\ncommand: props\nprops: {api_key: s3cr3t-of-the-member}\n"
+    part = home / "private.yaml"
+    as_member("sh", "-c", f"umask 077 && printf '{secret}' > {part} && mv {part} {spool.incoming}/private.yaml")
+    os.utime(spool.incoming / "private.yaml", (1, 1))
+    assert os.stat(spool.incoming / "private.yaml").st_mode & 0o077 == 0
+    assert start_runner("--drain").wait(timeout=120) is not None
+    (entry,) = entries(spool, "done") or entries(spool, "failed")
+    state = "done" if entries(spool, "done") else "failed"
+    copy = spool.root / state / entry / "job.yaml"
+    # uid 1 (daemon): a local user who is not in the spool's group at all.
+    outsider = subprocess.run(
+        ["setpriv", "--reuid=1", "--regid=1", "--clear-groups", "cat", str(copy)], capture_output=True, text=True
+    )
+    assert "s3cr3t" not in outsider.stdout, f"a non-member read the 0600 job via {state}/{entry}/job.yaml"
