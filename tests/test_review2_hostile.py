@@ -48,26 +48,6 @@ def as_member(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str
     )
 
 
-def test_a_member_made_scratch_tree_fails_every_other_users_job(spool: SpoolLayout, start_runner: Start) -> None:
-    """Class B item 7 turned around: the refusal itself is the attack. On a shared output root
-    the spool group may write to (docs/reliability.md's own premise), one member makes
-    ``.spoolrender-tmp/`` before the runner does; from then on EVERY job of every user fails
-    with ``untrusted-dir`` after burning all its attempts, until an operator notices.
-    Expected: the runner moves the foreign tree aside, or keeps its scratch where nobody
-    else can write, or at least stops claiming (a spool-level block, no attempt used);
-    it never fails the other users' jobs for it."""
-    output = spool.root / "output"
-    output.mkdir(exist_ok=True)
-    os.chmod(output, 0o1777)  # shared output root, writable by the submitters
-    as_member("mkdir", str(output / ".spoolrender-tmp"))
-    drop(spool, "victim.yaml", command_job())
-    start_runner()
-    wait_for(lambda: bool(entries(spool, "failed") or entries(spool, "done")), timeout=90)
-    failed = entries(spool, "failed")
-    reasons = [json.loads((spool.failed / e / "failure.json").read_text()) for e in failed]
-    assert not failed, f"another member's job failed because of the member's mkdir: {reasons}"
-
-
 def test_a_member_dropped_directory_gives_them_a_writable_dir_inside_failed(
     spool: SpoolLayout, start_runner: Start
 ) -> None:
