@@ -9,7 +9,6 @@ shared output root they may write to (mode 0777 stands for a group-writable one)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,11 +23,11 @@ from typing import Any
 import pytest
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.chunks.naming import STORE_DIR
 from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.render_cache import cache_root
 from spoolrender.runner import Runner
-from spoolrender.chunks.naming import STORE_DIR
 from spoolrender.trusted_dirs import ensure_trusted_path
 
 NEEDS_ROOT = pytest.mark.skipif(
