@@ -80,11 +80,15 @@ def move_aside(parent: int, name: str, path: Path, problem: str) -> bool:
     Another user's ``.spoolrender-tmp/`` (cache, chunk store) must not stop everyone's
     jobs: the runner owns the output root (or is root), so it can rename the tree aside,
     kept as evidence for the operator, and make its own. renameat acts on the name, not on
-    what a symlink there points to. False when the rename is refused (a sticky output root
-    the runner does not own): the caller then holds its work, never fails a job for it."""
+    what a symlink there points to. Only another user's entry is moved: one of the
+    runner's or root's (an operator's symlink, a tree an old umask left group-writable)
+    is theirs to fix, and stays refused. False when it is not moved (also when the rename
+    is refused: a sticky output root the runner does not own)."""
     aside = f"{name}.untrusted-{secrets.token_hex(4)}"
     try:
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if owner_problem(st) is None:
+            return False
         os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
     except FileNotFoundError:
         return True  # gone meanwhile: the caller makes its own
