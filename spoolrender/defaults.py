@@ -209,3 +209,7 @@ WARM_PROJECTS_PER_SLOT = 2
 RETENTION_INTERVAL_S = 600.0
 RETENTION_DIR = "retention"  # in .spoolrender/: the purge lease and the last purge's report
 RETENTION_CHECK_S = 60.0  # how often a runner looks whether a purge is due (a probe file, one read)
+
+# Descriptors one tree removal keeps open at most (spoolrender.tree_removal): a tree of any
+# depth is removed without recursion and without running a runner out of descriptors.
+TREE_REMOVAL_MAX_FDS = 32

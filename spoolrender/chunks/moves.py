@@ -101,9 +101,10 @@ def create_chunk(
     try:
         # The parent's private copy (owncopy.py), copied in turn: the chunk validates and
         # renders exactly what the parent validated, and checks it against the hash here.
-        data = (parent_dir / defaults.JOB_FILENAME).read_bytes()
+        parent_copy = parent_dir / defaults.JOB_FILENAME
+        data = parent_copy.read_bytes()
         with DirHandle.open(stage) as staged:
-            write_copy(staged, data)
+            write_copy(staged, data, os.stat(parent_copy).st_mode)  # as readable as the parent's
             staged.fsync()  # no decision follows in here to make its name durable
         with contextlib.suppress(FileNotFoundError):  # its queue directory, for routing
             write_atomic(stage / QUEUE_FILENAME, (parent_dir / QUEUE_FILENAME).read_bytes())
