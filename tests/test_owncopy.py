@@ -84,6 +84,13 @@ def _claimed(spool: SpoolLayout, inode: int) -> Path:
     return found[-1]
 
 
+def _second_claim(record: Path) -> bool:
+    """``running/<id>.<uid>.<token>/run-0001.json`` of a later claim than the first (the
+    first claim's token is the job's uid)."""
+    *_, uid, token = record.parent.name.split(".")
+    return token != uid
+
+
 def _done_record(spool: SpoolLayout, prefix: str) -> tuple[Path, dict[str, object]]:
     (entry,) = [e for e in entries(spool, "done") if e.startswith(prefix)]
     return spool.done / entry, json.loads((spool.done / entry / "result.json").read_text())
@@ -137,7 +144,10 @@ def test_in_place_rewrite_restored_with_utime_during_a_sealed_retry(
     start_runner(log=tmp_path / "runner.log")
     original = job_file("sealed", 2_000, props=_hold_props(tmp_path, fail_until_attempt=2))
     inode = _drop_tracked(spool, "sealed.yaml", original)
-    wait_for(lambda: any(spool.running.glob("*/run-0001.json")), timeout=60)  # run 2 under way
+    # Run 2 under way: its directory (a new claim token, unlike run 1's, whose token is the
+    # job's uid) holds run 1's record. Run 1's own directory holds it too, for a moment,
+    # before it moves to retry/: a path found there would vanish.
+    wait_for(lambda: any(_second_claim(d) for d in spool.running.glob("*/run-0001.json")), timeout=60)
     path = _claimed(spool, inode)
     before = os.stat(path)
     with open(path, "r+b") as fh:  # the same inode, other bytes
