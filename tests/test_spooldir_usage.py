@@ -39,7 +39,6 @@ EXEMPT = "# spooldir: message only"
 NOT_YET_CONVERTED = {
     "chunks/moves.py": "retry/, running/ (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
-    "retry_scan.py": "retry/ (runner-owned)",
 }
 
 
