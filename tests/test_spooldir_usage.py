@@ -37,7 +37,6 @@ EXEMPT = "# spooldir: message only"
 # Runner-owned state directories (2755: a spool-group member creates nothing there), read by
 # modules converted next; none of them lists incoming/ or a queue directory.
 NOT_YET_CONVERTED = {
-    "chunks/moves.py": "retry/, running/ (runner-owned)",
     "recovery.py": "running/, .spoolrender/abandoned (runner-owned)",
 }
 
