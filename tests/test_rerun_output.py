@@ -128,8 +128,14 @@ def test_rerun_never_replaces_a_users_file_that_got_the_old_outputs_inode_number
         if scratch.stat().st_ino == recorded:
             break
         os.rename(scratch, output.with_name(f"keep-{scratch.stat().st_ino}"))  # hold the other numbers
-    assert scratch.stat().st_ino == recorded, "this filesystem did not reuse the inode number"
     os.rename(scratch, output)
+    if output.stat().st_ino != recorded:
+        # Another process on a busy machine took the freed number first: give the index the
+        # state the reuse makes (the publisher's entry naming the user's file's number), so
+        # the rule is tested either way. Said here because this is the one edited record.
+        (entry,) = (spool.root / ".spoolrender" / "outputs").iterdir()
+        data = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**data, "inode": output.stat().st_ino}))
     drop(spool, "a2.yaml", {**command_job(content="a's second render"), "id": "a", "output": "report.txt",
                             "rerun": True})  # fmt: skip
     drain(spool)
