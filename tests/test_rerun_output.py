@@ -128,6 +128,8 @@ def test_rerun_never_replaces_a_users_file_that_got_the_old_outputs_inode_number
         if scratch.stat().st_ino == recorded:
             break
         os.rename(scratch, output.with_name(f"keep-{scratch.stat().st_ino}"))  # hold the other numbers
+    else:
+        scratch.write_bytes(b"a user's own report, much longer than a's render")
     os.rename(scratch, output)
     if output.stat().st_ino != recorded:
         # Another process on a busy machine took the freed number first: give the index the
