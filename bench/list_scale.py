@@ -16,15 +16,12 @@ Reproduce:  .venv/bin/python bench/list_scale.py [--done 100000] [--incoming 100
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from goals import goal
-from status_scale import CMD, fill, timed
+from status_scale import CMD, fill, make_spool, print_baseline, timed
 
 LIST_GOAL_S = 1.0  # status's goal (P4): listing a page must be no slower than the summary
 
@@ -39,13 +36,9 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-"))
     spool = base / "spool"
     try:
-        subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-        fill(spool, "failed", 0, args.failed)
+        make_spool(spool, failed=args.failed, incoming=args.incoming)
         fill(spool, "done", 0, args.done)
-        for i in range(args.incoming):
-            (spool / "incoming" / f"in-{i:06d}.yaml").write_bytes(b"composition: TitleCard\n")
-        baseline = timed([sys.executable, "-c", "import spoolrender.cli"], args.repeats)
-        print(f"machine: {os.cpu_count()} cores; python start-up + import: {baseline:.3f} s (median)")
+        print_baseline(args.repeats)
         print(f"spool: {args.done} done, {args.incoming} incoming, {args.failed} failed")
         cases = {
             "status": ["status"],

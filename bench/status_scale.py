@@ -68,6 +68,21 @@ def timed_with_cpu(args: list[str], repeats: int, *, check: bool = True) -> tupl
     return statistics.median(walls), statistics.median(cpus)
 
 
+def make_spool(spool: Path, *, failed: int, incoming: int) -> None:
+    """A new spool with ``failed`` failed jobs and ``incoming`` waiting files (done/ is
+    filled by the caller, in steps or at once)."""
+    subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
+    fill(spool, "failed", 0, failed)
+    for i in range(incoming):
+        (spool / "incoming" / f"in-{i:06d}.yaml").write_bytes(b"composition: TitleCard\n")
+
+
+def print_baseline(repeats: int) -> None:
+    """Python's start-up and the CLI's import alone: what every timed command pays."""
+    baseline = timed([sys.executable, "-c", "import spoolrender.cli"], repeats)
+    print(f"machine: {os.cpu_count()} cores; python start-up + import: {baseline:.3f} s (median)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--done", type=int, default=100_000)
@@ -81,12 +96,8 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="spoolrender-bench-", dir=args.base))
     spool = base / "spool"
     try:
-        subprocess.run([*CMD, "init", str(spool)], check=True, capture_output=True)
-        fill(spool, "failed", 0, args.failed)
-        for i in range(args.incoming):
-            (spool / "incoming" / f"in-{i:06d}.yaml").write_bytes(b"composition: TitleCard\n")
-        baseline = timed([sys.executable, "-c", "import spoolrender.cli"], args.repeats)
-        print(f"machine: {os.cpu_count()} cores; python start-up + import: {baseline:.3f} s (median)")
+        make_spool(spool, failed=args.failed, incoming=args.incoming)
+        print_baseline(args.repeats)
         print(f"{'done':>8} {'incoming':>9} {'failed':>7} {'status':>9} {'--json':>9} {'cpu':>7} {'cpu json':>8}")
         filled = 0
         times: dict[int, tuple[float, float]] = {}
