@@ -9,7 +9,9 @@ everything derives from the copy: the id and its reservation, validation, the se
 plans, ``{job_file}``, the render-cache key, hooks, ``show`` and serve. The submitter's
 file stays beside it as ``submitted.yaml``: evidence, and the one thing the decision looks
 at to catch a remote upload that was still being appended to when it was claimed
-(:func:`continued_append`). Nothing done to it can change a render.
+(:func:`continued_append`). Nothing else done to it changes a render: only its owner's
+continued append, before the first decision, to a file no one else may write, voids the
+run and is copied again at the next claim (at most defaults.MAX_UPLOAD_DISCARDS times).
 
 Invariant for recovery: a job directory holding ``submitted.yaml`` and no ``job.yaml`` has
 no committed copy yet (the copy is written under a temporary name and renamed into place,
