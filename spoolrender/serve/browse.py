@@ -14,6 +14,11 @@ last routed run recorded; else as a runner reads them (scan.py, retry_scan.py): 
 ``queue:`` field, else ``default``. A job file that does not parse has no known tags, and
 a queue only if it was dropped into a queue directory.
 
+A job's composition and props (:meth:`JobIndex.content`, for the ``composition`` and
+``props`` filters): read from its job file once per entry (per version of a waiting file),
+as the validated job has them; a job file that does not parse matches neither filter.
+The props are searched as their JSON text (keys sorted, ``"key": "value"``), in any case.
+
 Order: incoming by name, running by name (id), retry by name (due time first), done and
 failed newest first (by the time their result or failure was written). Times: incoming
 queued (file mtime), running started (its heartbeat), retry due, done/failed finished.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +37,7 @@ from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.jobfile import parse_job, read_job_bytes
+from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.lookup import Located, entry_holder
 from spoolrender.queues import QUEUE_FILENAME, name_problem, queue_dir_of, route
@@ -57,10 +63,13 @@ class Filters:
     since: float | None = None  # the entry's time (see :meth:`JobIndex.time`), inclusive
     until: float | None = None
     queue: str | None = None  # the job's queue (see :meth:`JobIndex.route`)
+    composition: str | None = None  # a substring of the composition id, any case
+    props: str | None = None  # a substring of the props' JSON text, any case
 
     def __post_init__(self) -> None:
-        if self.text is not None and (len(self.text) > MAX_QUERY_LENGTH or not self.text.isprintable()):
-            raise ApiError(400, f"q: at most {MAX_QUERY_LENGTH} printable characters")
+        for name, value in (("q", self.text), ("composition", self.composition), ("props", self.props)):
+            if value is not None and (len(value) > MAX_QUERY_LENGTH or not value.isprintable()):
+                raise ApiError(400, f"{name}: at most {MAX_QUERY_LENGTH} printable characters")
         if self.kind is not None and (len(self.kind) > 100 or not self.kind.isprintable()):
             raise ApiError(400, "kind: at most 100 printable characters")
         if self.queue is not None and (why := name_problem("queue", self.queue)) is not None:
@@ -71,6 +80,10 @@ class Filters:
     @property
     def timed(self) -> bool:
         return self.since is not None or self.until is not None
+
+    @property
+    def by_content(self) -> bool:
+        return self.composition is not None or self.props is not None
 
 
 def _name_id(state: str, name: str) -> str:
@@ -85,6 +98,28 @@ class JobRoute:
 
     queue: str | None  # None: an unparsable job file outside any queue directory
     requires: tuple[str, ...] | None  # None: the job file does not parse
+
+
+@dataclass(frozen=True)
+class JobContent:
+    """What an entry's job file asks to render, in the lower case the filters compare."""
+
+    composition: str | None  # None: no composition (a command job) or a job file that does not parse
+    props: str | None  # the props' JSON text; None: the job file does not parse
+
+    def matches(self, filters: Filters) -> bool:
+        for needle, hay in ((filters.composition, self.composition), (filters.props, self.props)):
+            if needle is not None and (hay is None or needle.lower() not in hay):
+                return False
+        return True
+
+
+UNREADABLE = JobContent(None, None)
+
+
+def _content_of(spec: JobSpec) -> JobContent:
+    props = json.dumps(spec.props, sort_keys=True, ensure_ascii=False, default=str)
+    return JobContent(spec.composition.lower() if spec.composition else None, props.lower())
 
 
 def _decided_route(job_dir: Path) -> JobRoute | None:
@@ -121,6 +156,9 @@ class JobIndex:
         self._kinds: dict[str, dict[str, str | None]] = {s: {} for s in KIND_STATES}
         # incoming/ files may still change (an upload): keyed by name, kept with (size, mtime).
         self._routes: dict[str, dict[str, tuple[tuple[int, float] | None, JobRoute]]] = {
+            s: {} for s in defaults.STATE_DIRS
+        }
+        self._contents: dict[str, dict[str, tuple[tuple[int, float] | None, JobContent]]] = {
             s: {} for s in defaults.STATE_DIRS
         }
         self._last: dict[str, tuple[list[str], tuple[Filters, bool], list[str]]] = {}
@@ -168,25 +206,53 @@ class JobIndex:
         (its path names it in messages and is never re-resolved)."""
         return Located("", state, self.layout.state_dir(state) / name, name)  # spooldir: message only
 
+    @contextlib.contextmanager
+    def _job_file(self, state: str, name: str) -> Iterator[tuple[DirHandle, str]]:
+        """The entry's job file, as its open directory and its name there."""
+        # Through descriptors (lookup.entry_holder): a queue directory swapped since the
+        # listing is refused, a job directory never followed through a symlink.
+        with entry_holder(self._where(state, name)) as (holder, base):
+            if state == "incoming":
+                yield holder, base
+            else:
+                with holder.sub(base) as job_dir:
+                    yield job_dir, defaults.JOB_FILENAME
+
     def route(self, state: str, name: str) -> JobRoute:
         """The entry's queue and required tags, read once per entry (per version of a waiting file)."""
         known = self._routes[state]
-        where = self._where(state, name)
         try:
-            # Through descriptors (lookup.entry_holder): a queue directory swapped since the
-            # listing is refused, a job directory never followed through a symlink.
-            with entry_holder(where) as (holder, base):
+            with self._job_file(state, name) as (holder, base):
                 if state == "incoming":
                     return self._route_of(known, name, holder, base, queue_dir_of(name), incoming=True)
-                with holder.sub(base) as job_dir:
-                    try:
-                        # Written at the claim from the drop directory's name; it outranks the field.
-                        queue_dir = job_dir.read_text(QUEUE_FILENAME, 4096).strip() or None
-                    except (OSError, SpoolPathRefused, UnicodeDecodeError):
-                        queue_dir = None
-                    return self._route_of(known, name, job_dir, defaults.JOB_FILENAME, queue_dir, incoming=False)
+                try:
+                    # Written at the claim from the drop directory's name; it outranks the field.
+                    queue_dir = holder.read_text(QUEUE_FILENAME, 4096).strip() or None
+                except (OSError, SpoolPathRefused, UnicodeDecodeError):
+                    queue_dir = None
+                return self._route_of(known, name, holder, base, queue_dir, incoming=False)
         except (OSError, SpoolPathRefused):
             return JobRoute(None if state != "incoming" else queue_dir_of(name), None)  # moved on: not kept
+
+    def content(self, state: str, name: str) -> JobContent:
+        """The entry's composition and props, read once per entry (per version of a waiting file)."""
+        known = self._contents[state]
+        try:
+            with self._job_file(state, name) as (holder, base):
+                st = holder.stat(base)
+                version = (st.st_size, st.st_mtime) if state == "incoming" else None
+                cached = known.get(name)
+                if cached is not None and cached[0] == version:
+                    return cached[1]
+                try:
+                    data = read_job_bytes(holder.anchored(base), self._config.max_job_bytes)
+                    found = _content_of(parse_job(data, base, self._config))
+                except JobInvalid:
+                    found = UNREADABLE
+                known[name] = (version, found)
+                return found
+        except (OSError, SpoolPathRefused):
+            return UNREADABLE  # moved on meanwhile: ask again next time
 
     def _route_of(
         self,
@@ -244,7 +310,8 @@ class JobIndex:
                 chosen = self._newest_first(state, chosen)
             # An entry without a time yet gets its place next time; a waiting file's queue may
             # change with its contents while its name stays.
-            if not self._unknown_time and not (state == "incoming" and filters.queue is not None):
+            by_file = filters.queue is not None or filters.by_content
+            if not self._unknown_time and not (state == "incoming" and by_file):
                 self._last[state] = (names, (filters, newest_first), chosen)
             return chosen
 
@@ -264,6 +331,8 @@ class JobIndex:
             chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
         if filters.queue is not None:
             chosen = [n for n in chosen if self.route(state, n).queue == filters.queue]
+        if filters.by_content:
+            chosen = [n for n in chosen if self.content(state, n).matches(filters)]
         if filters.timed or state in STAMP_FILE:
             stamped = [(self.time(state, n), n) for n in chosen]
             if filters.timed:
@@ -281,7 +350,7 @@ class JobIndex:
 
     def _forget_gone(self, state: str, names: list[str]) -> None:
         present = set(names)
-        for known in (self._times[state], self._kinds.get(state, {}), self._routes[state]):
+        for known in (self._times[state], self._kinds.get(state, {}), self._routes[state], self._contents[state]):
             # list(): one atomic copy; pages add facts to these without the lock meanwhile.
             for name in [n for n in list(known) if n not in present]:
                 del known[name]

@@ -81,6 +81,8 @@ class SpoolHandler(RequestHandler):
             since=_time_param(params, "since"),
             until=_time_param(params, "until"),
             queue=params.get("queue") or None,
+            composition=params.get("composition") or None,
+            props=params.get("props") or None,
         )
         page = list_jobs(
             self.site.config, state=state, limit=limit, offset=offset, filters=filters, index=self.site.index
@@ -149,7 +151,18 @@ class SpoolHandler(RequestHandler):
         hours = int_param(params, "hours", 6, 1, 48)
         now = time.time()
         samples = self.site.history.samples(now - hours * 3600)
-        self._send_json(200, {"now": now, "hours": hours, "interval": self.site.history.interval, "samples": samples})
+        doc = {"now": now, "hours": hours, "interval": self.site.history.interval, "samples": samples}
+        # Throughput since a time the page chooses (its local midnight: "today"), counted
+        # over the samples that start then or later, as many hours back as they are kept.
+        totals_since = _time_param(params, "totals_since")
+        if totals_since is not None:
+            counted = self.site.history.samples(totals_since)
+            doc["totals"] = {
+                "since": totals_since,
+                "done": sum(s.get("done", 0) for s in counted),
+                "failed": sum(s.get("failed", 0) for s in counted),
+            }
+        self._send_json(200, doc)
 
     def get_metrics(self, params: dict[str, str], args: list[str]) -> None:
         self._send(200, metrics_text(self.site.config).encode(), CONTENT_TYPE_PLAIN_0_0_4)
@@ -270,10 +283,11 @@ def _time_param(params: dict[str, str], name: str) -> float | None:
 
 TIME_PARAM = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 ROUTES: RouteTable = {}
+JOBS_PARAMS = frozenset({"state", "limit", "offset", "q", "kind", "since", "until", "queue", "composition", "props"})
 SAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")  # a header value: no quotes, no line breaks
 PAGE_PARAMS = {
     "/job": frozenset({"id"}),
-    "/browse": frozenset({"state", "offset", "limit", "q", "kind", "since", "until", "queue"}),
+    "/browse": JOBS_PARAMS,
 }  # read by the page's script, checked here first
 
 
@@ -286,7 +300,7 @@ for _path in STATIC:
 _add(("status",), GET=(SpoolHandler.get_status, NO_PARAMS))
 _add(
     ("jobs",),
-    GET=(SpoolHandler.get_jobs, frozenset({"state", "limit", "offset", "q", "kind", "since", "until", "queue"})),
+    GET=(SpoolHandler.get_jobs, JOBS_PARAMS),
     POST=(SpoolHandler.post_jobs, frozenset({"name"})),
 )
 _add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))
@@ -301,6 +315,6 @@ _add(("actions",), GET=(SpoolHandler.get_actions, NO_PARAMS))
 _add(("pause",), POST=(SpoolHandler.post_pause, frozenset({"reason"})))
 _add(("resume",), POST=(SpoolHandler.post_resume, NO_PARAMS))
 _add(("metrics",), GET=(SpoolHandler.get_metrics, NO_PARAMS))
-_add(("history",), GET=(SpoolHandler.get_history, frozenset({"hours"})))
+_add(("history",), GET=(SpoolHandler.get_history, frozenset({"hours", "totals_since"})))
 
 SpoolHandler.routes = ROUTES

@@ -108,7 +108,7 @@ function renderSummary(status) {
         { dataset: { job: job.id } },
         el("td", { className: "id" }, jobLink(job.id)),
         el("td", { text: job.kind || "?" }),
-        el("td", { className: "reason", text: firstLine(job.reason, 300) }),
+        clipped("td", { className: "reason" }, job.reason, 160),
         el("td", { className: "num", text: ago(job.failed_at) }),
         el("td", {}, el("a", { href: `${jobUrl(job.id)}#log`, text: "log" })),
       ),
@@ -183,7 +183,7 @@ function onState(change) {
     " → ",
     stateTag(change.state),
   );
-  if (change.state === "failed" && change.reason) item.append(` (${change.kind}: ${change.reason.split("\n")[0].slice(0, 200)})`);
+  if (change.state === "failed" && change.reason) item.append(" (", clipped("span", {}, `${change.kind}: ${change.reason}`, 160), ")");
   list.prepend(item);
   while (list.children.length > ACTIVITY_MAX) list.lastElementChild.remove();
   $("#activity-empty").hidden = true;

@@ -1,10 +1,11 @@
 // Every state of the spool, page by page, from GET /jobs (which pages from the directory
-// listings): state tabs with counts, a filter (id substring, error kind, time range), and
-// paging. The page's URL holds the whole query, so a view can be linked and reloaded.
+// listings): state tabs with counts, a filter (id, composition and props substrings, error
+// kind, queue, time range), and paging. The page's URL holds the whole query, so a view can be linked and reloaded.
 "use strict";
 
 const PAGE = 50;
-const FIELDS = ["state", "q", "kind", "queue", "since", "until", "offset"];
+const FIELDS = ["state", "q", "composition", "props", "kind", "queue", "since", "until", "offset"];
+const TEXT_FILTERS = ["q", "composition", "props", "kind", "queue"]; // typed as they are sent
 const TIME_WORDS = { incoming: "queued", running: "started", retry: "due", done: "finished", failed: "failed", split: "split" };
 const KNOWN_KINDS = new Set();
 const KNOWN_QUEUES = new Set();
@@ -45,13 +46,13 @@ function details(job) {
   const cell = el("td", { className: "details" });
   if (job.state === "failed" || (job.state === "retry" && job.kind)) {
     cell.className = "details reason";
-    cell.append(job.state === "failed" ? `${job.kind || "?"}: ${firstLine(job.reason, 200)}` : `last error: ${job.kind}`);
+    cell.append(job.state === "failed" ? clipped("span", {}, `${job.kind || "?"}: ${job.reason || "?"}`, 140) : `last error: ${job.kind}`);
   } else if (job.state === "running") {
     const pct = job.progress === null || job.progress === undefined ? "–" : `${Math.round(job.progress * 100)}%`;
     cell.append(`${pct} on ${job.host || "?"}${job.stage ? `, ${job.stage}` : ""}`);
   } else if (job.state === "done") {
     if (job.output_url) cell.append(el("a", { href: job.output_url, text: (job.output || "").split("/").pop() || "output" }));
-    if (job.bytes !== null && job.bytes !== undefined) cell.append(` ${job.bytes} bytes`);
+    if (job.bytes !== null && job.bytes !== undefined) cell.append(" ", el("span", { className: "muted", title: `${job.bytes.toLocaleString()} bytes`, text: bytesText(job.bytes) }));
   }
   return cell;
 }
@@ -85,7 +86,7 @@ function row(job) {
     el("td", { className: "id" }, jobLink(job.id)),
     queueCell(job),
     el("td", {}, stateTag(job.state)),
-    el("td", { className: "num", title: t ? when(t) : "", text: whenText }),
+    el("td", { className: "num", title: whenFull(t), text: whenText }),
     details(job),
   );
 }
@@ -143,9 +144,7 @@ function go(changes) {
 }
 
 function fillForm() {
-  $("#f-q").value = query.q || "";
-  $("#f-kind").value = query.kind || "";
-  $("#f-queue").value = query.queue || "";
+  for (const field of TEXT_FILTERS) $(`#f-${field}`).value = query[field] || "";
   $("#f-since").value = toLocalInput(query.since);
   $("#f-until").value = toLocalInput(query.until);
 }
@@ -153,16 +152,14 @@ function fillForm() {
 $("#filters").addEventListener("submit", (event) => {
   event.preventDefault();
   go({
-    q: $("#f-q").value.trim(),
-    kind: $("#f-kind").value.trim(),
-    queue: $("#f-queue").value.trim(),
+    ...Object.fromEntries(TEXT_FILTERS.map((field) => [field, $(`#f-${field}`).value.trim()])),
     since: fromLocalInput($("#f-since").value),
     until: fromLocalInput($("#f-until").value),
     offset: "",
   });
 });
 $("#f-clear").addEventListener("click", () => {
-  go({ q: "", kind: "", queue: "", since: "", until: "", offset: "" });
+  go({ ...Object.fromEntries(TEXT_FILTERS.map((field) => [field, ""])), since: "", until: "", offset: "" });
   fillForm();
 });
 $("#prev").addEventListener("click", () => go({ offset: String(Math.max(0, Number(query.offset || 0) - PAGE)) }));

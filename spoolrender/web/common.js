@@ -26,13 +26,32 @@ function el(tag, props, ...children) {
   return node;
 }
 
+// --- formatting (every page: sizes, times and reasons in human words) -------------------
+
+// "42s", "0.4s", "12m", "3.5h", "2.1d": a glance, not exact (exactDuration is exact).
 function duration(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   const s = Math.abs(seconds);
+  if (s < 10 && s % 1) return `${s.toFixed(1)}s`;
   if (s < 120) return `${Math.round(s)}s`;
   if (s < 7200) return `${Math.round(s / 60)}m`;
   if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
   return `${(s / 86400).toFixed(1)}d`;
+}
+
+// Every unit that is not zero: "1m 30s", "2h", "0.5s" (axis ticks: two values, two labels).
+function exactDuration(seconds) {
+  let s = Math.abs(seconds);
+  if (s < 60) return `${Number(s.toFixed(1))}s`;
+  const parts = [];
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+    if (s >= size) {
+      parts.push(`${Math.floor(s / size)}${unit}`);
+      s %= size;
+    }
+  }
+  if (s >= 0.5) parts.push(`${Math.round(s)}s`);
+  return parts.join(" ");
 }
 
 function ago(epochSeconds) {
@@ -40,9 +59,66 @@ function ago(epochSeconds) {
   return `${duration(Date.now() / 1000 + skew - epochSeconds)} ago`;
 }
 
+// A local time as short as is unambiguous: "15:42:07" today, "Mon 30 Nov 15:42" this year,
+// else with the year; whenFull (for a title) is the whole local date and time.
 function when(epochSeconds) {
   if (!epochSeconds) return "–";
-  return new Date(epochSeconds * 1000).toLocaleString();
+  const date = new Date(epochSeconds * 1000);
+  const now = new Date();
+  const time = { hour: "2-digit", minute: "2-digit", hour12: false };
+  if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString([], { ...time, second: "2-digit" });
+  const day = { weekday: "short", day: "numeric", month: "short", ...time };
+  if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
+  return date.toLocaleString([], day);
+}
+
+function whenFull(epochSeconds) {
+  if (!epochSeconds) return "";
+  return new Date(epochSeconds * 1000).toLocaleString([], { dateStyle: "full", timeStyle: "long" });
+}
+
+// A <time> element: the short local time, the full one on hover.
+function timeNode(epochSeconds) {
+  if (!epochSeconds) return "–";
+  const iso = new Date(epochSeconds * 1000).toISOString();
+  return el("time", { datetime: iso, title: whenFull(epochSeconds), text: when(epochSeconds) });
+}
+
+const BYTE_UNITS = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+
+// 573755 -> "560 KiB", 1536 -> "1.5 KiB", 12 -> "12 bytes" (binary units, as ls -lh and du -h).
+function bytesText(bytes) {
+  if (bytes === null || bytes === undefined || !Number.isFinite(Number(bytes))) return "–";
+  let value = Number(bytes);
+  if (Math.abs(value) < 1024) return `${value} ${value === 1 ? "byte" : "bytes"}`;
+  let unit = -1;
+  while (Math.abs(value) >= 1023.95 && unit < BYTE_UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value < 9.995 ? value.toFixed(1) : Math.round(value)} ${BYTE_UNITS[unit]}`;
+}
+
+// The first line of a text, cut at a word boundary before `max` characters; an ellipsis
+// says that something was left out (the rest of the line, or further lines).
+function clipText(text, max) {
+  const whole = (text || "?").trim();
+  let line = whole.split("\n")[0].trim() || "?";
+  let more = line.length < whole.length;
+  if (line.length > max) {
+    line = line.slice(0, max);
+    const space = line.search(/\s\S*$/);
+    if (space > max / 2) line = line.slice(0, space);
+    line = line.replace(/[\s,;:.-]+$/, "");
+    more = true;
+  }
+  return more ? `${line}…` : line;
+}
+
+// An element whose text is `text` clipped to `max` characters; the whole text is its title.
+function clipped(tag, props, text, max) {
+  const shown = clipText(text, max);
+  return el(tag, { ...props, text: shown, ...(shown === (text || "?").trim() ? {} : { title: text }) });
 }
 
 function jobUrl(id) {
@@ -55,10 +131,6 @@ function jobLink(id) {
 
 function stateTag(state) {
   return el("span", { className: "state-tag", dataset: { state: state || "" }, text: state || "new" });
-}
-
-function firstLine(text, max) {
-  return ((text || "?").split("\n")[0] || "?").slice(0, max);
 }
 
 async function fetchJSON(url, options) {
@@ -163,3 +235,55 @@ async function act(method, url, body, contentType) {
   if (result.status === 401 || result.status === 403) checkActions();
   return result;
 }
+
+// --- colour theme -------------------------------------------------------------------------
+//
+// "auto" follows the system (prefers-color-scheme); "light" or "dark" is the reader's own
+// choice, remembered in localStorage (for every tab and visit) and set as data-theme on
+// <html> (style.css). The toggle goes through auto -> dark -> light -> auto.
+
+const THEME_KEY = "spoolrender-theme";
+const THEMES = ["auto", "dark", "light"];
+const THEME_LABELS = { auto: "◐ auto", dark: "☾ dark", light: "☀ light" };
+let theme = storedTheme();
+
+function storedTheme() {
+  try {
+    const theme = localStorage.getItem(THEME_KEY);
+    return THEMES.includes(theme) ? theme : "auto";
+  } catch (error) {
+    return "auto"; // storage refused (a private window's policy): the system decides
+  }
+}
+
+function applyTheme() {
+  if (theme === "auto") delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = theme;
+  const button = $("#theme-toggle");
+  if (!button) return;
+  const next = THEMES[(THEMES.indexOf(theme) + 1) % THEMES.length];
+  button.textContent = THEME_LABELS[theme];
+  button.dataset.theme = theme;
+  button.title = `colours: ${theme === "auto" ? "as the system is set" : theme}; click for ${next}`;
+}
+
+function addThemeToggle() {
+  const header = $("header");
+  if (!header) return;
+  const button = el("button", { type: "button", id: "theme-toggle", className: "theme-toggle", "aria-label": "colour theme" });
+  button.addEventListener("click", () => {
+    theme = THEMES[(THEMES.indexOf(theme) + 1) % THEMES.length];
+    try {
+      if (theme === "auto") localStorage.removeItem(THEME_KEY);
+      else localStorage.setItem(THEME_KEY, theme);
+    } catch (error) {
+      console.warn("the colour theme cannot be remembered", error);
+    }
+    applyTheme();
+  });
+  header.append(button);
+  applyTheme();
+}
+
+applyTheme(); // before the page's own scripts draw anything
+addThemeToggle();

@@ -13,16 +13,24 @@ let logOffset = 0; // bytes of it already shown
 let logTimer = null;
 let reloading = null;
 
+// A term and its value (text, or a node: a link, a size with its exact bytes on hover).
 function fact(term, value) {
   if (value === null || value === undefined || value === "") return [];
-  return [el("dt", { text: term }), el("dd", { text: String(value) })];
+  return [el("dt", { text: term }), el("dd", {}, value instanceof Node ? value : String(value))];
 }
 
-// The render cache's part in a done job (result.json's cache fields), or null.
+function sizeNode(bytes) {
+  if (bytes === null || bytes === undefined) return null;
+  return el("span", { title: `${Number(bytes).toLocaleString()} bytes`, text: bytesText(bytes) });
+}
+
+// The render cache's part in a done job (result.json's cache fields), or null; a hit links
+// the job whose render it published.
 function cacheText(result) {
   if (result.cache === "hit") {
     const source = result.cache_source || {};
-    return `hit: published from the render of job ${source.id} (uid ${source.uid}), not rendered`;
+    const from = source.id ? jobLink(source.id) : "?";
+    return el("span", {}, "hit: published from the render of job ", from, ` (uid ${source.uid}), not rendered`);
   }
   if (result.cache === "stored") return "miss: rendered and stored";
   if (result.cache === "miss") return "miss: rendered, not stored";
@@ -96,7 +104,7 @@ function render(info) {
     ...fact("running on", hb.host ? `${hb.host} (pid ${hb.pid}, run ${hb.run})` : null),
     ...fact("cancel requested", info.cancel_requested ? "yes: its runner stops it at the next heartbeat" : null),
     ...fact("output", result.output),
-    ...fact("bytes", result.bytes),
+    ...fact("size", sizeNode(result.bytes)),
     ...fact("render took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
     ...fact("render cache", cacheText(result)),
   );
@@ -112,11 +120,11 @@ function render(info) {
       { dataset: { run: String(run.run) } },
       el("td", { className: "num", text: String(run.run) }),
       el("td", { text: run.host || "?" }),
-      el("td", { className: "num", text: when(run.started) }),
-      el("td", { className: "num", text: when(run.ended) }),
+      el("td", { className: "num" }, timeNode(run.started)),
+      el("td", { className: "num" }, timeNode(run.ended)),
       el("td", { className: "num", text: run.started && run.ended ? duration(run.ended - run.started) : "–" }),
       el("td", {}, outcomeTag(run.outcome, info.state)),
-      el("td", { className: "reason" }, error.kind ? `${error.kind}: ${firstLine(error.message, 400)}` : ""),
+      error.kind ? clipped("td", { className: "reason" }, `${error.kind}: ${error.message || "?"}`, 200) : el("td", {}),
     );
   });
   if (info.state === "running" && hb.run && !(info.runs || []).some((run) => run.run === hb.run)) {
@@ -174,7 +182,7 @@ function renderOutput(info) {
   }
   $("#output-view").replaceChildren(...(view ? [view] : []));
   $("#output-link").setAttribute("href", info.output_url);
-  $("#output-type").textContent = suffix ? `.${suffix}, ${(info.result || {}).bytes ?? "?"} bytes` : "";
+  $("#output-type").textContent = suffix ? `.${suffix}, ${bytesText((info.result || {}).bytes)}` : "";
 }
 
 async function load() {

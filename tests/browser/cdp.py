@@ -4,9 +4,9 @@
 answers to fd 4, NUL-separated JSON: no websocket, no driver, no download, nothing to
 install beyond the browser itself.
 
-Only what the dashboard test needs: open a page, evaluate JavaScript, wait for a
-condition, take a screenshot, and collect the page's uncaught exceptions and console
-errors (a blocked script or a CSP violation shows up there).
+Only what the dashboard tests need: open a page (at a size, as a phone, in light or dark
+colours), evaluate JavaScript, wait for a condition, take a screenshot, and collect the
+page's uncaught exceptions and console errors (a blocked script or a CSP violation shows up there).
 """
 
 from __future__ import annotations
@@ -117,16 +117,22 @@ class Chromium:
         message: dict[str, Any] = json.loads(raw)
         return message
 
-    def new_page(self, url: str) -> Page:
+    def new_page(self, url: str, *, width: int | None = None, height: int | None = None, mobile: bool = False,
+                 color_scheme: str | None = None) -> Page:  # fmt: skip
+        """A new tab showing ``url``: at the browser's size or ``width`` x ``height`` (``mobile``:
+        as a phone, the page's viewport meta applies), in the system's colours or with
+        ``color_scheme`` ("light" or "dark") as what prefers-color-scheme reports."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        page = Page(self, session)
+        page = Page(self, session, target)
         for domain in ("Page", "Runtime", "Log"):
             page.call(f"{domain}.enable")
         page.call(
             "Emulation.setDeviceMetricsOverride",
-            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+            {"width": width or self.width, "height": height or self.height, "deviceScaleFactor": 1, "mobile": mobile},
         )
+        if color_scheme is not None:
+            page.emulate_color_scheme(color_scheme)
         page.call("Page.navigate", {"url": url})
         return page
 
@@ -150,9 +156,16 @@ class Chromium:
 
 
 class Page:
-    def __init__(self, browser: Chromium, session: str) -> None:
+    def __init__(self, browser: Chromium, session: str, target: str) -> None:
         self.browser = browser
         self.session = session
+        self.target = target
+
+    def close(self) -> None:
+        self.browser.call("Target.closeTarget", {"targetId": self.target})
+
+    def emulate_color_scheme(self, scheme: str) -> None:
+        self.call("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.browser.call(method, params, session=self.session)
