@@ -85,7 +85,7 @@ def history_samples(layout: SpoolLayout, now: float) -> list[dict[str, Any]]:
     samples = []
     for i in range(SAMPLES):
         start = last - (SAMPLES - 1 - i) * 60
-        sample = {
+        sample: dict[str, Any] = {
             "start": start, "interval": 60, "done": i % 3, "failed": 1 if i % 5 == 0 else 0,
             "durations": [1.5 + (i % 4) * 0.5] * (i % 3), "counts": {}, "backlog": i % 4,
             "oldest_waiting_seconds": 30 * i,
@@ -330,17 +330,21 @@ def test_human_sizes_times_and_reasons(site: Site) -> None:
     page.close()
 
 
+@pytest.mark.slow
 def test_screenshots_of_every_page(site: Site) -> None:
-    """A screenshot per page, 1280 and 390 px wide, light and dark (look at them)."""
+    """A screenshot per page, 1280 and 390 px wide, light and dark (look at them). One load
+    per page: the width and the colours change in place (CSS alone follows them)."""
     shots = []
     for name, path in PAGES.items():
-        for width in (1280, PHONE):
-            for scheme in ("light", "dark"):
-                page = open_page(site, path, width=width, scheme=scheme)
-                if path.startswith("job"):
-                    page.wait_for("document.querySelector('#jobfile').textContent !== ''")
+        page = open_page(site, path)
+        if path.startswith("job"):
+            page.wait_for("document.querySelector('#jobfile').textContent !== ''")
+        for width, schemes in ((1280, ("light", "dark")), (PHONE, ("dark", "light"))):
+            page.resize(width, 844 if width == PHONE else 900, mobile=width == PHONE)
+            for scheme in schemes:
+                page.emulate_color_scheme(scheme)
                 shots.append(page.screenshot(site.artifacts / f"{name}-{width}-{scheme}.png"))
-                assert page.errors() == [], (name, width, scheme)
-                page.close()
+        assert page.errors() == [], name
+        page.close()
     assert all(s.stat().st_size > 5_000 for s in shots)
     print(f"{len(shots)} screenshots in {site.artifacts}")

@@ -60,8 +60,7 @@ function onProgress(job) {
 // --- the summary ----------------------------------------------------------------------
 
 function describeSpoolIO(c) {
-  const since = new Date(c.since * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
-  return `spool I/O: ${c.error} since ${since} on host ${c.host} (claiming paused, retrying every ${c.retry_seconds} s)`;
+  return `spool I/O: ${c.error} since ${when(c.since)} on host ${c.host} (claiming paused, retrying every ${c.retry_seconds} s)`;
 }
 
 function renderSummary(status) {
@@ -165,7 +164,7 @@ function renderSummary(status) {
     ),
   );
 
-  $("#updated").textContent = `updated ${new Date(status.generated_at * 1000).toLocaleTimeString()}`;
+  $("#updated").replaceChildren("updated ", timeNode(status.generated_at));
   document.body.dataset.ready = "1";
 }
 
@@ -176,7 +175,7 @@ function onState(change) {
   const item = el(
     "li",
     {},
-    el("time", { text: new Date().toLocaleTimeString() }),
+    timeNode(Date.now() / 1000 + skew),
     jobLink(change.id),
     ": ",
     stateTag(change.previous),

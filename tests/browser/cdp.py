@@ -127,10 +127,7 @@ class Chromium:
         page = Page(self, session, target)
         for domain in ("Page", "Runtime", "Log"):
             page.call(f"{domain}.enable")
-        page.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width or self.width, "height": height or self.height, "deviceScaleFactor": 1, "mobile": mobile},
-        )
+        page.resize(width or self.width, height or self.height, mobile=mobile)
         if color_scheme is not None:
             page.emulate_color_scheme(color_scheme)
         page.call("Page.navigate", {"url": url})
@@ -163,6 +160,11 @@ class Page:
 
     def close(self) -> None:
         self.browser.call("Target.closeTarget", {"targetId": self.target})
+
+    def resize(self, width: int, height: int, *, mobile: bool = False) -> None:
+        """The viewport's size (the page lays itself out again, without a reload)."""
+        params = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile}
+        self.call("Emulation.setDeviceMetricsOverride", params)
 
     def emulate_color_scheme(self, scheme: str) -> None:
         self.call("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
