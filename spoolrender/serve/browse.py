@@ -122,6 +122,12 @@ def _content_of(spec: JobSpec) -> JobContent:
     return JobContent(spec.composition.lower() if spec.composition else None, props.lower())
 
 
+def _version(holder: DirHandle, base: str) -> tuple[int, float]:
+    """A waiting job file's version (it may still change: an upload), to key what was read."""
+    st = holder.stat(base)
+    return st.st_size, st.st_mtime
+
+
 def _decided_route(job_dir: Path) -> JobRoute | None:
     """The route the job's last run recorded (what its runner decided; cheaper than parsing
     the job file, and right even if a later spoolrender.yaml would refuse the file)."""
@@ -239,8 +245,7 @@ class JobIndex:
         known = self._contents[state]
         try:
             with self._job_file(state, name) as (holder, base):
-                st = holder.stat(base)
-                version = (st.st_size, st.st_mtime) if state == "incoming" else None
+                version = _version(holder, base) if state == "incoming" else None
                 cached = known.get(name)
                 if cached is not None and cached[0] == version:
                     return cached[1]
@@ -265,8 +270,7 @@ class JobIndex:
         incoming: bool,
     ) -> JobRoute:
         """The route of the job file ``base`` in ``holder`` (cached per version of a waiting file)."""
-        st = holder.stat(base)
-        version = (st.st_size, st.st_mtime) if incoming else None
+        version = _version(holder, base) if incoming else None
         cached = known.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
