@@ -52,7 +52,7 @@ function details(job) {
     cell.append(`${pct} on ${job.host || "?"}${job.stage ? `, ${job.stage}` : ""}`);
   } else if (job.state === "done") {
     if (job.output_url) cell.append(el("a", { href: job.output_url, text: (job.output || "").split("/").pop() || "output" }));
-    if (job.bytes !== null && job.bytes !== undefined) cell.append(" ", el("span", { className: "muted", title: `${job.bytes.toLocaleString()} bytes`, text: bytesText(job.bytes) }));
+    if (job.bytes !== null && job.bytes !== undefined) cell.append(" ", sizeNode(job.bytes));
   }
   return cell;
 }

@@ -99,6 +99,12 @@ function bytesText(bytes) {
   return `${value < 9.995 ? value.toFixed(1) : Math.round(value)} ${BYTE_UNITS[unit]}`;
 }
 
+// A size as bytesText says it, the exact bytes on hover; null for no size.
+function sizeNode(bytes) {
+  if (bytes === null || bytes === undefined) return null;
+  return el("span", { className: "size", title: `${Number(bytes).toLocaleString()} bytes`, text: bytesText(bytes) });
+}
+
 // The first line of a text, cut at a word boundary before `max` characters; an ellipsis
 // says that something was left out (the rest of the line, or further lines).
 function clipText(text, max) {

@@ -19,11 +19,6 @@ function fact(term, value) {
   return [el("dt", { text: term }), el("dd", {}, value instanceof Node ? value : String(value))];
 }
 
-function sizeNode(bytes) {
-  if (bytes === null || bytes === undefined) return null;
-  return el("span", { title: `${Number(bytes).toLocaleString()} bytes`, text: bytesText(bytes) });
-}
-
 // The render cache's part in a done job (result.json's cache fields), or null; a hit links
 // the job whose render it published.
 function cacheText(result) {
