@@ -280,6 +280,9 @@ def test_plots_read_well(site: Site) -> None:
     page.wait_for(f"document.querySelector('#today-done .n')?.textContent === '{sum(s['done'] for s in today)}'")
     failed = page.evaluate("document.querySelector('#today-failed .n').textContent")
     assert failed == str(sum(s["failed"] for s in today))
+    totals = site.server.get_json(f"/history?hours=1&totals_since={midnight:.0f}")["totals"]
+    assert totals["done"] == sum(s["done"] for s in today) and totals["since"] == int(midnight)
+    assert site.server.get("/history?totals_since=yesterday").status == 400
 
     # Hover: the bar under the pointer says its values (tooltip and caption read-out).
     for plot in ("plot-finished", "plot-backlog", "plot-runners"):
