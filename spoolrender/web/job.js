@@ -108,8 +108,7 @@ function render(info) {
     ...fact("cancel requested", info.cancel_requested ? "yes: its runner stops it at the next heartbeat" : null),
     ...fact("output", result.output),
     ...fact("bytes", result.bytes),
-    ...fact(splitTook(info) === null ? "render took" : "join took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
-    ...fact("whole split job took", splitTook(info) === null ? null : duration(splitTook(info))),
+    ...fact("render took", tookText(info, result)),
     ...fact("render cache", cacheText(result)),
   );
   const reason = $("#reason");
@@ -175,14 +174,12 @@ function settingText(key, value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
-// A split job's time: from its first run (the one that split it) to the end of its last
-// (the join), not the join alone; null for a job that was not split.
-function splitTook(info) {
-  const runs = info.runs || [];
-  const split = runs.find((run) => run.outcome === "split");
-  const last = runs[runs.length - 1];
-  if (!split || !split.started || !last || !last.ended || info.state !== "done") return null;
-  return last.ended - split.started;
+// A split job's render time is the whole job's (result.json counts from the run that split
+// it to the end of the join), and says so.
+function tookText(info, result) {
+  if (result.duration_seconds === undefined || result.duration_seconds === null) return null;
+  const split = (info.runs || []).some((run) => run.outcome === "split");
+  return `${duration(result.duration_seconds)}${split ? " (the whole split job: its chunks and the join)" : ""}`;
 }
 
 // A split job's chunks, one row each: frames, host, state, progress and time.
