@@ -102,5 +102,9 @@ def close_ids(spool_root: Path, job_id: str) -> list[str]:
 
 def id_hint(spool_root: Path, job_id: str) -> str:
     """``"; did you mean 'intro-welcome'?"`` for an id not in the spool at ``spool_root``, or ""."""
-    found = close_ids(spool_root, job_id)
+    return ids_hint(close_ids(spool_root, job_id))
+
+
+def ids_hint(found: list[str]) -> str:
+    """``"; did you mean 'a' or 'b'?"`` for the close ids ``found`` (:func:`close_ids`), or ""."""
     return "; did you mean " + " or ".join(repr(m) for m in found) + "?" if found else ""

@@ -20,7 +20,7 @@ from browser.cdp import CHROMIUM, Chromium, Page
 from browser.server import running_server
 from browser.spools import finished_entries, with_token
 from chunk_jobs import FRAMES_CONFIG, frames_job
-from conftest import allow_steps, command_job, drop, entries, wait_for
+from conftest import FAST, allow_steps, command_job, drop, entries, wait_for
 
 from spoolrender.layout import SpoolLayout, retry_name
 
@@ -184,7 +184,8 @@ def test_bulk_scheduled_retry_now_and_unknown_ids(spool: SpoolLayout, tmp_path: 
 def test_runners_cancelled_retry_and_split_chunks(
     spool: SpoolLayout, start_runner: Any, tmp_path: Path, browser: Tabs
 ) -> None:
-    with_token(spool, TOKEN, {**FRAMES_CONFIG, "slots": 3, "tags": ["gpu"]})
+    commands = {**FAST["commands"], **FRAMES_CONFIG["commands"]}  # `props` and `frames`
+    with_token(spool, TOKEN, {**FRAMES_CONFIG, "commands": commands, "slots": 3, "tags": ["gpu"]})
     with running_server(spool.root, tmp_path / "serve.log", "--poll", "0.25") as server:
         start_runner("--queues", "default,urgent")
         steps = tmp_path / "steps"

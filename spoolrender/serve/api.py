@@ -64,7 +64,7 @@ from spoolrender.status import (
     spool_clock,
 )
 from spoolrender.submission import submit
-from spoolrender.suggest import close_ids
+from spoolrender.suggest import close_ids, ids_hint
 
 T = TypeVar("T")
 
@@ -162,8 +162,11 @@ def list_jobs(
         "spool": str(config.spool),
         "generated_at": now,
         "counts": {s: len(names) for s, names in listing.items()},
-        # Of the incoming ones: waiting for their not_before ("complete": every file was read).
-        "scheduled": dict(zip(("count", "complete"), index.scheduled(listing["incoming"], fs_now), strict=True)),
+        # Of the incoming ones (a page of them only: it reads their files): waiting for their
+        # not_before ("complete": every file was read).
+        "scheduled": None
+        if state != "incoming"
+        else dict(zip(("count", "complete"), index.scheduled(listing["incoming"], fs_now), strict=True)),
         "paused": pause_reason(layout),
         "state": state,
         "total": total,
@@ -217,8 +220,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
         raise ApiError(503, str(exc)) from exc
     if snapshot is None:
         close = close_ids(config.spool, job_id)
-        hint = "; did you mean " + " or ".join(repr(m) for m in close) + "?" if close else ""
-        raise ApiError(404, f"no job with id {job_id!r}{hint}", suggestions=close)
+        raise ApiError(404, f"no job with id {job_id!r}{ids_hint(close)}", suggestions=close)
     return snapshot[1]
 
 
