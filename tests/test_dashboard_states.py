@@ -181,6 +181,7 @@ def test_bulk_scheduled_retry_now_and_unknown_ids(spool: SpoolLayout, tmp_path: 
         assert [e for e in page.errors() if NOT_FOUND not in e] == []
 
 
+@pytest.mark.slow  # a runner renders, cancels and renders again (a few minutes on a busy machine)
 def test_runners_cancelled_retry_and_split_chunks(
     spool: SpoolLayout, start_runner: Any, tmp_path: Path, browser: Tabs
 ) -> None:
@@ -203,6 +204,12 @@ def test_runners_cancelled_retry_and_split_chunks(
         assert "default, urgent" in text(page, "#runners .queues") and text(page, "#runners .tags") == "gpu"
         assert "/3" in text(page, "#runners .slots") and "online" in row
         assert page.evaluate("document.querySelector('#no-runner').hidden") is True
+        # The queues panel counts the runners that serve each queue: this one serves both.
+        served = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#queues tbody tr')]"
+            ".map(r => [r.dataset.queue, r.children[3].textContent]))"
+        )
+        assert served == {"default": "1", "urgent": "1"}, served
 
         # The split job: cancel offered with the token, and a table of its chunks.
         page = open_unlocked(browser, server.url + "job?id=split-job")
