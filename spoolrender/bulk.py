@@ -175,8 +175,6 @@ def plan(action: BulkAction, targets: Sequence[Target], missing: Sequence[str] =
         live = [t for t in entries if t.state in LIVE_STATES]
         # A job queued or running again (a re-run) keeps its finished records until it is done.
         chosen = [] if action is BulkAction.DELETE and live else [t for t in entries if t.state in effects]
-        if action is BulkAction.CANCEL:
-            chosen = live
         if chosen:
             acted += [BulkItem(job_id, t.state, t.entry, effects[t.state]) for t in chosen]
         else:
