@@ -88,6 +88,7 @@ def _purge_cache(args: argparse.Namespace) -> int:
 def _purge_jobs(args: argparse.Namespace) -> int:
     """`purge ID...`: those finished jobs' records, as the dashboard's delete (spoolrender.bulk)."""
     from spoolrender.bulk import BulkAction, bulk_action, locate
+    from spoolrender.suggest import id_hint
 
     if args.older_than is not None or args.state is not None:
         raise SpoolrenderError("purge takes job ids or --older-than/--state, not both")
@@ -99,7 +100,7 @@ def _purge_jobs(args: argparse.Namespace) -> int:
     for item in result.skipped:
         _say(f"{item.job_id}: {item.text}")
     for job_id in result.missing:
-        _say(f"{job_id}: no such job")
+        _say(f"{job_id}: no such job{id_hint(config.spool, job_id)}")
     print(f"{'would purge' if args.dry_run else 'purged'} {result.jobs} job(s)")
     return EXIT_OK if not result.skipped and not result.missing else EXIT_ERROR
 
@@ -225,6 +226,8 @@ def dispatch(args: argparse.Namespace) -> int:
         print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
     if args.command == "purge" and args.cache:
+        if args.ids:
+            raise SpoolrenderError("purge --cache takes no job ids (the render cache is not kept per job)")
         return _purge_cache(args)
     if args.command == "purge" and args.ids:
         return _purge_jobs(args)
