@@ -572,6 +572,7 @@ SERVE_LAYERS = (
     "posters",
     "history",
     "api",
+    "bulk",
     "events",
     "http",
     "routes",
