@@ -34,6 +34,10 @@ JOB_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_JOB_BYTES = 1024 * 1024  # a job file larger than this is rejected unread
 MAX_YAML_DEPTH = 32  # nesting deeper than this is rejected (stack bombs)
 MAX_ID_LENGTH = 128
+# One bulk action (`serve`'s POST /bulk) chooses at most this many jobs: its answer lists each.
+BULK_MAX_JOBS = 10_000
+BULK_MAX_BODY = BULK_MAX_JOBS * (MAX_ID_LENGTH + 4) + 4096  # the JSON of that many quoted ids
+RETRY_RESET_THREADS = 16  # failed jobs sent back to retry/ side by side (their fsyncs commit together)
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_MAX_ATTEMPTS = 100
 DEFAULT_TIMEOUT_S = 3600.0

@@ -88,8 +88,8 @@ def spool_ids(names_by_state: dict[str, list[str]]) -> set[str]:
     return ids
 
 
-def id_hint(spool_root: Path, job_id: str) -> str:
-    """``"; did you mean 'intro-welcome'?"`` for an id not in the spool at ``spool_root``, or ""."""
+def close_ids(spool_root: Path, job_id: str) -> list[str]:
+    """The ids in the spool at ``spool_root`` closest to ``job_id`` (not in it), best first."""
     # Imported here: job-file checks import this module, and the spool's modules import them.
     from spoolrender.layout import SpoolLayout, list_names
     from spoolrender.queues import list_incoming
@@ -97,5 +97,14 @@ def id_hint(spool_root: Path, job_id: str) -> str:
     layout = SpoolLayout(spool_root)
     names = {state: list_names(layout.state_dir(state)) for state in defaults.STATE_DIRS if state != "incoming"}
     names["incoming"] = list_incoming(layout.incoming)
-    hint = did_you_mean(job_id, spool_ids(names), contained=True)
-    return f"; {hint}" if hint else ""
+    return close_matches(job_id, spool_ids(names), contained=True)
+
+
+def id_hint(spool_root: Path, job_id: str) -> str:
+    """``"; did you mean 'intro-welcome'?"`` for an id not in the spool at ``spool_root``, or ""."""
+    return ids_hint(close_ids(spool_root, job_id))
+
+
+def ids_hint(found: list[str]) -> str:
+    """``"; did you mean 'a' or 'b'?"`` for the close ids ``found`` (:func:`close_ids`), or ""."""
+    return "; did you mean " + " or ".join(repr(m) for m in found) + "?" if found else ""

@@ -10,6 +10,7 @@ job is woken into retry/ for its join, and is shown as split, ``joining``, until
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from spoolrender.chunks.ledger import chunk_states, progress_of, read_plan
 from spoolrender.chunks.naming import ledger_dir
 from spoolrender.heartbeat import read_heartbeat
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, SpoolLayout, final_name
-from spoolrender.records import REQUEUE, SPLIT, read_runs
+from spoolrender.records import FAILED, PUBLISHING, REQUEUE, SPLIT, RunRecord, read_runs
 
 
 def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
@@ -87,6 +88,57 @@ def chunk_progress(layout: SpoolLayout, output_root: Path, key: str, *, now: flo
         "progress": round(fraction, 4),
         "eta_seconds": None if eta is None else round(eta, 1),
     }
+
+
+class ChunkState(StrEnum):
+    """Where one chunk of a split job is (a row of the dashboard's chunk table)."""
+
+    DONE = "done"
+    FAILED = "failed"
+    RUNNING = "running"
+    WAITING = "waiting"
+    MISSING = "missing"  # neither waiting, running nor finished: queued again by the next pass
+
+
+def chunk_table(layout: SpoolLayout, output_root: Path, key: str, *, now: float) -> list[dict[str, Any]] | None:
+    """One row per chunk of split job ``key``: its frames, state, host, progress and time
+    (finished: its deciding run's; running: so far). None if the job is not split."""
+    plan = read_plan(layout, key)
+    if plan is None:
+        return None
+    states = chunk_states(layout, output_root, key, key.rpartition(".")[2], plan)
+    rows = []
+    for part in plan.parts:
+        row: dict[str, Any] = {"chunk": part.index, "first": part.first, "last": part.last, "frames": part.frames,
+                               "state": ChunkState.MISSING.value, "host": None, "progress": None, "seconds": None,
+                               "error": None}  # fmt: skip
+        finished = states.finished.get(part.index)
+        if finished is not None:
+            decided = [r for r in _runs(finished.entry) if r.outcome in (PUBLISHING, FAILED)]
+            last = decided[-1] if decided else None
+            row["state"] = (ChunkState.FAILED if finished.error is not None else ChunkState.DONE).value
+            row["progress"] = None if finished.error is not None else 1.0
+            row["error"] = finished.error
+            if last is not None:
+                row["host"] = last.host
+                row["seconds"] = None if last.started is None else round(last.ended - last.started, 1)
+        elif part.index in states.running:
+            hb = read_heartbeat(layout.running / states.running[part.index])
+            row["state"] = ChunkState.RUNNING.value
+            if hb is not None:
+                row["host"], row["progress"] = hb.host, hb.progress
+                row["seconds"] = None if hb.started is None else round(max(0.0, now - hb.started), 1)
+        elif part.index in states.waiting:
+            row["state"] = ChunkState.WAITING.value
+        rows.append(row)
+    return rows
+
+
+def _runs(entry: Path) -> list[RunRecord]:
+    try:
+        return read_runs(entry)
+    except FileNotFoundError:  # moved on since the listing
+        return []
 
 
 def describe_chunks(c: dict[str, Any]) -> str:

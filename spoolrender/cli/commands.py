@@ -85,6 +85,26 @@ def _purge_cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _purge_jobs(args: argparse.Namespace) -> int:
+    """`purge ID...`: those finished jobs' records, as the dashboard's delete (spoolrender.bulk)."""
+    from spoolrender.bulk import BulkAction, bulk_action, locate
+    from spoolrender.suggest import id_hint
+
+    if args.older_than is not None or args.state is not None:
+        raise SpoolrenderError("purge takes job ids or --older-than/--state, not both")
+    config = _config(args)
+    targets, missing = locate(config, args.ids)
+    result = bulk_action(config, BulkAction.DELETE, targets, missing, dry_run=args.dry_run, who="spoolrender purge")
+    for item in result.acted:
+        _say(f"{item.entry}: {item.text}")
+    for item in result.skipped:
+        _say(f"{item.job_id}: {item.text}")
+    for job_id in result.missing:
+        _say(f"{job_id}: no such job{id_hint(config.spool, job_id)}")
+    print(f"{'would purge' if args.dry_run else 'purged'} {result.jobs} job(s)")
+    return EXIT_OK if not result.skipped and not result.missing else EXIT_ERROR
+
+
 def _say(text: str) -> None:
     """One line for people on stdout, control characters escaped (spool text is untrusted)."""
     print(printable(text))
@@ -206,7 +226,11 @@ def dispatch(args: argparse.Namespace) -> int:
         print("resumed" if _spool(args).resume() else "the spool was not paused")
         return EXIT_OK
     if args.command == "purge" and args.cache:
+        if args.ids:
+            raise SpoolrenderError("purge --cache takes no job ids (the render cache is not kept per job)")
         return _purge_cache(args)
+    if args.command == "purge" and args.ids:
+        return _purge_jobs(args)
     if args.command == "purge":
         if args.older_than is None:
             raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")

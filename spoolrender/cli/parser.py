@@ -323,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
             examples:
               spoolrender purge --older-than 30d          (the unit is required: 30 alone is refused)
               spoolrender purge --older-than 12h --state failed --dry-run
+              spoolrender purge intro-1 intro-2 --dry-run   these jobs, whatever their age
               spoolrender purge --cache                   empty the render cache
               spoolrender purge --cache --older-than 7d   only entries unused for a week
             Runners purge by themselves with keep_done: 30d, keep_failed: 90d, keep_done_max: N in
@@ -333,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--older-than", type=age, metavar="DURATION",
         help="a number with its unit: 90m, 12h, 30d, 2w (a bare 30 is refused: seconds or days?); "
         "required without --cache",
+    )  # fmt: skip
+    p.add_argument(
+        "ids", nargs="*", metavar="ID",
+        help="forget these finished jobs (any age) instead; a queued or running one is left (cancel it first)",
     )  # fmt: skip
     p.add_argument("--state", choices=("done", "failed"), help="only this state (default: both)")
     p.add_argument("--cache", action="store_true", help="purge the render cache instead of finished jobs")

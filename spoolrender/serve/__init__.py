@@ -10,7 +10,8 @@ Layers, each importing only the ones below it (tests/test_serve.py checks this):
 - :mod:`.server`: the process: the socket, connection caps, start and stop;
 - :mod:`.routes`: the endpoints, one handler method each, and the route table;
 - :mod:`.http`: the transport: parsing, limits, the Host check, auth, dispatch;
-- :mod:`.api` (answers of the JSON API) and :mod:`.events` (the event stream's hub);
+- :mod:`.api` (answers of the JSON API), :mod:`.bulk` (its bulk actions) and
+  :mod:`.events` (the event stream's hub);
 - :mod:`.readmodel`: job ids from requests to spool entries, shared by both;
 - :mod:`.auth`: where the write token may come from, and checking a request's;
 - :mod:`.listen`: listen addresses, the Host allowlist and options (no spool, no HTTP).

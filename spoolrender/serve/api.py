@@ -23,13 +23,12 @@ from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from spoolrender import defaults
-from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.chunks.progress import split_info
+from spoolrender.chunks.progress import chunk_table, split_info
 from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, pause, resume, retry
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
-from spoolrender.jobfile import ID_PATTERN, is_candidate_name, parse_job, read_job_bytes
-from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, new_token
+from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
+from spoolrender.layout import RETRY_NAME, SpoolLayout, final_name, list_names, new_token
 from spoolrender.lookup import (
     LIVE_STATES,
     Located,
@@ -43,8 +42,8 @@ from spoolrender.lookup import (
     read_job_file,
 )
 from spoolrender.metrics import spool_metrics_text
-from spoolrender.queues import incoming_view, list_incoming
-from spoolrender.serve.browse import Filters, JobIndex
+from spoolrender.queues import incoming_view
+from spoolrender.serve.browse import Filters, JobIndex, state_listings
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
 from spoolrender.serve.readmodel import (
@@ -65,6 +64,7 @@ from spoolrender.status import (
     spool_clock,
 )
 from spoolrender.submission import submit
+from spoolrender.suggest import close_ids, ids_hint
 
 T = TypeVar("T")
 
@@ -119,14 +119,7 @@ def list_jobs(
     layout = SpoolLayout(config.spool)
     layout.check()
     now, fs_now = spool_clock(layout)
-    # Only the listings (as `status`, minus its per-file reads): a page reads just its items.
-    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
-    listing = {
-        s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".") and not is_chunk_name(n)]
-        for s in defaults.STATE_DIRS
-    }
-    # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
-    listing["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]
+    listing = state_listings(layout)
     states = (state,) if state else defaults.STATE_DIRS
     jobs: list[dict[str, Any]] = []
     total = 0
@@ -159,6 +152,8 @@ def list_jobs(
             else:
                 item = {"id": incoming_id(config, where), "entry": name, "queued_at": entry_mtime(where)}
             routed = index.route(s, name)
+            if s == "incoming":  # a scheduled job waits here until its not_before (fs clock)
+                item["scheduled_for"] = routed.not_before if (routed.not_before or 0) > fs_now else None
             item["queue"], item["requires"] = routed.queue, None if routed.requires is None else list(routed.requires)
             jobs.append({"state": s, **item})
         skip = 0
@@ -167,6 +162,11 @@ def list_jobs(
         "spool": str(config.spool),
         "generated_at": now,
         "counts": {s: len(names) for s, names in listing.items()},
+        # Of the incoming ones (a page of them only: it reads their files): waiting for their
+        # not_before ("complete": every file was read).
+        "scheduled": None
+        if state != "incoming"
+        else dict(zip(("count", "complete"), index.scheduled(listing["incoming"], fs_now), strict=True)),
         "paused": pause_reason(layout),
         "state": state,
         "total": total,
@@ -219,7 +219,8 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     except JobMoving as exc:
         raise ApiError(503, str(exc)) from exc
     if snapshot is None:
-        raise ApiError(404, f"no job with id {job_id!r}")  # as find_entries says it
+        close = close_ids(config.spool, job_id)
+        raise ApiError(404, f"no job with id {job_id!r}{ids_hint(close)}", suggestions=close)
     return snapshot[1]
 
 
@@ -247,6 +248,10 @@ def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Pat
     info["job"], problems = _job_spec(config, current, through)
     if problems:
         info["job_problems"] = problems
+    if info.get("split"):
+        key = current.path.name if current.state == "split" else final_name(job_id, current.uid or "")
+        info["chunk_table"] = chunk_table(SpoolLayout(config.spool), config.output_root, key, now=time.time())
+    info["scheduled_for"] = _scheduled_for(config, current, info["job"])
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
     info["file_url"] = f"/jobs/{job_id}/file"
     output = (info.get("result") or {}).get("output") if current.state == "done" else None
@@ -258,6 +263,15 @@ def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Pat
     info["queue"], info["requires"] = where.queue, None if where.requires is None else list(where.requires)
     info.update(_queue_place(config, current))
     return info
+
+
+def _scheduled_for(config: SpoolConfig, where: Located, spec: dict[str, Any] | None) -> float | None:
+    """A waiting job's ``not_before`` while it is still ahead (on the spool's clock), else None:
+    a scheduled job waits in incoming/ (or retry/) but no runner takes it before then."""
+    not_before = (spec or {}).get("not_before")
+    if where.state not in ("incoming", "retry") or not isinstance(not_before, int | float):
+        return None
+    return float(not_before) if not_before > spool_clock(SpoolLayout(config.spool))[1] else None
 
 
 def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:

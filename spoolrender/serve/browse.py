@@ -31,16 +31,17 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from spoolrender import defaults
+from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import read_heartbeat
-from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
+from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.lookup import Located, entry_holder
-from spoolrender.queues import QUEUE_FILENAME, name_problem, queue_dir_of, route
+from spoolrender.queues import QUEUE_FILENAME, list_incoming, name_problem, queue_dir_of, route
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
@@ -86,7 +87,20 @@ class Filters:
         return self.composition is not None or self.props is not None
 
 
-def _name_id(state: str, name: str) -> str:
+def state_listings(layout: SpoolLayout) -> dict[str, list[str]]:
+    """Every state's entries as listed (as `status`, minus its per-file reads): what a page
+    of ``GET /jobs`` and a bulk action's filter start from."""
+    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
+    listing = {
+        s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".") and not is_chunk_name(n)]
+        for s in defaults.STATE_DIRS
+    }
+    # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
+    listing["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]
+    return listing
+
+
+def name_id(state: str, name: str) -> str:
     """The job id an entry name carries (in incoming/: the file name)."""
     m = NAME_PATTERNS[state].fullmatch(name) if state in NAME_PATTERNS else None
     return m.group("id") if m else name
@@ -98,6 +112,8 @@ class JobRoute:
 
     queue: str | None  # None: an unparsable job file outside any queue directory
     requires: tuple[str, ...] | None  # None: the job file does not parse
+    # Read with them from the same parse (it costs nothing more): when a scheduled job is due.
+    not_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -284,9 +300,17 @@ class JobIndex:
             found = JobRoute(queue_dir, None)
         else:
             r = route(queue_dir or spec.queue, spec.requires)
-            found = JobRoute(r.queue, r.requires)
+            found = JobRoute(r.queue, r.requires, spec.not_before)
         known[name] = (version, found)
         return found
+
+    def scheduled(self, names: list[str], now: float) -> tuple[int, bool]:
+        """How many of incoming/'s ``names`` are scheduled (``not_before`` after ``now``), and
+        whether all were looked at: at most STATUS_QUEUE_READS files are read (as `status`),
+        so a deep backlog costs a bounded read once, then only what is new."""
+        looked = names[: defaults.STATUS_QUEUE_READS]
+        count = sum(1 for n in looked if (t := self.route("incoming", n).not_before) is not None and t > now)
+        return count, len(looked) == len(names)
 
     def warm(self) -> None:
         """Read every finished entry's time now (a server's start-up thread), so that the
@@ -330,7 +354,7 @@ class JobIndex:
         chosen = names
         if filters.text:
             needle = filters.text.lower()
-            chosen = [n for n in chosen if needle in _name_id(state, n).lower()]
+            chosen = [n for n in chosen if needle in name_id(state, n).lower()]
         if filters.kind is not None:
             chosen = [n for n in chosen if self.kind(state, n) == filters.kind]
         if filters.queue is not None:

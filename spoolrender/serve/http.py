@@ -336,17 +336,19 @@ class RequestHandler(BaseHTTPRequestHandler):
         if not matches:
             raise ApiError(403, "wrong token")
 
-    def _body(self) -> bytes:
+    def _body(self, limit: int | None = None, what: str = "job file: ") -> bytes:
+        """The request's body, at most ``limit`` bytes (default: a job file's max_job_bytes)."""
         if self.headers.get("Transfer-Encoding"):
-            raise ApiError(411, "send the job with a Content-Length (chunked bodies are not accepted)")
+            raise ApiError(411, "send the body with a Content-Length (chunked bodies are not accepted)")
         length = (self.headers.get("Content-Length") or "").strip()
         if not length:
             raise ApiError(411, "Content-Length required")
-        limit = self.site.config.max_job_bytes
+        limit = self.site.config.max_job_bytes if limit is None else limit
         if not length.isdigit() or len(length) > 18:
             raise ApiError(400, "invalid Content-Length")
         if int(length) > limit:
-            raise ApiError(413, f"job file: {int(length)} bytes is over the limit of {limit} (max_job_bytes)")
+            source = " (max_job_bytes)" if what == "job file: " else ""
+            raise ApiError(413, f"{what}{int(length)} bytes is over the limit of {limit}{source}")
         data = self.rfile.read(int(length))
         if len(data) < int(length):
             raise ApiError(400, "the body ended before Content-Length bytes")

@@ -37,6 +37,7 @@ from spoolrender.serve.api import (
 )
 from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.browse import Filters
+from spoolrender.serve.bulk import bulk_request, delete_job
 from spoolrender.serve.events import current_job_events, encode_unsequenced
 from spoolrender.serve.http import (
     CSP,
@@ -268,8 +269,20 @@ class SpoolHandler(RequestHandler):
 
     def post_cancel(self, params: dict[str, str], args: list[str]) -> None:
         self._authorize()
-        who = f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
-        self._send_json(200, cancel_job(self.site.config, args[0], who))
+        self._send_json(200, cancel_job(self.site.config, args[0], self._who()))
+
+    def delete_job(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        self._send_json(200, delete_job(self.site.config, args[0], self._who()))
+
+    def post_bulk(self, params: dict[str, str], args: list[str]) -> None:
+        self._authorize()
+        data = self._body(defaults.BULK_MAX_BODY, "a bulk request: ")
+        self._send_json(200, bulk_request(self.site.config, self.site.index, data, self._who()))
+
+    def _who(self) -> str:
+        """Who asked, as a cancel's record says it."""
+        return f"spoolrender serve on {HOSTNAME} for {self.client_address[0]}"
 
 
 def _time_param(params: dict[str, str], name: str) -> float | None:
@@ -303,7 +316,7 @@ _add(
     GET=(SpoolHandler.get_jobs, JOBS_PARAMS),
     POST=(SpoolHandler.post_jobs, frozenset({"name"})),
 )
-_add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS))
+_add(("jobs", "{id}"), GET=(SpoolHandler.get_job, NO_PARAMS), DELETE=(SpoolHandler.delete_job, NO_PARAMS))
 _add(("jobs", "{id}", "log"), GET=(SpoolHandler.get_log, frozenset({"bytes", "lines", "run", "offset"})))
 _add(("jobs", "{id}", "file"), GET=(SpoolHandler.get_file, NO_PARAMS))
 _add(("jobs", "{id}", "output"), GET=(SpoolHandler.get_output, NO_PARAMS), HEAD=(SpoolHandler.get_output, NO_PARAMS))
@@ -312,6 +325,7 @@ _add(("jobs", "{id}", "retry"), POST=(SpoolHandler.post_retry, NO_PARAMS))
 _add(("jobs", "{id}", "cancel"), POST=(SpoolHandler.post_cancel, NO_PARAMS))
 _add(("events",), GET=(SpoolHandler.get_events, frozenset({"job"})))
 _add(("actions",), GET=(SpoolHandler.get_actions, NO_PARAMS))
+_add(("bulk",), POST=(SpoolHandler.post_bulk, NO_PARAMS))
 _add(("pause",), POST=(SpoolHandler.post_pause, frozenset({"reason"})))
 _add(("resume",), POST=(SpoolHandler.post_resume, NO_PARAMS))
 _add(("metrics",), GET=(SpoolHandler.get_metrics, NO_PARAMS))

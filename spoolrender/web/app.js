@@ -144,16 +144,21 @@ function renderSummary(status) {
     ),
   );
 
+  // A runner's jobs: the running ones whose heartbeat it writes (its host and pid).
+  const jobsOf = (runner) => status.running.filter((job) => job.host === runner.host && job.pid === runner.pid);
   fillTable(
     "runners",
     status.runners.map((runner) =>
       el(
         "tr",
-        {},
+        { dataset: { runner: runner.runner || "" } },
         el("td", { text: runner.runner || "?" }),
         el("td", { text: runner.host || "?" }),
         el("td", { className: "num", text: String(runner.pid ?? "?") }),
-        el("td", { className: "num", text: `${runner.busy ?? "?"}/${runner.slots ?? "?"}` }),
+        el("td", { className: "num slots", text: `${runner.busy ?? "?"}/${runner.slots ?? "?"}` }),
+        el("td", { className: "jobs" }, ...jobsOf(runner).flatMap((job, i) => [i ? ", " : "", jobLink(job.id)])),
+        el("td", { className: "queues", text: (runner.queues || ["*"]).map((q) => (q === "*" ? "* (any)" : q)).join(", ") }),
+        el("td", { className: "tags", text: (runner.tags || []).join(", ") || "–" }),
         el(
           "td",
           { className: "num" },
@@ -164,8 +169,28 @@ function renderSummary(status) {
     ),
   );
 
+  const online = status.runners.filter((runner) => runner.online).length;
+  const noRunner = $("#no-runner");
+  noRunner.hidden = online > 0;
+  noRunner.textContent = online ? "" : "NO RUNNER ONLINE: nothing is claimed until one starts (`spoolrender run` on a render host)";
+  scheduledCount(status.counts.incoming);
+
   $("#updated").replaceChildren("updated ", timeNode(status.generated_at));
   document.body.dataset.ready = "1";
+}
+
+// Scheduled jobs (not_before still ahead) wait in incoming/; the summary does not read job
+// files, GET /jobs does (once per file): asked again when the incoming count moves, and
+// once a minute (a schedule comes due by itself).
+let scheduledAsked = { incoming: null, at: 0 };
+
+async function scheduledCount(incoming) {
+  if (incoming === scheduledAsked.incoming && Date.now() - scheduledAsked.at < 60000) return;
+  scheduledAsked = { incoming, at: Date.now() };
+  const { ok, body } = await fetchJSON("/jobs?state=incoming&limit=1");
+  if (!ok) return;
+  const { count, complete } = body.scheduled;
+  $("#count-scheduled").textContent = `${count}${complete ? "" : "+"}`;
 }
 
 // --- activity -------------------------------------------------------------------------

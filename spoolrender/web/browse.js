@@ -75,18 +75,33 @@ function queueCell(job) {
   return cell;
 }
 
+function whenText(job, t) {
+  const now = Date.now() / 1000 + skew;
+  if (job.scheduled_for) return `due in ${duration(job.scheduled_for - now)}`;
+  if (!t) return "–";
+  return job.state === "retry" ? (t <= now ? "due now" : `in ${duration(t - now)}`) : ago(t);
+}
+
 function row(job) {
   const t = itemTime(job);
-  const now = Date.now() / 1000 + skew;
-  const whenText = !t ? "–" : job.state === "retry" ? (t <= now ? "due now" : `in ${duration(t - now)}`) : ago(t);
+  const box = el("input", { type: "checkbox", className: "select", "aria-label": `select ${job.id}`, dataset: { job: job.id } });
+  box.checked = selection.ids.has(job.id) || selection.matching;
+  box.hidden = !actions.unlocked;
+  box.addEventListener("change", () => {
+    selection.matching = false;
+    if (box.checked) selection.ids.add(job.id);
+    else selection.ids.delete(job.id);
+    renderBulk();
+  });
   return el(
     "tr",
-    { dataset: { job: job.id, state: job.state } },
+    { dataset: { job: job.id, state: job.scheduled_for ? "scheduled" : job.state } },
+    el("td", { className: "select-col" }, box),
     posterCell(job),
     el("td", { className: "id" }, jobLink(job.id)),
     queueCell(job),
-    el("td", {}, stateTag(job.state)),
-    el("td", { className: "num", title: whenFull(t), text: whenText }),
+    el("td", {}, stateTag(job.scheduled_for ? "scheduled" : job.state)),
+    el("td", { className: "num", title: whenFull(job.scheduled_for || t), text: whenText(job, t) }),
     details(job),
   );
 }
@@ -106,6 +121,7 @@ async function load() {
   skew = body.generated_at - Date.now() / 1000;
   lastTotal = body.total;
   const offset = Number(query.offset || 0);
+  pageIds = body.jobs.map((job) => job.id);
   const rows = body.jobs.map(row);
   $("#list").tBodies[0].replaceChildren(...rows);
   $("#list-empty").hidden = rows.length > 0;
@@ -121,6 +137,7 @@ async function load() {
   $("#time-note").textContent = state
     ? `“When” is when a job was ${TIME_WORDS[state]}; the time filter applies to it.`
     : "“When”: queued, started, due, finished or failed, by state; the time filter applies to it.";
+  renderBulk();
   document.body.dataset.ready = "1";
   document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
 }
@@ -137,6 +154,7 @@ function updateCounts(counts) {
 }
 
 function go(changes) {
+  clearSelection(); // another page or filter: what was chosen is not on it
   query = { ...query, ...changes };
   for (const key of Object.keys(query)) if (!query[key]) delete query[key];
   history.pushState(null, "", `/browse${Object.keys(query).length ? `?${queryString({})}` : ""}`);
@@ -176,6 +194,119 @@ window.addEventListener("popstate", () => {
   fillForm();
   load();
 });
+
+// --- bulk actions ---------------------------------------------------------------------------
+//
+// Jobs are chosen by their checkboxes (this page), or all that match the filter (every
+// page: sent as the filter, resolved by the server). An action first asks the server for
+// a dry run, shows what it would do, and is done only when that is confirmed.
+
+const selection = { ids: new Set(), matching: false };
+let pageIds = [];
+let planned = null; // the request a dry run answered, waiting for its confirmation
+
+function clearSelection() {
+  selection.ids.clear();
+  selection.matching = false;
+  planned = null;
+}
+
+function chosenCount() {
+  return selection.matching ? lastTotal : selection.ids.size;
+}
+
+function renderBulk() {
+  const bar = $("#bulk");
+  bar.hidden = !actions.unlocked;
+  const note = $("#bulk-note");
+  note.hidden = actions.unlocked;
+  note.textContent = actions.unlocked ? "" : `bulk actions: ${actionBlocker()}`;
+  for (const box of document.querySelectorAll("#list input.select")) {
+    box.hidden = !actions.unlocked;
+    box.checked = selection.matching || selection.ids.has(box.dataset.job);
+  }
+  const onPage = pageIds.filter((id) => selection.ids.has(id)).length;
+  $("#select-page").checked = pageIds.length > 0 && (selection.matching || onPage === pageIds.length);
+  const n = chosenCount();
+  $("#bulk-count").textContent = selection.matching
+    ? `all ${n} job(s) matching the filter selected`
+    : n ? `${n} selected` : "none selected";
+  const more = $("#select-matching");
+  more.hidden = selection.matching || lastTotal <= pageIds.length || onPage < pageIds.length || !pageIds.length;
+  more.textContent = `select all ${lastTotal} matching the filter`;
+  for (const button of document.querySelectorAll(".bulk-btn")) button.disabled = n === 0 || planned !== null;
+  $("#bulk-confirm").hidden = planned === null;
+}
+
+function bulkRequest(action, dryRun) {
+  const request = { action, dry_run: dryRun };
+  if (selection.matching) {
+    const filter = {};
+    for (const key of ["state", "q", "kind", "queue"]) if (query[key]) filter[key] = query[key];
+    for (const key of ["since", "until"]) if (query[key]) filter[key] = Number(query[key]);
+    request.filter = filter;
+  } else {
+    request.ids = [...selection.ids];
+  }
+  return request;
+}
+
+async function bulk(request) {
+  return act("POST", "/bulk", JSON.stringify(request), "application/json");
+}
+
+function sayBulk(ok, text) {
+  const msg = $("#bulk-msg");
+  msg.dataset.ok = ok ? "1" : "0";
+  msg.textContent = text;
+}
+
+async function askBulk(action) {
+  sayBulk(true, "");
+  const request = bulkRequest(action, true);
+  const { ok, body } = await bulk(request);
+  if (!ok) return sayBulk(false, `refused: ${body.error}`);
+  const left = body.skipped.slice(0, 3).map((item) => `${item.id} ${item.text}`);
+  $("#bulk-plan").textContent = `${body.summary}${left.length ? ` (${left.join("; ")}${body.skipped.length > 3 ? "; …" : ""})` : ""}.`;
+  const go = $("#bulk-go");
+  go.textContent = body.jobs ? `${action} ${body.jobs} job(s)` : "nothing to do";
+  go.disabled = body.jobs === 0;
+  go.dataset.action = action;
+  planned = { ...request, dry_run: false };
+  renderBulk();
+}
+
+async function doBulk() {
+  const request = planned;
+  planned = null;
+  $("#bulk-go").disabled = true;
+  const { ok, body } = await bulk(request);
+  sayBulk(ok, ok ? `${body.summary}.` : `refused: ${body.error}`);
+  if (ok) clearSelection();
+  await load();
+}
+
+$("#select-page").addEventListener("change", (event) => {
+  selection.matching = false;
+  for (const id of pageIds) {
+    if (event.target.checked) selection.ids.add(id);
+    else selection.ids.delete(id);
+  }
+  renderBulk();
+});
+$("#select-matching").addEventListener("click", () => {
+  selection.matching = true;
+  renderBulk();
+});
+for (const button of document.querySelectorAll(".bulk-btn")) {
+  button.addEventListener("click", () => askBulk(button.dataset.action));
+}
+$("#bulk-go").addEventListener("click", doBulk);
+$("#bulk-back").addEventListener("click", () => {
+  planned = null;
+  renderBulk();
+});
+document.addEventListener("actions", renderBulk);
 
 readQuery();
 fillForm();

@@ -6,6 +6,7 @@ const JOB_ID = new URLSearchParams(location.search).get("id") || "";
 const API = `/jobs/${encodeURIComponent(JOB_ID)}`;
 const LOG_KEEP = 512 * 1024; // characters of log kept on the page
 const LOG_POLL_MS = 1000;
+const CHUNKS_RELOAD_MS = 2000; // a split job's chunk table is read again at most this often
 
 let current = null; // the last /jobs/{id} document
 let logRun = null; // the run whose log is shown
@@ -48,16 +49,26 @@ function setProgress(progress, stage, eta, stale) {
   }
 }
 
+// A waiting job whose not_before is still ahead is "scheduled": no runner takes it before then.
+function shownState(info) {
+  return info.scheduled_for ? "scheduled" : info.state;
+}
+
 function placeText(info) {
+  const now = Date.now() / 1000 + skew;
+  if (info.scheduled_for) {
+    return `scheduled: due ${when(info.scheduled_for)} (in ${duration(info.scheduled_for - now)}); no runner takes it before then`;
+  }
+  // A split job woken into retry/ for its join waits for no retry: it is joined next.
+  if (info.split && info.state === "retry") return `joining its ${info.split.chunks.count} chunks (every chunk is rendered)`;
+  if (info.split) return `rendering in ${info.split.chunks.count} chunks: ${chunkText(info.split.chunks)}`;
   if (info.state === "retry" && info.due) {
-    const now = Date.now() / 1000 + skew;
     const due = info.due <= now ? "due now" : `due in ${duration(info.due - now)} (${when(info.due)})`;
     return `${due}; ${info.retry_position} of ${info.retry_total} in the retry queue`;
   }
   if (info.state === "incoming") {
     return `waiting since ${when(info.queued_at)}; ${info.arrived_before} waiting jobs arrived before it (runners take higher priorities first)`;
   }
-  if (info.split) return `rendering in ${info.split.chunks.count} chunks: ${chunkText(info.split.chunks)}`;
   if (info.state === "done" && info.result) return `finished ${when(info.result.finished)}`;
   if (info.state === "failed" && info.failure) return `failed ${when(info.failure.failed_at || info.failure.finished)}`;
   return "";
@@ -82,8 +93,8 @@ function render(info) {
   document.title = `${info.id} · spoolrender`;
   $("#job-id").textContent = info.id;
   const state = $("#state");
-  state.dataset.state = info.state;
-  state.textContent = info.state;
+  state.dataset.state = shownState(info);
+  state.textContent = shownState(info);
   $("#place").textContent = placeText(info);
   if (info.split) setProgress(info.split.progress, "chunks", info.split.eta_seconds, false);
   else setProgress(info.progress, info.stage, info.eta_seconds, info.stale);
@@ -100,7 +111,7 @@ function render(info) {
     ...fact("cancel requested", info.cancel_requested ? "yes: its runner stops it at the next heartbeat" : null),
     ...fact("output", result.output),
     ...fact("size", sizeNode(result.bytes)),
-    ...fact("render took", result.duration_seconds === undefined ? null : duration(result.duration_seconds)),
+    ...fact("render took", tookText(info, result)),
     ...fact("render cache", cacheText(result)),
   );
   const reason = $("#reason");
@@ -141,9 +152,9 @@ function render(info) {
   $("#runs").hidden = runs.length === 0;
   $("#runs-empty").hidden = runs.length > 0;
 
-  const settings = Object.entries(info.job || {}).map(([key, value]) =>
-    el("tr", {}, el("th", { text: key }), el("td", { text: typeof value === "string" ? value : JSON.stringify(value) })),
-  );
+  const settings = Object.entries(info.job || {})
+    .filter(([, value]) => value !== null && value !== undefined) // unset: the defaults apply
+    .map(([key, value]) => el("tr", { dataset: { key } }, el("th", { text: key }), el("td", { text: settingText(key, value) })));
   $("#settings").tBodies[0].replaceChildren(...settings);
   const problems = info.job_problems || [];
   $("#problems").hidden = problems.length === 0;
@@ -152,10 +163,47 @@ function render(info) {
   $("#entries").tBodies[0].replaceChildren(
     ...(info.entries || []).map((e) => el("tr", {}, el("td", {}, stateTag(e.state)), el("td", { className: "id", text: e.entry }))),
   );
+  renderChunks(info);
   renderOutput(info);
   renderActions();
   updateLogChoices(info);
   document.body.dataset.ready = "1";
+}
+
+const TIME_SETTINGS = new Set(["not_before"]); // epoch seconds in the validated job
+
+function settingText(key, value) {
+  if (TIME_SETTINGS.has(key) && typeof value === "number") return `${new Date(value * 1000).toISOString().replace(".000", "")} (${when(value)})`;
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+// A split job's render time is the whole job's (result.json counts from the run that split
+// it to the end of the join), and says so.
+function tookText(info, result) {
+  if (result.duration_seconds === undefined || result.duration_seconds === null) return null;
+  const split = (info.runs || []).some((run) => run.outcome === "split");
+  return `${duration(result.duration_seconds)}${split ? " (the whole split job: its chunks and the join)" : ""}`;
+}
+
+// A split job's chunks, one row each: frames, host, state, progress and time.
+function renderChunks(info) {
+  const rows = info.chunk_table || [];
+  $("#chunks-panel").hidden = rows.length === 0;
+  $("#chunks").tBodies[0].replaceChildren(
+    ...rows.map((c) =>
+      el(
+        "tr",
+        { dataset: { chunk: String(c.chunk), state: c.state } },
+        el("td", { className: "num", text: String(c.chunk + 1) }),
+        el("td", { className: "num", text: `${c.first}–${c.last} (${c.frames})` }),
+        el("td", { text: c.host || "–" }),
+        el("td", {}, stateTag(c.state)),
+        el("td", { className: "num", text: c.progress === null ? "–" : `${Math.round(c.progress * 100)}%` }),
+        el("td", { className: "num", text: duration(c.seconds) }),
+        c.error ? clipped("td", { className: "reason" }, `${c.error.kind}: ${c.error.message}`, 200) : el("td", { className: "reason" }),
+      ),
+    ),
+  );
 }
 
 // The published output: a video element (seekable: the server answers byte ranges), an
@@ -180,17 +228,28 @@ function renderOutput(info) {
   $("#output-type").textContent = suffix ? `.${suffix}, ${bytesText((info.result || {}).bytes)}` : "";
 }
 
+// Whether the job was found (a 404 says so, with close ids, and the page stops there).
 async function load() {
   const { ok, status, body } = await fetchJSON(API);
   const problem = $("#problem");
   if (!ok) {
     problem.hidden = false;
-    problem.textContent = status === 404 ? `No job with id ${JOB_ID} in this spool.` : `Cannot load the job: ${body.error}`;
+    if (status === 404) {
+      const close = body.suggestions || [];
+      problem.replaceChildren(`No job with id ${JOB_ID} in this spool.`);
+      if (close.length) problem.append(" Did you mean ", ...close.flatMap((id, i) => [i ? ", " : "", jobLink(id)]), "?");
+      const connection = $("#connection");
+      connection.dataset.state = "gone";
+      connection.textContent = "no such job";
+    } else {
+      problem.textContent = `Cannot load the job: ${body.error}`;
+    }
     document.body.dataset.ready = "1";
-    return;
+    return status !== 404;
   }
   problem.hidden = true;
   render(body);
+  return true;
 }
 
 function reload() {
@@ -200,6 +259,12 @@ function reload() {
   return reloading;
 }
 
+let reloadTimer = null;
+
+function reloadSoon() {
+  if (!reloadTimer) reloadTimer = setTimeout(() => ((reloadTimer = null), reload()), CHUNKS_RELOAD_MS);
+}
+
 async function loadJobFile() {
   const response = await fetch(`${API}/file`);
   $("#jobfile").textContent = response.ok ? await response.text() : "(the job file cannot be read)";
@@ -207,7 +272,7 @@ async function loadJobFile() {
 
 // --- actions ------------------------------------------------------------------------------
 
-const CANCELLABLE = ["incoming", "retry", "running"];
+const CANCELLABLE = ["incoming", "retry", "running", "split"];
 let cancelArmed = null; // cancelling takes a second click within a few seconds
 
 function renderActions() {
@@ -215,7 +280,11 @@ function renderActions() {
   const blocker = actionBlocker();
   const retry = $("#retry-btn");
   const cancel = $("#cancel-btn");
-  retry.hidden = current.state !== "failed";
+  // Failed (cancelled ones too: a retry withdraws the cancel, as `spoolrender retry`), or
+  // waiting for its next attempt: "retry now". Never for a scheduled job: retry does not
+  // move a schedule forward.
+  retry.hidden = !["failed", "retry"].includes(current.state) || Boolean(current.scheduled_for || current.split);
+  retry.textContent = current.state === "retry" ? "retry now" : "retry";
   cancel.hidden = !CANCELLABLE.includes(current.state) || Boolean(current.cancel_requested);
   for (const button of [retry, cancel]) {
     button.disabled = Boolean(blocker);
@@ -330,16 +399,18 @@ if (!JOB_ID) {
 } else {
   $("#job-id").textContent = JOB_ID;
   checkActions();
-  load().then(() => {
+  load().then((found) => {
+    if (!found) return; // no such job: nothing to follow (no endless "reconnecting")
     loadJobFile();
     listen(`/events?job=${encodeURIComponent(JOB_ID)}`, $("#connection"), {
       state: (change) => {
         if (!change.initial || !current || change.state !== current.state) reload();
       },
-      progress: (job) =>
-        job.state === "split"
-          ? setProgress(job.progress, job.chunks ? chunkText(job.chunks) : "chunks", job.eta_seconds, false)
-          : setProgress(job.progress, job.stage, job.eta_seconds, job.stale),
+      progress: (job) => {
+        if (job.state !== "split") return setProgress(job.progress, job.stage, job.eta_seconds, job.stale);
+        setProgress(job.progress, job.chunks ? chunkText(job.chunks) : "chunks", job.eta_seconds, false);
+        reloadSoon(); // the chunk table: hosts, states and times move with the chunks
+      },
     });
   });
 }
