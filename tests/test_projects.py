@@ -295,6 +295,38 @@ def test_project_on_another_remotion_version(tmp_path: Path, spool: SpoolLayout,
     assert f'"remotionVersion": "{OTHER_VERSION}"' in log  # the project's version, not remotion/'s
 
 
+MIXED = REPO / ".cache" / "remotion-mixed"
+
+
+@pytest.mark.skipif(
+    not (MIXED / "node_modules" / ".spoolrender-installed").is_file(),
+    reason="mixed Remotion versions missing: run scripts/setup.sh --test",
+)
+def test_mixed_remotion_versions_render_with_the_clis_warning(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    # remotion 4.0.541 with @remotion/* 4.0.529, as npm installs a starter today: the
+    # project's own `remotion render` warns and renders, so spoolrender does too.
+    deps = {"remotion": "^4.0.0", "@remotion/cli": "^4.0.0", "react": "19.2.0", "react-dom": "19.2.0"}
+    project = make_project(tmp_path / "mixed", STARTER, MIXED / "node_modules", deps)
+    project_spool(spool, project, bundle_cache)
+    drop(spool, "mixed.yaml", {"composition": "HelloWorld", "output": "mixed.mp4"})
+    drain(spool)
+    assert near(pixel(first_frame(spool.root / "output" / "mixed.mp4", 64, 64), 64, 32, 32), GREEN)
+    (warning,) = record(spool, "done", "mixed", "run-0001.json")["details"]["warnings"]
+    installed = sorted(
+        p.parent.name for p in (MIXED / "node_modules/@remotion").glob("*/package.json")
+        if not p.parent.name.startswith("compositor-")
+    )  # fmt: skip
+    assert warning.startswith("Version mismatch (Remotion's CLI warns the same and renders): remotion 4.0.541; ")
+    # The fix names every Remotion package at a version installed (so it exists), never 4.0.541.
+    fix = " ".join(f"@remotion/{name}@4.0.529" for name in installed) + " remotion@4.0.529"
+    assert warning.endswith(f"run `npm install --save-exact {fix}`"), warning
+    shown = subprocess.run(spoolrender_cmd("show", "mixed", "--spool", str(spool.root)), capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert f"    warning: {warning}" in shown
+
+
 def failure(spool: SpoolLayout, prefix: str) -> dict[str, Any]:
     return record(spool, "failed", prefix, "failure.json")
 

@@ -118,6 +118,7 @@ const main = async () => {
 		emit({
 			type: 'compositions',
 			remotionVersion: project.remotionVersion,
+			versionWarning: project.versionWarning,
 			compositions: compositions.map((c) => ({
 				id: c.id,
 				width: c.width,
