@@ -327,6 +327,41 @@ def test_mixed_remotion_versions_render_with_the_clis_warning(
     assert f"    warning: {warning}" in shown
 
 
+WEBGL = {
+    **STARTER,
+    "src/Root.tsx": """
+import {AbsoluteFill, Composition} from 'remotion';
+// As Three.js does: no context, no scene.
+const Scene = () => {
+  const gl = document.createElement('canvas').getContext('webgl');
+  if (!gl) throw new Error('Error creating WebGL context.');
+  return <AbsoluteFill style={{background: 'rgb(0, 255, 0)'}} />;
+};
+export const Root = () => (
+  <Composition id="Scene" component={Scene} width={64} height={64} fps={30} durationInFrames={2} />
+);
+""",
+}
+
+
+def test_a_missing_webgl_context_fails_for_good_naming_swangle(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    # Skia's and Three's starters set gl: angle, which has no WebGL context on this
+    # headless host (the CLI fails the same way); swangle renders.
+    project = make_project(tmp_path / "webgl", WEBGL, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    project_spool(spool, project, bundle_cache)
+    for gl in ("angle", "swangle"):
+        job = {"composition": "Scene", "output": f"{gl}.png", "still": True, "settings": {"gl": gl}}
+        drop(spool, f"{gl}.yaml", job)
+    drain(spool, expect=3)
+    angle = failure(spool, "angle")
+    assert angle["kind"] == "no-webgl" and angle["attempts"] == 1, angle
+    assert angle["reason"].startswith("No WebGL context with gl: angle on this host (Error creating WebGL context.")
+    assert angle["reason"].endswith("set `settings: {gl: swangle}` in the job file")
+    assert (spool.root / "output" / "swangle.png").is_file()
+
+
 def failure(spool: SpoolLayout, prefix: str) -> dict[str, Any]:
     return record(spool, "failed", prefix, "failure.json")
 

@@ -45,7 +45,9 @@ T = TypeVar("T")
 
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
-PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup"})
+PERMANENT_KINDS = frozenset(
+    {"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup", "no-webgl"}
+)
 
 
 class RemotionRenderer(WholeRendersOnly):

@@ -1,7 +1,7 @@
 // spoolrender: classify a failed render and say what happened in one line.
 //
 // Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
-// browser-crashed | no-space | out-of-memory | error (and setup for start-up failures;
+// browser-crashed | no-space | out-of-memory | no-webgl | error (and setup for start-up failures;
 // invalid-settings, from render.mjs, for frames the composition does not have).
 
 import {firstLine, stripErrorPrefix} from './protocol.mjs';
@@ -25,6 +25,21 @@ export const memoryLine = (text) =>
 		.map((l) => l.trim())
 		.find((l) => MEMORY_RE.test(l)) ?? null;
 
+// The page could not get a WebGL context: CanvasKit (Skia) logs "failed to create webgl
+// context: err 0", Three.js throws "Error creating WebGL context.". On a headless host
+// `gl: angle` (Skia's and Three's starters set it) has none; swangle (SwiftShader under
+// ANGLE) renders both here. No retry can fix it (kind no-webgl): the job's gl must change.
+export const WEBGL_RE =
+	/failed to create webgl context|Error creating WebGL context|Could not create a WebGL context|WebGL is not supported|WebGL context could not be created/i;
+
+// The line of the error or of the page's console (job.browserLog) that tells the WebGL
+// story, or null.
+export const webglLine = (err, job) =>
+	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserLog ?? [])]
+		.flatMap((t) => t.split('\n'))
+		.map((l) => l.trim())
+		.find((l) => WEBGL_RE.test(l)) ?? null;
+
 export const formatDetail = (err, mappedStack) => {
 	const parts = [];
 	const stack = err?.stack ? String(err.stack) : String(err?.message ?? err);
@@ -45,6 +60,7 @@ export const classify = (err, job) => {
 	// Could not (re)start the browser for this job, or it died during the job.
 	if (job?.phase === 'browser' || job?.browserDiedDuringJob) return 'browser-crashed';
 	if (/Could not find composition with ID/i.test(msg)) return 'composition-not-found';
+	if (webglLine(err, job) !== null) return 'no-webgl';
 	if (/Invalid props for /.test(msg)) return 'invalid-props';
 	if (BROWSER_RE.test(msg)) return 'browser-crashed';
 	if (/got cancelled/i.test(msg)) return 'cancelled';
@@ -76,6 +92,10 @@ export const friendlyMessage = ({kind, err, job, request, location, browserExecu
 			const where = err?.frame != null ? ` at frame ${err.frame}` : '';
 			const at = location ? ` (${location})` : '';
 			return `${request.composition} threw${where}: ${first}${at}`;
+		}
+		case 'no-webgl': {
+			const gl = job?.gl ? `gl: ${job.gl}` : "Chromium's default GL backend";
+			return `No WebGL context with ${gl} on this host (${stripErrorPrefix(webglLine(err, job))}): set \`settings: {gl: swangle}\` in the job file`;
 		}
 		case 'no-space':
 			return `No space left on device while rendering ${request?.outputLocation ?? ''}: ${first}`;

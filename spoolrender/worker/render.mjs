@@ -85,9 +85,16 @@ const frameProblem = (req, options, duration) => {
 	return null;
 };
 
+// The page's console lines, the last few, for classifying a failure (errors.mjs: a
+// missing WebGL context is only said there).
+const keepBrowserLog = (job) => (log) => {
+	job.browserLog = [...(job.browserLog ?? []).slice(-49), String(log?.text ?? '')];
+};
+
 // The composition of `req` with its props (calculateMetadata included), on the browser.
 const selectFor = async (ctx, req, job, options, gl) => {
 	const {renderer, serveUrl, host, args} = ctx;
+	job.gl = gl ?? ctx.host.chromiumOptions?.gl ?? null;
 	job.phase = 'browser';
 	await host.ensure(true, gl);
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
@@ -99,6 +106,7 @@ const selectFor = async (ctx, req, job, options, gl) => {
 		puppeteerInstance: host.browser,
 		browserExecutable: args.browserExecutable,
 		logLevel: args.logLevel,
+		onBrowserLog: keepBrowserLog(job),
 		...(options.timeoutInMilliseconds ? {timeoutInMilliseconds: options.timeoutInMilliseconds} : {}),
 	});
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
@@ -185,6 +193,7 @@ export const runRender = async (ctx, req, job) => {
 				cancelSignal,
 				overwrite: true,
 				logLevel: args.logLevel,
+				onBrowserLog: keepBrowserLog(job),
 			});
 		} else {
 			await renderer.renderMedia({
@@ -198,6 +207,7 @@ export const runRender = async (ctx, req, job) => {
 				cancelSignal,
 				overwrite: true,
 				logLevel: args.logLevel,
+				onBrowserLog: keepBrowserLog(job),
 				onStart: (d) => {
 					if (d && typeof d.frameCount === 'number') totalFrames = d.frameCount;
 				},
