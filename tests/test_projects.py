@@ -330,21 +330,33 @@ def test_mixed_remotion_versions_render_with_the_clis_warning(
 WEBGL = {
     **STARTER,
     "src/Root.tsx": """
-import {AbsoluteFill, Composition} from 'remotion';
+import {useEffect, useState} from 'react';
+import {AbsoluteFill, cancelRender, Composition, continueRender, delayRender} from 'remotion';
 // As Three.js does: no context, no scene.
 const Scene = () => {
   const gl = document.createElement('canvas').getContext('webgl');
   if (!gl) throw new Error('Error creating WebGL context.');
   return <AbsoluteFill style={{background: 'rgb(0, 255, 0)'}} />;
 };
+// A font stylesheet from a host that cannot be reached (port 9: refused at once).
+const Fetching = () => {
+  const [handle] = useState(() => delayRender('font'));
+  useEffect(() => {
+    fetch('http://127.0.0.1:9/fonts.css').then(() => continueRender(handle), (err) => cancelRender(err));
+  }, [handle]);
+  return <AbsoluteFill style={{background: 'white'}} />;
+};
 export const Root = () => (
-  <Composition id="Scene" component={Scene} width={64} height={64} fps={30} durationInFrames={2} />
+  <>
+    <Composition id="Scene" component={Scene} width={64} height={64} fps={30} durationInFrames={2} />
+    <Composition id="Fetching" component={Fetching} width={64} height={64} fps={30} durationInFrames={2} />
+  </>
 );
 """,
 }
 
 
-def test_a_missing_webgl_context_fails_for_good_naming_swangle(
+def test_a_missing_webgl_context_fails_for_good_naming_swangle_and_a_failed_fetch_its_url(
     tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
 ) -> None:
     # Skia's and Three's starters set gl: angle, which has no WebGL context on this
@@ -354,7 +366,11 @@ def test_a_missing_webgl_context_fails_for_good_naming_swangle(
     for gl in ("angle", "swangle"):
         job = {"composition": "Scene", "output": f"{gl}.png", "still": True, "settings": {"gl": gl}}
         drop(spool, f"{gl}.yaml", job)
+    # Beside them (the same bundle): a failed fetch names what it asked for.
+    drop(spool, "fetch.yaml", {"composition": "Fetching", "output": "fetch.png", "still": True, "max_attempts": 1})
     drain(spool, expect=3)
+    fetched = failure(spool, "fetch")["reason"]
+    assert "Failed to fetch" in fetched and "http://127.0.0.1:9/fonts.css" in fetched, fetched
     angle = failure(spool, "angle")
     assert angle["kind"] == "no-webgl" and angle["attempts"] == 1, angle
     assert angle["reason"].startswith("No WebGL context with gl: angle on this host (Error creating WebGL context.")

@@ -40,6 +40,42 @@ export const webglLine = (err, job) =>
 		.map((l) => l.trim())
 		.find((l) => WEBGL_RE.test(l)) ?? null;
 
+// onBrowserLog for Remotion: the page's last console lines, kept in holder.browserLog for
+// classifying a failure (a missing WebGL context, the URL a failed fetch asked for are
+// only said there), each with the URL it came from.
+export const keepBrowserLog = (holder) => (log) => {
+	const where = (log?.stackTrace ?? []).map((f) => f?.url).filter((u) => /^https?:/.test(u ?? ''));
+	const line = String(log?.text ?? '') + (where.length > 0 ? ` (at ${where[0]})` : '');
+	holder.browserLog = [...(holder.browserLog ?? []).slice(-49), line];
+};
+
+// A request of the page that failed without saying what it asked for (fetch's "Failed to
+// fetch": a Google Fonts stylesheet on a host without network, say).
+const FETCH_RE = /Failed to fetch|NetworkError when attempting to fetch|Load failed|net::ERR_/i;
+
+// The URL of the failed request, from the error or the page's console (Chromium logs
+// "GET <url> net::ERR_..." or "Failed to load resource: ... (at <url>)"), or null. URLs of
+// the bundle itself (its scripts, on localhost) are skipped: they are where the request
+// was made, not what it asked for.
+export const failedUrl = (err, job) => {
+	const lines = [String(err?.message ?? err ?? ''), ...(job?.browserLog ?? []).filter((l) => FETCH_RE.test(l))];
+	for (const line of lines.reverse()) {
+		const urls = line.match(/https?:\/\/[^\s)'"]+/g) ?? [];
+		const found = urls.find((u) => !/\.js(:\d+)*$/.test(u) && !/^https?:\/\/localhost:\d+\/?$/.test(u));
+		if (found) return found;
+	}
+	return null;
+};
+
+// `first` with the URL its failed fetch asked for, when it hides it.
+export const withFetchedUrl = (first, err, job) => {
+	if (!/Failed to fetch|NetworkError when attempting to fetch/i.test(first)) return first;
+	const url = failedUrl(err, job);
+	return url === null
+		? `${first} (a request of the page failed; no URL in the log: see the run log)`
+		: `${first} (${url}${/^https?:\/\/(localhost|127\.)/.test(url) ? '' : ': is the network or that host reachable from this host?'})`;
+};
+
 export const formatDetail = (err, mappedStack) => {
 	const parts = [];
 	const stack = err?.stack ? String(err.stack) : String(err?.message ?? err);
@@ -75,7 +111,7 @@ export const classify = (err, job) => {
 };
 
 export const friendlyMessage = ({kind, err, job, request, location, browserExecutable}) => {
-	const first = stripErrorPrefix(firstLine(err?.message ?? err)) || 'Render failed';
+	const first = withFetchedUrl(stripErrorPrefix(firstLine(err?.message ?? err)) || 'Render failed', err, job);
 	switch (kind) {
 		case 'cancelled':
 			return job.cancelReason === 'shutdown'

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import {chunkOptions, validateChunk} from './chunks.mjs';
-import {InvalidSettings, classify, formatDetail, friendlyMessage} from './errors.mjs';
+import {InvalidSettings, classify, formatDetail, friendlyMessage, keepBrowserLog} from './errors.mjs';
 import {emit, logErr} from './protocol.mjs';
 
 // After the browser dies mid-render, Remotion 4.0.529 launches a replacement browser of
@@ -83,12 +83,6 @@ const frameProblem = (req, options, duration) => {
 	const what = req.chunk ? 'the chunk' : 'frame_range';
 	if (typeof end === 'number' && end > last) return `${what} ends at ${end}, past the composition's last frame ${last}`;
 	return null;
-};
-
-// The page's console lines, the last few, for classifying a failure (errors.mjs: a
-// missing WebGL context is only said there).
-const keepBrowserLog = (job) => (log) => {
-	job.browserLog = [...(job.browserLog ?? []).slice(-49), String(log?.text ?? '')];
 };
 
 // The composition of `req` with its props (calculateMetadata included), on the browser.
