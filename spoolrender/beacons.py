@@ -24,14 +24,17 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
 from spoolrender.durable import json_bytes, overwrite_in_place, write_json_atomic
 from spoolrender.heartbeat import HOSTNAME, boot_id, process_start
-from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.layout import SpoolLayout
 from spoolrender.spool_io import is_spool_io
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,17 @@ def remove_beacon(layout: SpoolLayout, runner_id: str) -> None:
             path.unlink()
 
 
+def _remove_runner_files(private: DirHandle, runners: DirHandle, runner_id: str) -> None:
+    """:func:`remove_beacon` through the held directories (``runner_id`` came from a listing)."""
+    for directory, name in (
+        (runners, f"{runner_id}.json"),
+        (private, f"{PROBE_PREFIX}{runner_id}"),
+        (private, f"{PROBE_PREFIX}{runner_id}-hooks"),
+    ):
+        with contextlib.suppress(OSError, SpoolPathRefused):
+            directory.unlink(name)
+
+
 def runner_is_dead(beacon: dict[str, Any], quiet_seconds: float | None) -> bool:
     """True if the runner that wrote ``beacon`` is provably gone (see the module doc)."""
     if quiet_seconds is not None and quiet_seconds > defaults.RUNNER_EXPIRY_S:
@@ -106,46 +120,88 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-def read_beacon(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as fh:
-            beacon = json.loads(fh.read())
-    except (OSError, ValueError):
-        return None
-    return beacon if isinstance(beacon, dict) else None
+@dataclass(frozen=True)
+class ListedBeacon:
+    """A runner's beacon as listed in runners/: ``beacon`` None when unreadable (not JSON,
+    not a regular file, too large); ``mtime`` (the spool's clock) of the inode read."""
+
+    name: str
+    beacon: dict[str, Any] | None
+    mtime: float
+
+
+def read_beacons(runners: DirHandle) -> list[ListedBeacon]:
+    """Every ``*.json`` beacon in the open runners/ directory, sorted by name, read through
+    its descriptor (spoolrender.spooldir: a listed name is never re-resolved by path);
+    one gone meanwhile is left out."""
+    out = []
+    for name in sorted(runners.names()):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        beacon: dict[str, Any] | None = None
+        try:
+            data, st = runners.read_file(name, defaults.RUNNER_BEACON_MAX_BYTES)
+            with contextlib.suppress(ValueError):
+                loaded = json.loads(data)
+                beacon = loaded if isinstance(loaded, dict) else None
+            mtime = st.st_mtime
+        except (OSError, SpoolPathRefused):  # unreadable: only its age counts
+            try:
+                mtime = runners.stat(name).st_mtime
+            except OSError:
+                continue  # gone meanwhile
+        out.append(ListedBeacon(name, beacon, mtime))
+    return out
+
+
+def listed_beacons(layout: SpoolLayout) -> list[ListedBeacon]:
+    """:func:`read_beacons` of the spool's runners/ (none when it is missing)."""
+    with contextlib.ExitStack() as held:
+        runners = _open_if_present(held, lambda: DirHandle.open(layout.runners))
+        return [] if runners is None else read_beacons(runners)
 
 
 def expire_runners(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> list[str]:
     """Remove the beacons and probes of dead runners; returns the runner ids expired."""
     expired = []
-    for name in list_names(layout.runners):
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        path = layout.runners / name
-        beacon = read_beacon(path)
-        quiet = _quiet_for(path, fs_now)
-        if quiet is None:
-            continue  # gone meanwhile
-        # An unreadable beacon that is not rewritten within a lease has no owner.
-        if (quiet > lease_seconds) if beacon is None else runner_is_dead(beacon, quiet):
-            runner_id = name.removesuffix(".json")
-            remove_beacon(layout, runner_id)
-            expired.append(runner_id)
-    for directory in (layout.private, layout.runners, layout.private / LIVENESS_DIR):
-        for name in list_names(directory):
-            throwaway = name.startswith(PROBE_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
-            quiet = _quiet_for(directory / name, fs_now) if throwaway else None
-            if quiet is not None and quiet > lease_seconds:
-                with contextlib.suppress(OSError):
-                    (directory / name).unlink()
+    with contextlib.ExitStack() as held:
+        # Through descriptors (spoolrender.spooldir): a listed entry is never re-resolved by name.
+        private = _open_if_present(held, lambda: DirHandle.open(layout.private))
+        if private is None:
+            return []
+        runners = _open_if_present(held, lambda: private.sub(layout.runners.name))
+        liveness = _open_if_present(held, lambda: private.sub(LIVENESS_DIR))
+        if runners is not None:
+            for listed in read_beacons(runners):
+                quiet = max(0.0, fs_now - listed.mtime)
+                # An unreadable beacon that is not rewritten within a lease has no owner.
+                if (quiet > lease_seconds) if listed.beacon is None else runner_is_dead(listed.beacon, quiet):
+                    runner_id = listed.name.removesuffix(".json")
+                    _remove_runner_files(private, runners, runner_id)
+                    expired.append(runner_id)
+        for directory in (d for d in (private, runners, liveness) if d is not None):
+            for name in directory.names():
+                throwaway = name.startswith(PROBE_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
+                idle = _quiet_for(directory, name, fs_now) if throwaway else None
+                if idle is not None and idle > lease_seconds:
+                    with contextlib.suppress(OSError):
+                        directory.unlink(name)
     if expired:
         log.info("expired the beacons of %d dead runner(s): %s", len(expired), ", ".join(sorted(expired)))
     return expired
 
 
-def _quiet_for(path: Path, fs_now: float) -> float | None:
-    """Seconds since ``path`` was last written, by the spool filesystem's clock."""
+def _open_if_present(held: contextlib.ExitStack, opener: Callable[[], DirHandle]) -> DirHandle | None:
+    """``opener()`` entered on ``held``, or None if the directory is missing (or not one)."""
     try:
-        return max(0.0, fs_now - os.stat(path).st_mtime)
+        return held.enter_context(opener())
+    except (FileNotFoundError, SpoolPathRefused):
+        return None
+
+
+def _quiet_for(directory: DirHandle, name: str, fs_now: float) -> float | None:
+    """Seconds since ``name`` in ``directory`` was last written, by the spool filesystem's clock."""
+    try:
+        return max(0.0, fs_now - directory.stat(name).st_mtime)
     except OSError:
         return None

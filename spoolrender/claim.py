@@ -26,9 +26,9 @@ from spoolrender.durable import write_atomic
 from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
-from spoolrender.jobfile.reading import read_job_at
+from spoolrender.jobfile.reading import file_kind, read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
-from spoolrender.owncopy import ensure_copy, job_dir_mode, write_copy
+from spoolrender.owncopy import ensure_copy, job_dir_mode, submitted_owner, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
@@ -58,6 +58,9 @@ class Claim:
     keep_scratch: bool = False  # a decided publish could not be carried out: recovery needs it
     refusal: str | None = None  # why the claimed file cannot be a job (a FIFO, too big...): it fails
     job_file: JobFileState | None = None  # what this run validated (spoolrender.seal)
+    # The submitted file's (owner uid, mode) at the claim: may a later append to it be the
+    # submitter's own upload going on (owncopy.others_may_write)?
+    submitted_owner: tuple[int, int] | None = None
     sealed: bool = False  # an earlier run was decided: its seal stands, and no upload can go on
     decided: bool = False  # this run's record is written: a later spool error must not requeue it
     # What this run has learnt of the job (priority, queue, seal...): the details of its
@@ -157,6 +160,12 @@ def _move_in(
             # before the claim, into our own directory, so a failure here loses nothing.
             write_atomic(job_dir / QUEUE_FILENAME, candidate.queue_dir.encode(), durable=False)
         crash_point("claim-before-rename")
+        entry = source.stat(base)  # never following it; ENOENT: another runner was faster
+        if not stat.S_ISREG(entry.st_mode):
+            # No job file: it fails with a record that says what it was, and its inode is
+            # never moved into the runner's tree (a member's directory in failed/ would let
+            # them write inside a runner-owned state directory).
+            return _refuse_in_place(candidate, job_dir, source, base, entry, token, started, cancel, lock)
         # THE claim: rename is atomic, so of several runners exactly one moves the file;
         # the others get ENOENT. From the held source directory (the listed name is not
         # resolved again from the root); into our directory by its name in running/
@@ -168,6 +177,7 @@ def _move_in(
         moved = True
         crash_point("claim-after-rename")
         refusal = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
+        owner = submitted_owner(job_dir)
     except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
@@ -190,13 +200,37 @@ def _move_in(
             # Moving it will fail the same way next time (a directory of mode 555 cannot be
             # renamed: its ".." entry would change): let the scanner back off.
             st = source.try_stat(base)
-            hint = " (a directory must be writable to be moved)" if st and stat.S_ISDIR(st.st_mode) else ""
+            hint = " (a directory must be writable to be moved or removed)" if st and stat.S_ISDIR(st.st_mode) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
         if is_spool_io(exc):
             raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
     # The default id derives from the file's own name.
+    return Claim(
+        job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal, submitted_owner=owner
+    )
+
+
+def _refuse_in_place(
+    candidate: Candidate,
+    job_dir: Path,
+    source: DirHandle,
+    base: str,
+    st: os.stat_result,
+    token: str,
+    started: float,
+    cancel: CancelToken,
+    lock: JobLock | None,
+) -> Claim:
+    """The claim of a non-regular entry (symlink, FIFO, socket, directory): removed from
+    incoming/ (unlinkat; a directory by an iterative, descriptor-relative removal), and
+    claimed without a file so that it fails with a record naming what it was. Raises
+    OSError when it cannot be removed (EACCES, EPERM: the scanner then reports it)."""
+    kind = file_kind(st.st_mode)
+    source.rmtree(base)
+    log.info("incoming/%s is a %s, not a job file: removed, failing it with that reason", candidate.name, kind)
+    refusal = f"job file: expected a regular file, got a {kind}"
     return Claim(job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal)
 
 
@@ -242,8 +276,8 @@ def _copy_claimed(
                 "incoming/ was taken again; submit it again"
             )
         raise _NotScanned("the file was replaced after the scan read it")
-    if refusal is None:
-        write_copy(job, data)
+    if attrs is not None and refusal is None:
+        write_copy(job, data, attrs.mode)
     return refusal
 
 
@@ -278,6 +312,7 @@ def _claim_retry(
         # Older job directories hold the submitter's own file, a discarded run none: the
         # copy is made now, under our lock (the seal still refuses a file that changed).
         refusal = ensure_copy(job_dir, max_bytes, uncached=uncached)
+        owner = submitted_owner(job_dir)
     except (ClaimLost, FileNotFoundError):
         log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
         return None
@@ -293,7 +328,10 @@ def _claim_retry(
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.
     filename = f"{candidate.job_id}.yaml"
-    return Claim(job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock, refusal=refusal)
+    return Claim(
+        job_dir, candidate.job_id, candidate.uid, token, run, filename, started, cancel, lock,
+        refusal=refusal, submitted_owner=owner,
+    )  # fmt: skip
 
 
 def _active_job(job_dir: Path, token: str, run: int, started: float, cancel: CancelToken) -> ActiveJob:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import re
 import time
@@ -32,6 +32,8 @@ from spoolrender.lookup import Located, find_job, job_dir_of
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.suggest import id_hint
+
+log = logging.getLogger(__name__)
 
 
 def retry_all_failed(config: SpoolConfig) -> list[str]:
@@ -304,9 +306,13 @@ def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name:
     job is forgotten, its id may be used again, and ids/ must not grow without bound
     either. (reserve_id would take a purged holder's reservation over anyway.)
     """
-    # Removed through the state directory's descriptor: never following a symlink anywhere.
-    with contextlib.suppress(OSError):
+    # Removed through the state directory's descriptor: never following a symlink anywhere,
+    # iteratively (a tree of any depth). One entry that cannot be removed is reported and
+    # left; it never stops a purge or retention.
+    try:
         directory.rmtree(name)
+    except OSError as exc:
+        log.warning("could not remove %s/%s: %s", state, name, exc.strerror or exc)
     m = FINAL_NAME.fullmatch(name)
     if state == "done" and m is not None:
         release_id(layout, m.group("id"), m.group("uid"))

@@ -110,6 +110,7 @@ LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) i
 # A runner beacon from another host unchanged this long is removed from `status`
 # (same-host runners are expired as soon as their process is provably gone).
 RUNNER_EXPIRY_S = 24 * 3600.0
+RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 BACKOFF_BASE_S = 30.0
@@ -122,8 +123,10 @@ STATUS_QUEUE_READS = 1000
 STATUS_WATCH_MIN_S = 0.1  # `status --watch`: shorter redraws faster than anyone reads, on a shared host
 LIST_LIMIT = 50  # `spoolrender list`: jobs per page (a screenful); --limit for more
 # Failure kinds a retry cannot cure as the job stands: `retry --all-failed` leaves them out
-# unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose.
-HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled")
+# unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose; a
+# rerun-refused one finds the same file at its output until someone removes it.
+RERUN_REFUSED = "rerun-refused"  # the failure kind of a rerun: true whose output is not its own
+HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled", RERUN_REFUSED)
 # Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.
@@ -173,6 +176,9 @@ HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock
 # host, one of two or three, two of four), and never the last online host of a queue:
 # a rule meant to route around a bad host must never stop the farm (host_blocks.py).
 HOST_BLOCK_MAX_SHARE = 0.5
+# A host's records (hosts/): its failures file holds one window's failures (~60 bytes each)
+# and its block marker a few of them; more is not one of ours.
+HOST_RECORD_MAX_BYTES = 16 * 1024**2
 # A blocked host claims one job as a probe this long after its block began and after each
 # probe that failed; a probe done lifts the block.
 HOST_PROBE_S = 60.0
@@ -203,3 +209,7 @@ WARM_PROJECTS_PER_SLOT = 2
 RETENTION_INTERVAL_S = 600.0
 RETENTION_DIR = "retention"  # in .spoolrender/: the purge lease and the last purge's report
 RETENTION_CHECK_S = 60.0  # how often a runner looks whether a purge is due (a probe file, one read)
+
+# Descriptors one tree removal keeps open at most (spoolrender.tree_removal): a tree of any
+# depth is removed without recursion and without running a runner out of descriptors.
+TREE_REMOVAL_MAX_FDS = 32

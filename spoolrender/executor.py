@@ -34,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.owncopy import continued_append, drop_copy, holds_job
+from spoolrender.owncopy import continued_append, drop_copy, holds_job, others_may_write
 from spoolrender.publish import fsync_file, output_taken_problem, prepare_scratch, remove_scratch, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
@@ -166,7 +166,7 @@ class JobExecutor(SplitJobRuns):
         runs = read_runs(job_dir)
         attempt = attempts_used(runs) + 1
         base = _base(claim, attempt)
-        if not holds_job(job_dir):
+        if claim.refusal is None and not holds_job(job_dir):
             # A claim without its job file was moved away (and maybe recreated by an old
             # runner): lost, never "invalid", which would fail a job that lives elsewhere.
             return self._lost(claim)
@@ -483,6 +483,15 @@ class JobExecutor(SplitJobRuns):
             return None
         problem = continued_append(claim.job_dir, claim.job_file, self._config.max_job_bytes, uncached=self._uncached)
         if problem is None:
+            return None
+        others = others_may_write(claim.job_dir, claim.submitted_owner)
+        if others is not None:
+            # Not necessarily the submitter's upload: another user's append must not be
+            # copied by a re-claim (nor discard the run). Decided from the copy.
+            base["details"][seal.SUBMITTED_NOTE_KEY] = (
+                f"the submitted job file {problem}, but it {others}: not taken as an upload "
+                f"in progress; rendered from the copy made at the claim ({claim.job_file.short()})"
+            )
             return None
         if seal.upload_discards(read_runs(claim.job_dir)) < defaults.MAX_UPLOAD_DISCARDS:
             return problem

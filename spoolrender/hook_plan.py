@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spoolrender.durable import write_json_atomic
 from spoolrender.hook_config import HOOK_EVENTS, HookSpec
-from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name, list_names
+from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 MARKER_NAME = re.compile(
     rf"(?P<due>\d{{13}})-(?P<run>\d{{4,}})-(?P<event>{'|'.join(HOOK_EVENTS)})-(?P<id>.+)\.(?P<uid>[0-9a-f]{{{TOKEN_HEX}}})"
@@ -105,16 +107,35 @@ def parse_marker(name: str) -> Marker | None:
     )
 
 
-def find_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Path | None:
-    """Where the job ``job_id.uid`` is now, in any state (it keeps moving while hooks wait)."""
+@contextlib.contextmanager
+def open_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Iterator[DirHandle | None]:
+    """The job ``job_id.uid`` open wherever it is now, in any state (it keeps moving while
+    hooks wait), or None. Found and opened through the state directories' descriptors
+    (spoolrender.spooldir: a listed name is never re-resolved by path); its ``through``
+    names the directory itself, wherever it is renamed to while it is open."""
     final = final_name(job_id, uid)
-    for state in (layout.done, layout.failed, layout.split):
-        if (state / final).is_dir():
-            return state / final
-    for name in list_names(layout.retry):
-        if name.endswith(f"-{final}"):
-            return layout.retry / name
-    for name in list_names(layout.running):
-        if name.startswith(f"{final}."):
-            return layout.running / name
+    found = (
+        _open_first(layout.done, lambda _: [final])
+        or _open_first(layout.failed, lambda _: [final])
+        or _open_first(layout.split, lambda _: [final])
+        or _open_first(layout.retry, lambda held: [n for n in held.names() if n.endswith(f"-{final}")])
+        or _open_first(layout.running, lambda held: [n for n in held.names() if n.startswith(f"{final}.")])
+    )
+    if found is None:
+        yield None
+        return
+    with found:
+        yield found
+
+
+def _open_first(state_dir: Path, names: Callable[[DirHandle], list[str]]) -> DirHandle | None:
+    """The first of ``names`` (of the open ``state_dir``) that is a directory, opened."""
+    try:
+        holder = DirHandle.open(state_dir)
+    except (OSError, SpoolPathRefused):
+        return None
+    with holder:
+        for name in names(holder):
+            with contextlib.suppress(OSError, SpoolPathRefused):
+                return holder.sub(name)
     return None

@@ -41,8 +41,8 @@ from spoolrender.hook_config import HookSpec, read_secret
 from spoolrender.hook_delivery import Delivery, deliver
 from spoolrender.hook_plan import (
     Marker,
-    find_job_dir,
     marker_name,
+    open_job_dir,
     parse_marker,
     pending_dir,
     state_filename,
@@ -198,17 +198,18 @@ class HookDispatcher:
     def _process(self, marker: Marker) -> float | None:
         """Deliver the due hooks of one taken marker; the next due time, or None when finished."""
         taken = taken_dir(self._layout) / marker.name
-        job_dir = find_job_dir(self._layout, marker.job_id, marker.uid)
-        state_path = None if job_dir is None else job_dir / state_filename(marker.run, marker.event)
-        try:
-            state = json.loads(state_path.read_bytes()) if state_path is not None else None
-        except FileNotFoundError:
-            state = None
-        except (OSError, ValueError) as exc:
-            log.error("hooks: unreadable delivery state %s (%s); dropping it", state_path, exc)
-            taken.unlink(missing_ok=True)
-            return None
-        if state is None or job_dir is None or state_path is None:
+        state_name = state_filename(marker.run, marker.event)
+        with open_job_dir(self._layout, marker.job_id, marker.uid) as job_dir:
+            try:
+                state = None if job_dir is None else json.loads((job_dir.through / state_name).read_bytes())
+            except FileNotFoundError:
+                state = None
+            except (OSError, ValueError) as exc:
+                where = job_dir.path / state_name if job_dir is not None else state_name
+                log.error("hooks: unreadable delivery state %s (%s); dropping it", where, exc)
+                taken.unlink(missing_ok=True)
+                return None
+        if state is None:
             fs_now = self._spool_now() or time.time()
             try:
                 age = fs_now - os.lstat(taken).st_mtime  # created when the run was decided
@@ -294,16 +295,16 @@ class HookDispatcher:
         for _ in range(5):
             # The job may move while we deliver (a retry claimed again, a run finishing):
             # the rename carries the old state along, so find it and write there.
-            job_dir = find_job_dir(self._layout, marker.job_id, marker.uid)
-            if job_dir is None:
-                return False
-            try:
-                write_json_atomic(job_dir / state_filename(marker.run, marker.event), state)
-            except FileNotFoundError:
-                continue
-            with contextlib.suppress(OSError), open(job_dir / HOOKS_LOG, "a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
-            return True
+            with open_job_dir(self._layout, marker.job_id, marker.uid) as job_dir:
+                if job_dir is None:
+                    return False
+                try:
+                    write_json_atomic(job_dir.through / state_filename(marker.run, marker.event), state)
+                except FileNotFoundError:
+                    continue  # removed meanwhile (a purge)
+                with contextlib.suppress(OSError), open(job_dir.through / HOOKS_LOG, "a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+                return True
         return False
 
     def _attempt(

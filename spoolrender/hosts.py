@@ -27,17 +27,21 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
+from spoolrender import defaults
+from spoolrender.beacons import listed_beacons
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_json_atomic
-from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.layout import SpoolLayout
 from spoolrender.records import RUNNER_DIED, SPOOL_IO
 from spoolrender.renderers.base import KILLED
 from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,25 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _listed(layout: SpoolLayout, wanted: Callable[[str], bool]) -> list[dict[str, Any] | None]:
+    """The records in hosts/ whose names ``wanted``, sorted by name, each read through the
+    directory's descriptor (spoolrender.spooldir: a listed name is never re-resolved by
+    path); None for one unreadable or gone meanwhile."""
+    try:
+        directory = DirHandle.open(hosts_dir(layout))
+    except (FileNotFoundError, SpoolPathRefused):
+        return []
+    out: list[dict[str, Any] | None] = []
+    with directory:
+        for name in sorted(n for n in directory.names() if wanted(n)):
+            try:
+                data = json.loads(directory.read_file(name, defaults.HOST_RECORD_MAX_BYTES)[0])
+            except (OSError, ValueError, SpoolPathRefused):
+                data = None
+            out.append(data if isinstance(data, dict) else None)
+    return out
+
+
 def _failures(state: dict[str, Any] | None, now: float, window: float) -> list[list[Any]]:
     """``[time, job, kind]`` entries of a host's history within the window."""
     return [
@@ -88,10 +111,9 @@ def _failures(state: dict[str, Any] | None, now: float, window: float) -> list[l
 def failed_elsewhere(layout: SpoolLayout, host: str, now: float, window: float) -> set[tuple[str, str]]:
     """``(job, kind)`` of every failure recorded on another host within the window."""
     out: set[tuple[str, str]] = set()
-    for name in list_names(hosts_dir(layout)):
-        if not name.endswith(FAILURES_SUFFIX) or name == f"{_safe(host)}{FAILURES_SUFFIX}":
-            continue
-        out.update((str(f[1]), str(f[2])) for f in _failures(_read(hosts_dir(layout) / name), now, window))
+    own = f"{_safe(host)}{FAILURES_SUFFIX}"
+    for state in _listed(layout, lambda name: name.endswith(FAILURES_SUFFIX) and name != own):
+        out.update((str(f[1]), str(f[2])) for f in _failures(state, now, window))
     return out
 
 
@@ -150,11 +172,9 @@ def blocked(layout: SpoolLayout, host: str, now: float) -> dict[str, Any] | None
 def markers(layout: SpoolLayout, now: float) -> list[dict[str, Any]]:
     """Every host's block marker whose quiet period lasts, oldest first."""
     out = []
-    for name in sorted(list_names(hosts_dir(layout))):
-        if name.endswith(BLOCKED_SUFFIX):
-            marker = _read(hosts_dir(layout) / name)
-            if marker is not None and float(marker.get("until") or 0) > now and isinstance(marker.get("host"), str):
-                out.append(marker)
+    for marker in _listed(layout, lambda name: name.endswith(BLOCKED_SUFFIX)):
+        if marker is not None and float(marker.get("until") or 0) > now and isinstance(marker.get("host"), str):
+            out.append(marker)
     return sorted(out, key=lambda m: (float(m.get("since") or 0), str(m["host"])))
 
 
@@ -173,16 +193,9 @@ def online_hosts(
     """Beacons of online runners by host (a beacon rewritten within the lease, by the spool's
     clock); without hosts whose block is applied unless ``with_blocked``."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for name in list_names(layout.runners):
-        if not name.endswith(".json"):
-            continue
-        path = layout.runners / name
-        try:
-            age = fs_now - os.stat(path).st_mtime
-        except OSError:
-            continue
-        beacon = _read(path)
-        if beacon is None or age > lease_seconds or (beacon.get("host_blocked") and not with_blocked):
+    for listed in listed_beacons(layout):  # read through runners/'s descriptor
+        beacon = listed.beacon
+        if beacon is None or fs_now - listed.mtime > lease_seconds or (beacon.get("host_blocked") and not with_blocked):
             continue
         out.setdefault(str(beacon.get("host")), []).append(beacon)
     return out

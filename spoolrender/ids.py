@@ -4,7 +4,8 @@
 id. ``symlink()`` creates the name atomically or fails with EEXIST, also on NFS, and the
 target carries the holder without a second, non-atomic write. A job holds its id from its
 first run on; the id is released when the job fails for good (so a corrected job file
-with the same id can be submitted) and kept once it is done.
+with the same id can be submitted), or given back to the done job of that id a failed
+``rerun`` took it over from, and kept once it is done.
 
 Changing a reservation (a take-over, a release) first renames the link aside into
 ``ids/.aside/<id>.<token>``, which no other process can then change, and only then decides.
@@ -136,6 +137,9 @@ def _held(job_id: str, where: str | None, origin: str) -> JobInvalid:
 def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
     """Give ``job_id`` up if ``uid`` holds it (a failed job), so it can be submitted again.
 
+    A job that took the id over from a done job (``rerun: true``) gives it back to that
+    done job instead: the id stays published, and only another ``rerun`` may take it.
+
     Never a reservation that is not ``uid``'s: a readlink() then unlink() would delete one
     that another job took over in between. The link is moved aside in one rename, and put
     back (link() refuses to overwrite) if it turns out to be someone else's.
@@ -144,6 +148,11 @@ def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
     try:
         if os.readlink(link) != uid:
             return  # the common case of someone else's reservation: do not touch it at all
+    except OSError:
+        return
+    # Looked up before the link is moved aside, to keep the moment without one short.
+    done_holder = _done_holder(layout, job_id, uid)
+    try:
         tomb = _move_aside(layout, job_id)
     except OSError:
         return
@@ -154,9 +163,23 @@ def release_id(layout: SpoolLayout, job_id: str, uid: str) -> None:
                 os.link(tomb, link, follow_symlinks=False)
             except FileExistsError:
                 log.warning("id %s: a reservation changed hands while being released", job_id)
+        elif holder is not None and done_holder is not None:
+            # symlink() never overwrites: a job that reserved the id meanwhile (it found no
+            # link) keeps it, and is judged by what it finds: the failed holder.
+            with contextlib.suppress(FileExistsError):
+                os.symlink(done_holder, link)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tomb)
+
+
+def _done_holder(layout: SpoolLayout, job_id: str, uid: str) -> str | None:
+    """The uid of a done job of ``job_id`` other than ``uid`` (one listing of done/), or None."""
+    for name in list_names(layout.done):
+        m = FINAL_NAME.fullmatch(name)
+        if m is not None and m.group("id") == job_id and m.group("uid") != uid:
+            return m.group("uid")
+    return None
 
 
 def _take_over(layout: SpoolLayout, job_id: str, expected: str, uid: str) -> bool:

@@ -167,7 +167,8 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
                 continue  # cheap: done/ may hold 100k entries
             m = pattern.fullmatch(name)
             if m and m.group("id") == job_id:
-                found.append(Located(job_id, state, layout.state_dir(state) / name, name))
+                path = layout.state_dir(state) / name  # spooldir: message only (Located.path)
+                found.append(Located(job_id, state, path, name))
     return found
 
 
@@ -293,13 +294,21 @@ def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]
 def describe(config: SpoolConfig, where: Located, through: Path | None = None) -> dict[str, Any]:
     """Everything `show` prints about one job: state, attempts, runs, errors, logs, result.
 
-    Read from ``through`` (default: its path). By path, a job that moves while it is read
-    gives FileNotFoundError or a description of two states: see :func:`read_entry`.
+    Read from ``through`` (:func:`read_entry`'s open directory: one snapshot of a job that
+    moves while it is read). Without it, the entry's directory is opened through its state
+    directory's descriptor (:func:`job_dir_of`, never by its path); one gone meanwhile is
+    described by its state and path alone.
     """
     info: dict[str, Any] = {"id": where.job_id, "state": where.state, "path": str(where.path)}
     if where.state == "incoming":
         return info
-    job_dir = through or where.path
+    if through is None:
+        try:
+            with job_dir_of(where) as held:
+                return describe(config, where, held.through)
+        except (OSError, SpoolPathRefused):
+            return info  # purged or moved on meanwhile
+    job_dir = through
     runs = read_runs(job_dir)
     # The attempt being rendered counts: a job on its second try is at attempt 2, not 1.
     info["attempts"] = attempts_used(runs) + (1 if where.state == "running" else 0)
@@ -311,8 +320,16 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
     if where.state == "failed":
         outcomes.append((defaults.FAILURE_FILENAME, "failure"))
     for name, key in outcomes:
-        with contextlib.suppress(OSError, ValueError):
-            info[key] = json.loads((job_dir / name).read_text())
+        try:
+            found = json.loads((job_dir / name).read_text())
+        except OSError:
+            continue  # none yet (a running job), or moved on meanwhile
+        except ValueError:
+            found = None
+        if isinstance(found, dict):
+            info[key] = found
+        else:  # damaged (by hand, a full disk of an old version): say so, never a traceback
+            info.setdefault("damaged", []).append(f"{name} is not a JSON object; its fields are not shown")
     if where.state in ("running", "retry", "split") and where.uid is not None:
         # A split job: its chunks' progress (spoolrender.chunks); chunks are never jobs.
         chunks = chunk_progress(SpoolLayout(config.spool), config.output_root, final_name(where.job_id, where.uid),
@@ -375,12 +392,14 @@ def format_description(info: dict[str, Any]) -> str:
         lines.extend(f"    warning: {p(w)}" for w in (run.get("details") or {}).get(WARNINGS_KEY) or ())
     if "result" in info:
         r = info["result"]
-        lines.append(f"output: {p(r['output'])} ({r['bytes']} bytes, {r.get('duration_seconds')} s)")
+        lines.append(f"output: {p(r.get('output'))} ({p(r.get('bytes'))} bytes, {p(r.get('duration_seconds'))} s)")
         cache = describe_result(r)
         if cache is not None:
             lines.append(p(cache))
     if "failure" in info:
         lines.append(f"failed: {p(info['failure'].get('reason'))}")
+    for problem in info.get("damaged", []):
+        lines.append(f"damaged: {p(problem)}")
     for path in info.get("logs", []):
         lines.append(f"log: {p(path)}")
     return "\n".join(lines)

@@ -9,7 +9,9 @@ everything derives from the copy: the id and its reservation, validation, the se
 plans, ``{job_file}``, the render-cache key, hooks, ``show`` and serve. The submitter's
 file stays beside it as ``submitted.yaml``: evidence, and the one thing the decision looks
 at to catch a remote upload that was still being appended to when it was claimed
-(:func:`continued_append`). Nothing done to it can change a render.
+(:func:`continued_append`). Nothing else done to it changes a render: only its owner's
+continued append, before the first decision, to a file no one else may write, voids the
+run and is copied again at the next claim (at most defaults.MAX_UPLOAD_DISCARDS times).
 
 Invariant for recovery: a job directory holding ``submitted.yaml`` and no ``job.yaml`` has
 no committed copy yet (the copy is written under a temporary name and renamed into place,
@@ -36,7 +38,9 @@ from spoolrender.writers import Writer, lease_probe
 
 log = logging.getLogger(__name__)
 
-COPY_MODE = 0o444  # read-only for everyone: not even the runner rewrites a copy
+# Read-only: not even the runner rewrites a copy. Readable by its owner (the runner), and by
+# group and others only as far as the submitted file was (copy_mode): a 0600 job stays private.
+_COPY_READ_BITS = stat.S_IRGRP | stat.S_IROTH
 # rwxr-xr-x: only the runner may create, rename or delete entries in a job directory. With
 # umask 002 mkdir would make it group-writable, and a group member could swap job.yaml.
 JOB_DIR_MODE = 0o755
@@ -54,20 +58,29 @@ def holds_job(job_dir: Path) -> bool:
     return any(os.path.lexists(job_dir / n) for n in (defaults.JOB_FILENAME, defaults.SUBMITTED_FILENAME))
 
 
+def copy_mode(submitted_mode: int) -> int:
+    """The mode of the copy of a file of mode ``submitted_mode``: 0400, plus the group and
+    other read bits the submitted file had (the copy never widens who may read a job)."""
+    return stat.S_IRUSR | (submitted_mode & _COPY_READ_BITS)
+
+
 def is_private_copy(st: os.stat_result) -> bool:
     """Whether ``st`` (of a ``job.yaml``, not followed) is a copy this runner's user wrote:
     a job directory of 8329ac5..fe27397 holds the submitter's own file under that name."""
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == COPY_MODE
+    mode = stat.S_IMODE(st.st_mode)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and mode == copy_mode(mode)
 
 
-def write_copy(job: DirHandle, data: bytes) -> None:
+def write_copy(job: DirHandle, data: bytes, submitted_mode: int) -> None:
     """Write ``data`` as ``job.yaml`` in the job directory ``job``: complete, read-only,
-    and (with fsync on) durable before the caller decides anything from it."""
+    no more readable than the submitted file of mode ``submitted_mode`` (copy_mode), and
+    (with fsync on) durable before the caller decides anything from it."""
     temp = f"{_COPY_TEMP_PREFIX}{new_token()}"
+    mode = copy_mode(submitted_mode)
     # O_EXCL|O_NOFOLLOW: a name nobody else can have made (the directory is ours alone).
-    fd = job.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, COPY_MODE)
+    fd = job.open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        os.fchmod(fd, COPY_MODE)  # the umask must not decide the copy's mode
+        os.fchmod(fd, mode)  # the umask must not decide the copy's mode
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -111,10 +124,10 @@ def ensure_copy(job_dir: Path, max_bytes: int, *, uncached: bool = False) -> str
             job.rename(defaults.JOB_FILENAME, job, defaults.SUBMITTED_FILENAME)
             log.info("%s: converted to a private copy of its job file", job_dir.name)
         try:
-            data, _ = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
+            data, attrs = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
         except JobInvalid as exc:
             return "; ".join(exc.problems)
-        write_copy(job, data)
+        write_copy(job, data, attrs.mode)
         return None
 
 
@@ -124,6 +137,34 @@ def drop_copy(job_dir: Path) -> None:
     without its copy meanwhile)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(job_dir / defaults.JOB_FILENAME)
+
+
+def submitted_owner(job_dir: Path) -> tuple[int, int] | None:
+    """The submitted file's (owner uid, mode) now, never following it; None if absent."""
+    try:
+        st = os.stat(job_dir / defaults.SUBMITTED_FILENAME, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_uid, stat.S_IMODE(st.st_mode)
+
+
+def others_may_write(job_dir: Path, at_claim: tuple[int, int] | None) -> str | None:
+    """Why a change to the submitted file may be someone else's than its submitter's, or None.
+
+    Only the owner's own upload going on justifies a discard and a re-copy: a file that its
+    group or others may write (a job written under umask 002 in the setgid incoming/ is
+    writable by every spool-group member), or whose owner or mode changed since the claim,
+    may have been appended to by another user, whose bytes must never be rendered.
+    """
+    now = submitted_owner(job_dir)
+    if at_claim is None or now is None:
+        return "cannot be checked against the claim"
+    for _, mode in (at_claim, now):
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"is writable by its group or others (mode {mode:04o})"
+    if now[0] != at_claim[0]:
+        return f"changed owner since the claim (uid {at_claim[0]} to {now[0]})"
+    return None
 
 
 def continued_append(job_dir: Path, copied: JobFileState, max_bytes: int, *, uncached: bool = False) -> str | None:

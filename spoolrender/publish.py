@@ -1,9 +1,9 @@
 """Putting a rendered file in place under the output root, never half, never outside it.
 
 Renders write to a scratch directory on the output root's filesystem
-(``<output_root>/.spoolrender-tmp/<job>/``). Publishing is then one ``link()`` (or
-``rename()`` for re-runs that replace their own older output) into the final name, so a consumer
-sees no file or the whole file, never a partial one.
+(``<output_root>/.spoolrender-tmp/<digest of the job's running/ name>/``). Publishing is
+then one ``link()`` (or ``rename()`` for re-runs that replace their own older output) into
+the final name, so a consumer sees no file or the whole file, never a partial one.
 
 Hostile output paths: job files only give relative paths without ``..`` (checked when
 the job is parsed), and here every directory below the root is opened with O_NOFOLLOW
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -28,6 +29,7 @@ from spoolrender.errors import PublishError, RenderError
 from spoolrender.trusted_dirs import TRUSTED_DIR_MODE, UNTRUSTED_DIR, UntrustedDir, ensure_trusted_path
 
 SCRATCH_DIR = ".spoolrender-tmp"
+SCRATCH_NAME_HEX = 32  # hex digits of a scratch directory's name (scratch_name)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class Published:
     path: Path
     bytes: int
     inode: int
+    mtime_ns: int
+
+    @property
+    def file(self) -> RenderedFile:
+        return RenderedFile(self.inode, self.bytes, self.mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,7 @@ class RenderedFile:
     The inode number alone is not enough: over sshfs (SFTP has no inode numbers) every
     mount numbers every name on its own, so the host that carries out a dead runner's
     decision never sees the number the runner recorded. Size and modification time are
-    the server's and survive link() and rename(); they decide when the numbers differ.
+    the server's and survive link() and rename(); they decide (:meth:`matches`).
     """
 
     inode: int
@@ -69,11 +76,17 @@ class RenderedFile:
         return cls(int(info["inode"]), int(info["bytes"]), None if mtime_ns is None else int(mtime_ns))
 
     def matches(self, st: os.stat_result) -> bool:
-        """True if ``st`` (of the published name) is this file."""
-        if st.st_ino == self.inode:
-            return True
-        if self.mtime_ns is None or not stat.S_ISREG(st.st_mode) or st.st_size != self.bytes:
+        """True if ``st`` (of the published name) is this file.
+
+        A regular file of the recorded size and modification time: the inode number
+        alone proves nothing, since ext4 (like most filesystems) hands a freed number to
+        the next new file, so a user's file put under a consumed output's name can get
+        it. The number is compared only in records older than ``mtime_ns``.
+        """
+        if not stat.S_ISREG(st.st_mode) or st.st_size != self.bytes:
             return False
+        if self.mtime_ns is None:
+            return st.st_ino == self.inode
         # SFTP (protocol 3) carries whole seconds only: a host on sshfs sees the mtime a
         # host on the server's own filesystem recorded with its fraction cut off.
         if st.st_mtime_ns % 1_000_000_000 == 0 or self.mtime_ns % 1_000_000_000 == 0:
@@ -81,9 +94,21 @@ class RenderedFile:
         return st.st_mtime_ns == self.mtime_ns
 
 
+def scratch_name(job_key: str) -> str:
+    """The name of job ``job_key``'s scratch directory: a digest of the key, never its id.
+
+    The scratch directory is the command's working directory, its TMPDIR, ``{work_dir}``
+    and the directory of ``{output}``: named after the job's id, a cached command that
+    writes where it runs would put the id in an output the render cache serves to
+    identical jobs of other ids. The digest is opaque, yet recovery and the orphan sweep
+    compute it from the running/ entry's name.
+    """
+    return hashlib.sha256(job_key.encode()).hexdigest()[:SCRATCH_NAME_HEX]
+
+
 def scratch_dir(output_root: Path, job_key: str) -> Path:
     """The job's scratch directory on the output filesystem (temp output, TMPDIR)."""
-    return output_root / SCRATCH_DIR / job_key
+    return output_root / SCRATCH_DIR / scratch_name(job_key)
 
 
 def prepare_scratch(output_root: Path, job_key: str) -> Path:
@@ -106,7 +131,10 @@ def prepare_scratch(output_root: Path, job_key: str) -> Path:
 
 
 def remove_scratch(output_root: Path, job_key: str) -> None:
-    path = scratch_dir(output_root, job_key)
+    remove_scratch_dir(scratch_dir(output_root, job_key))
+
+
+def remove_scratch_dir(path: Path) -> None:
     try:
         # The usual case, one syscall: a published output was moved out, the dir is empty.
         os.rmdir(path)
@@ -255,7 +283,7 @@ def publish_output(
             except FileNotFoundError:
                 done = None
             if done is not None and expect is not None and expect.matches(done):
-                return Published(final, done.st_size, done.st_ino)
+                return Published(final, done.st_size, done.st_ino, done.st_mtime_ns)
             raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
         try:
             existing = os.stat(name, dir_fd=fd, follow_symlinks=False) if replace else None
@@ -295,6 +323,6 @@ def publish_output(
         # The new name lives in the directory's data: fsync it so an acknowledged job's
         # output survives a power cut.
         sync_fd(fd)
-        return Published(final, st.st_size, st.st_ino)
+        return Published(final, st.st_size, st.st_ino, st.st_mtime_ns)
     finally:
         os.close(fd)

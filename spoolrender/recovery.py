@@ -31,6 +31,7 @@ import os
 import random
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from spoolrender import defaults
@@ -51,7 +52,7 @@ from spoolrender.jobfile import parse_job, read_job_bytes
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.owncopy import holds_job
 from spoolrender.probe_dirs import PROBE_PREFIX
-from spoolrender.publish import SCRATCH_DIR, remove_scratch
+from spoolrender.publish import SCRATCH_DIR, remove_scratch, remove_scratch_dir, scratch_name
 from spoolrender.records import (
     FAILED,
     REQUEUE,
@@ -67,6 +68,7 @@ from spoolrender.records import (
     spool_io_requeues,
 )
 from spoolrender.spool_io import SpoolIOCondition, attempt_counted, is_spool_io
+from spoolrender.spooldir import DirHandle
 from spoolrender.transitions import backoff_delay, carry_out
 
 log = logging.getLogger(__name__)
@@ -99,9 +101,32 @@ class Recoverer:
         # running/ entry, so one listed here whose entry is gone below is an orphan.
         scratch_root = self._config.output_root / SCRATCH_DIR
         scratch = list_names(scratch_root)
-        names = list_names(self._layout.running)
-        self._tracker.load()
-        self._tracker.forget_except(set(names) - own_keys)
+        # Listed entries are reached through their directory's descriptor, held open while
+        # they are judged and recovered (spoolrender.spooldir), never by name from the root.
+        with _held(self._layout.running) as running:
+            names = [] if running is None else running.names()
+            self._tracker.load()
+            self._tracker.forget_except(set(names) - own_keys)
+            recovered = [] if running is None else self._recover_dead(running, names, own_keys)
+            self._tracker.save()
+        with _held(self._layout.private / ABANDONED_DIR) as abandoned:
+            if abandoned is not None:
+                # Left by a recoverer that died between parking a claim and clearing it.
+                for parked in abandoned.names():
+                    with contextlib.suppress(FileNotFoundError):
+                        self._clear_parked(abandoned.anchored(parked))
+        # Named by the key's digest; by the key itself in versions before it (a mixed cluster).
+        live = {name for key in set(names) | own_keys for name in (key, scratch_name(key))}
+        for name in set(scratch) - live:
+            if name.startswith(PROBE_PREFIX):
+                continue  # a start-up probe's, live or not: spoolrender.probe_dirs judges it
+            # Left by a runner killed after its job left running/ (done, failed, retry):
+            # nothing in it is needed any more.
+            remove_scratch_dir(scratch_root / name)
+            log.debug("removed orphaned scratch dir %s", name)
+        return recovered
+
+    def _recover_dead(self, running: DirHandle, names: list[str], own_keys: set[str]) -> list[str]:
         recovered = []
         for name in names:
             if name in own_keys:
@@ -109,7 +134,7 @@ class Recoverer:
             m = RUNNING_NAME.fullmatch(name)
             if m is None:
                 continue  # not ours to judge (an operator's stray file); status shows it
-            job_dir = self._layout.running / name
+            job_dir = running.anchored(name)  # through running/'s descriptor
             why = self._why_dead(name, job_dir, m.group("token"))
             if why is None:
                 continue
@@ -123,18 +148,6 @@ class Recoverer:
                     self._spool_io.failed(exc, f"recovering {name}")  # logged there, rate-limited
                 else:
                     log.warning("could not recover %s: %s", name, exc)
-        self._tracker.save()
-        for parked in list_names(self._layout.private / ABANDONED_DIR):
-            # Left by a recoverer that died between parking a claim and clearing it.
-            with contextlib.suppress(FileNotFoundError):
-                self._clear_parked(self._layout.private / ABANDONED_DIR / parked)
-        for key in set(scratch) - set(names) - own_keys:
-            if key.startswith(PROBE_PREFIX):
-                continue  # a start-up probe's, live or not: spoolrender.probe_dirs judges it
-            # Left by a runner killed after its job left running/ (done, failed, retry):
-            # nothing in it is needed any more.
-            remove_scratch(self._config.output_root, key)
-            log.debug("removed orphaned scratch dir %s", key)
         return recovered
 
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
@@ -296,6 +309,18 @@ class Recoverer:
         """This host's wall clock minus the spool's, for the record (both clocks, see clock.py)."""
         offset = None if self._spool_clock is None else self._spool_clock.offset()
         return {} if offset is None else {CLOCK_OFFSET_KEY: round(offset, 3)}
+
+
+@contextlib.contextmanager
+def _held(directory: Path) -> Iterator[DirHandle | None]:
+    """``directory`` open (spoolrender.spooldir), or None when it is missing (lists as empty)."""
+    try:
+        handle = DirHandle.open(directory)
+    except FileNotFoundError:
+        yield None
+        return
+    with handle:
+        yield handle
 
 
 def _stop_orphaned_render(hb: Heartbeat) -> None:

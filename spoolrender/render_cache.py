@@ -133,7 +133,7 @@ class RenderCache:
         fds: list[int] = []
         try:
             fds.append(open_root(self.output_root))
-            root = open_trusted(fds[0], defaults.RENDER_CACHE_DIR, self.root, create=create)
+            root = open_trusted(fds[0], defaults.RENDER_CACHE_DIR, self.root, create=create, reclaim=True)
             if root is None:
                 yield None
                 return

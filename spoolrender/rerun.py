@@ -3,10 +3,12 @@
 A re-run renders a job id again and replaces its output. Without a check it would replace
 *any* file of that name: a job with a new id, ``rerun: true`` and another job's ``output:``
 would overwrite that job's published video. So an existing output may be replaced only if
-it is still the file that the newest done record of this id which published that output
-names (its inode, or size and mtime where inode numbers differ per host:
-publish.RenderedFile). Everything else fails the job with :data:`RERUN_REFUSED`: an output
-of another id, a file a user put there, or an output whose done record was purged.
+the spool's outputs index (spoolrender.output_index) names this id as the name's last
+publisher, and the file there is still the one that publish put there (a regular file of
+its size and modification time: publish.RenderedFile). Everything else fails the job with
+:data:`RERUN_REFUSED`: an output of another id (also one sharing this id's inode through
+a render-cache hit), a file a user put there (also one that got a freed inode number),
+or an output published before the index existed.
 
 Checked twice: when the run starts (a clear failure before any rendering) and again at the
 publish itself (publish.publish_output), where it decides.
@@ -17,41 +19,20 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
+from spoolrender import defaults
 from spoolrender.errors import PublishError
-from spoolrender.layout import FINAL_NAME, SpoolLayout
+from spoolrender.layout import SpoolLayout
+from spoolrender.output_index import last_publish
 from spoolrender.publish import RenderedFile, existing_output
-from spoolrender.records import PUBLISHING, read_runs
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 # The failure kind of a re-run whose output is not the one its id published last.
-RERUN_REFUSED = "rerun-refused"
+RERUN_REFUSED = defaults.RERUN_REFUSED
 
 
 def last_published(layout: SpoolLayout, job_id: str, rel: PurePosixPath) -> RenderedFile | None:
-    """The file ``rel`` as recorded by the newest publish of ``job_id`` to ``rel`` in done/."""
-    newest: tuple[float, RenderedFile] | None = None
-    # Through descriptors (spoolrender.spooldir): a listed entry is never re-resolved by name.
-    with DirHandle.open(layout.done) as done:
-        records = []
-        for name in done.names():
-            m = FINAL_NAME.fullmatch(name)
-            if m is None or m.group("id") != job_id:
-                continue
-            try:
-                with done.sub(name) as entry:
-                    records.append(read_runs(entry.through))
-            except (OSError, SpoolPathRefused):
-                continue  # purged meanwhile, or not a job directory (never followed)
-    for runs in records:
-        for record in reversed(runs):
-            info = record.publish or {}
-            found = RenderedFile.recorded(info)
-            if record.outcome != PUBLISHING or info.get("output") != str(rel) or found is None:
-                continue
-            if newest is None or record.ended > newest[0]:
-                newest = (record.ended, found)
-            break
-    return None if newest is None else newest[1]
+    """The file ``rel`` as ``job_id`` published it, if ``job_id`` published ``rel`` last."""
+    last = last_publish(layout, rel)
+    return last.file if last is not None and last.job_id == job_id else None
 
 
 def rerun_refusal(layout: SpoolLayout, output_root: Path, rel: PurePosixPath, job_id: str) -> PublishError | None:
@@ -70,7 +51,7 @@ def refusal_for(
     if previous is not None and previous.matches(st):
         return None
     if previous is None:
-        why = f"no done record of job {job_id!r} published it"
+        why = f"job {job_id!r} did not publish it last (or before the spool recorded publishers)"
     else:
         why = f"it is no longer the file job {job_id!r} published (inode {previous.inode}, {previous.bytes} bytes)"
     return PublishError(

@@ -68,6 +68,9 @@ class RetentionWorker:
         except OSError as exc:
             # The spool's filesystem failed (full, read-only, gone): the next try does it.
             log.warning("retention: purge failed: %s", exc)
+        except Exception:
+            # Whatever one entry does to a purge, the thread logs it and the next try runs.
+            log.exception("retention: purge failed")
 
     def _purge_once(self) -> None:
         now = spool_time(self._layout.private, "retention")

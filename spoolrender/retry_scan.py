@@ -11,7 +11,6 @@ just failed transiently on this host is left to another host that could take it 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +21,10 @@ from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.hosts import NOT_THE_HOSTS_FAULT, online_hosts
-from spoolrender.layout import RETRY_NAME, SpoolLayout, list_names, priority_from_key
+from spoolrender.layout import RETRY_NAME, SpoolLayout, priority_from_key
 from spoolrender.queues import QUEUE_FILENAME, Route, Subscription, route
 from spoolrender.records import RETRY, read_runs
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 
 @dataclass(frozen=True)
@@ -53,34 +53,43 @@ class RetryScan:
         look at it again after a poll. The caller holds the shared lock."""
         self._retry_held[name] = self._clock.monotonic() + self._config.poll_seconds
 
-    def _retry_info(self, name: str) -> _RetryInfo:
+    def _retry_info(self, retry: DirHandle, name: str) -> _RetryInfo:
         """A retry entry's route (None: unreadable, any runner takes it to fail it) and the
-        host its last attempt failed on; read once per entry (its name changes with every move)."""
+        host its last attempt failed on; read once per entry (its name changes with every move).
+        The entry is read through retry/'s descriptor (spoolrender.spooldir), never by its name
+        from the root again."""
         if name not in self._retry_routes:
-            job_dir = self._layout.retry / name
-            # The private copy; an entry still without one (spoolrender.owncopy) routes by
-            # the submitted file it will be copied from at its claim.
-            spec = parse_for_scan(self._config, job_dir / defaults.JOB_FILENAME, defaults.JOB_FILENAME).spec
-            if spec is None and not os.path.lexists(job_dir / defaults.JOB_FILENAME):
-                spec = parse_for_scan(self._config, job_dir / defaults.SUBMITTED_FILENAME, defaults.JOB_FILENAME).spec
             try:
-                queue_dir: str | None = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
-            except OSError:
-                queue_dir = None
-            failed_on = None
-            with contextlib.suppress(OSError):
-                runs = read_runs(job_dir)
-                # Only the host's own failures: a "runner-died" record names the recoverer.
-                last = runs[-1] if runs else None
-                if (
-                    last is not None
-                    and last.outcome == RETRY
-                    and (last.error or {}).get("kind") not in NOT_THE_HOSTS_FAULT
-                ):
-                    failed_on = last.host
-            job_route = None if spec is None else route(queue_dir or spec.queue, spec.requires)
-            self._retry_routes[name] = _RetryInfo(job_route, failed_on)
+                job_dir = retry.sub(name)
+            except (OSError, SpoolPathRefused):
+                # Moved meanwhile, or not a job directory (never followed): unreadable.
+                self._retry_routes[name] = _RetryInfo(None, None)
+                return self._retry_routes[name]
+            with job_dir:
+                self._retry_routes[name] = self._read_info(job_dir)
         return self._retry_routes[name]
+
+    def _read_info(self, job_dir: DirHandle) -> _RetryInfo:
+        # The private copy; an entry still without one (spoolrender.owncopy) routes by
+        # the submitted file it will be copied from at its claim.
+        spec = parse_for_scan(self._config, job_dir.anchored(defaults.JOB_FILENAME), defaults.JOB_FILENAME).spec
+        if spec is None and not job_dir.exists(defaults.JOB_FILENAME):
+            spec = parse_for_scan(
+                self._config, job_dir.anchored(defaults.SUBMITTED_FILENAME), defaults.JOB_FILENAME
+            ).spec
+        try:
+            queue_dir: str | None = job_dir.anchored(QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            queue_dir = None
+        failed_on = None
+        with contextlib.suppress(OSError):
+            runs = read_runs(job_dir.through)
+            # Only the host's own failures: a "runner-died" record names the recoverer.
+            last = runs[-1] if runs else None
+            if last is not None and last.outcome == RETRY and (last.error or {}).get("kind") not in NOT_THE_HOSTS_FAULT:
+                failed_on = last.host
+        job_route = None if spec is None else route(queue_dir or spec.queue, spec.requires)
+        return _RetryInfo(job_route, failed_on)
 
     def _served_elsewhere(self, job_route: Route, fs_now: float | None) -> bool:
         """Whether an online runner on another host could take a job of ``job_route``."""
@@ -106,9 +115,20 @@ class RetryScan:
         # "now": a host whose wall clock is off or stepped neither runs a retry early nor
         # starves it. The wait until then runs on the monotonic clock.
         now = self._clock.wall() if fs_now is None else fs_now
+        try:
+            retry = DirHandle.open(self._layout.retry)
+        except FileNotFoundError:  # a missing retry/ lists as empty: no entry's route is kept
+            self._retry_routes.clear()
+            return [], None
+        with retry:
+            return self._scan_held(retry, routes, fs_now, now)
+
+    def _scan_held(
+        self, retry: DirHandle, routes: list[tuple[Route, float]], fs_now: float | None, now: float
+    ) -> tuple[list[Candidate], float | None]:
         out: list[Candidate] = []
         wake: float | None = None
-        names = list_names(self._layout.retry)
+        names = retry.names()
         for gone in set(self._retry_routes) - set(names):
             del self._retry_routes[gone]
         with self._lock:
@@ -127,7 +147,7 @@ class RetryScan:
                 wake = until if wake is None else min(wake, until)
                 continue
             prio = priority_from_key(m.group("prio"))
-            info = self._retry_info(name)
+            info = self._retry_info(retry, name)
             job_route = info.route
             elsewhere_until = due + self._config.retry_elsewhere_seconds
             if (

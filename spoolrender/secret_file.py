@@ -63,7 +63,8 @@ def shared_group_problem(gid: int, spool: Path) -> str | None:
 
 def read_secret_line(path: Path, where: str, risk: str, spool: Path) -> str:
     """The first line of secret file ``path``, stripped; a ConfigError naming ``where``
-    (e.g. ``serve_token_file PATH``) when it is unreadable, not a regular file, open to
+    (e.g. ``serve_token_file PATH``) when it is unreadable, not a regular file, owned by
+    another user than the runner's or root, open to
     others or to a group with other members (``risk`` says what such a reader could do;
     ``spool``: whose group counts as shared), too large or too short."""
     try:
@@ -79,6 +80,13 @@ def read_secret_line(path: Path, where: str, risk: str, spool: Path) -> str:
             raise ConfigError(f"{where}: not a regular file")
         mode = stat.S_IMODE(st.st_mode)
         fix = SECRET_FIX.format(path=path)
+        if st.st_uid not in (os.geteuid(), 0):
+            # Its owner knows the secret and can change it at will (a file planted at the
+            # configured path, or a symlink there to a file of theirs).
+            raise ConfigError(
+                f"{where} is owned by uid {st.st_uid}, not by the runner's uid {os.geteuid()} or root: {risk}; "
+                f"make it the runner's (chown) and {fix}"
+            )
         if mode & SECRET_FILE_FORBIDDEN:
             raise ConfigError(f"{where} is open to other users (mode {mode:04o}): {risk}; {fix}")
         problem = shared_group_problem(st.st_gid, spool) if mode & stat.S_IRGRP else None

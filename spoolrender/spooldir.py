@@ -36,7 +36,6 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -49,6 +48,7 @@ from spoolrender.durable import sync_fd
 from spoolrender.errors import SpoolrenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.layout import SpoolLayout
+from spoolrender.tree_removal import remove_tree_at
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE = 1  # <linux/fs.h>
@@ -306,16 +306,10 @@ class DirHandle:
         return True
 
     def rmtree(self, name: str) -> None:
-        """Remove ``name`` and everything below it without following a symlink anywhere
-        (shutil.rmtree with dir_fd uses openat/unlinkat throughout); a file or symlink
-        is simply unlinked."""
-        st = self.try_stat(name)
-        if st is None:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            self.unlink_if_present(name)
-            return
-        shutil.rmtree(name, dir_fd=self.fd)
+        """Remove ``name`` and everything below it without following a symlink anywhere,
+        iteratively and with few descriptors whatever its depth (spoolrender.tree_removal);
+        a file or symlink is simply unlinked."""
+        remove_tree_at(self.fd, self._name(name))
 
     def fsync(self) -> None:
         """Make a rename or creation in this directory durable (when fsync is on)."""

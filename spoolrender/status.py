@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.beacons import runner_is_dead
+from spoolrender.beacons import listed_beacons, runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import describe_chunks, joining_info, joining_key, split_info
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.host_blocks import block_states
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
@@ -37,6 +37,7 @@ from spoolrender.queues import incoming_view, listed_groups, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
 from spoolrender.run_progress import eta_seconds
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -92,26 +93,21 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
                 oldest = st.st_mtime
     counts = {state: len(entries) for state, entries in names.items()}
     runners = []
-    for name in sorted(list_names(layout.runners)):
-        if not name.endswith(".json"):
+    for listed in listed_beacons(layout):  # read through runners/'s descriptor
+        if listed.beacon is None:
             continue
-        try:
-            with open(layout.runners / name, "rb") as fh:
-                beacon = json.loads(fh.read())
-        except (OSError, ValueError):
-            continue
-        seen = _mtime(layout.runners / name)
-        age = None if seen is None else max(0.0, fs_now - seen)
+        beacon, seen = listed.beacon, listed.mtime
+        age = max(0.0, fs_now - seen)
         if runner_is_dead(beacon, age):
             continue  # SIGKILLed or long gone: left for a runner to expire, never listed
         for identity in ("boot", "started"):  # only for telling dead runners (schema v1 has none)
             beacon.pop(identity, None)
-        beacon["seen_seconds_ago"] = None if age is None else round(age, 1)
+        beacon["seen_seconds_ago"] = round(age, 1)
         # The beacon's own time (its host's wall clock) against its mtime (the spool's).
         updated = beacon.get("updated")
-        offset = float(updated) - seen if isinstance(updated, (int, float)) and seen is not None else None
+        offset = float(updated) - seen if isinstance(updated, (int, float)) else None
         beacon["clock_offset_seconds"] = None if offset is None else round(offset, 1)
-        beacon["online"] = age is not None and age <= lease_seconds
+        beacon["online"] = age <= lease_seconds
         runners.append(beacon)
     return SpoolSnapshot(
         names=names,
@@ -128,12 +124,14 @@ def running_info(
 ) -> dict[str, Any]:
     """One ``running`` item of the status document: heartbeat, progress, ETA, staleness.
 
-    ``job_dir``: where to read running/``name`` (lookup.read_entry's open directory).
+    ``job_dir``: where to read running/``name`` (lookup.read_entry's open directory); else
+    it is opened through running/'s descriptor (spoolrender.spooldir).
     """
     m = RUNNING_NAME.fullmatch(name)
-    job_dir = job_dir or layout.running / name
-    hb = read_heartbeat(job_dir)
-    hb_mtime = _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
+    if job_dir is not None:
+        hb, hb_mtime = read_heartbeat(job_dir), _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
+    else:
+        hb, hb_mtime = _heartbeat_of(layout, name)
     age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)
     started = hb.started if hb is not None else None
     progress = hb.progress if hb is not None else None
@@ -152,6 +150,25 @@ def running_info(
         "heartbeat_age_seconds": None if age is None else round(age, 1),
         "stale": age is None or age > lease_seconds,
     }
+
+
+def _heartbeat_of(layout: SpoolLayout, name: str) -> tuple[Heartbeat | None, float | None]:
+    """The heartbeat of running/``name`` and its file's mtime, read through running/'s
+    descriptor (a listed name is never re-resolved by path); (None, None) when it is gone."""
+    try:
+        with DirHandle.open(layout.running) as running, running.sub(name) as entry:
+            return read_heartbeat(entry.through), _mtime(entry.through / defaults.HEARTBEAT_FILENAME)
+    except (OSError, SpoolPathRefused):
+        return None, None
+
+
+def _failure_of(failed: DirHandle, name: str) -> tuple[str | None, str | None]:
+    """:func:`read_failure` of failed/``name`` through the open failed/."""
+    try:
+        with failed.sub(name) as entry:
+            return read_failure(entry.through)
+    except (OSError, SpoolPathRefused):
+        return None, None
 
 
 def read_failure(job_dir: Path) -> tuple[str | None, str | None]:
@@ -192,9 +209,12 @@ def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -
     retry = [item for name in sorted(names["retry"]) if name not in joining_keys and (item := retry_info(name, fs_now))]
 
     failures = []
-    failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(layout.failed / n)) is not None]
-    for mtime, name in sorted(failed_with_time, reverse=True)[:RECENT_FAILURES]:
-        kind, reason = read_failure(layout.failed / name)
+    # Through failed/'s descriptor (spoolrender.spooldir): a listed name is never re-resolved.
+    with DirHandle.open(layout.failed) as failed_dir:
+        failed_with_time = [(t, n) for n in names["failed"] if (t := _mtime(failed_dir.anchored(n))) is not None]
+        newest = sorted(failed_with_time, reverse=True)[:RECENT_FAILURES]
+        recent = [(t, n, *_failure_of(failed_dir, n)) for t, n in newest]
+    for mtime, name, kind, reason in recent:
         m = FINAL_NAME.fullmatch(name)
         failures.append(
             {

@@ -29,6 +29,7 @@ from spoolrender.hook_config import HookSpec
 from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
 from spoolrender.layout import SpoolLayout, final_name, retry_name
+from spoolrender.output_index import record_publish
 from spoolrender.publish import Published, RenderedFile, publish_output
 from spoolrender.records import (
     FAILED,
@@ -177,6 +178,9 @@ def complete_publish(
         # A re-run replaces only the output its own id published last (spoolrender.rerun).
         may_replace=lambda st: refusal_for(st, last_published(layout, job_id, rel), rel, job_id),
     )
+    # Who published the name last, for a later rerun: written before the done/ move, so a
+    # crash in between is carried out again by recovery (spoolrender.output_index).
+    record_publish(layout, rel, job_id, uid, published.file)
     crash_point("after-publish")
     runs = read_runs(job_dir)
     # A job rendered in chunks took from its split to its join's end, not the join alone;

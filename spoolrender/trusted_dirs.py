@@ -21,6 +21,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -72,9 +73,44 @@ def open_root(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
-def open_trusted(parent: int, name: str, path: Path, *, create: bool = False) -> int | None:
+def move_aside(parent: int, name: str, path: Path, problem: str) -> bool:
+    """Rename the foreign entry ``name`` of ``parent`` (the output root's descriptor) to
+    ``<name>.untrusted-<token>``, never following it; True if it was moved (or is gone).
+
+    Another user's ``.spoolrender-tmp/`` (cache, chunk store) must not stop everyone's
+    jobs: the runner owns the output root (or is root), so it can rename the tree aside,
+    kept as evidence for the operator, and make its own. renameat acts on the name, not on
+    what a symlink there points to. Only another user's entry is moved: one of the
+    runner's or root's (an operator's symlink, a tree an old umask left group-writable)
+    is theirs to fix, and stays refused. False when it is not moved (also when the rename
+    is refused: a sticky output root the runner does not own)."""
+    aside = f"{name}.untrusted-{secrets.token_hex(4)}"
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if owner_problem(st) is None:
+            return False
+        os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+    except FileNotFoundError:
+        return True  # gone meanwhile: the caller makes its own
+    except OSError as exc:
+        log.warning("%s %s and cannot be moved aside: %s", path, problem, exc.strerror or exc)
+        return False
+    log.warning("%s %s (owner uid %d): moved it aside to %s", path, problem, st.st_uid, path.with_name(aside))
+    return True
+
+
+def open_trusted(parent: int, name: str, path: Path, *, create: bool = False, reclaim: bool = False) -> int | None:
     """Open the directory ``name`` in ``parent`` (``path`` names it in messages), checked
-    trusted; None if it is absent and not ``create``. Raises UntrustedDir."""
+    trusted; None if it is absent and not ``create``. ``reclaim`` (for a directory right in
+    the output root): a foreign one is moved aside (:func:`move_aside`) and treated as
+    absent. Raises UntrustedDir."""
+    if reclaim:
+        try:
+            return open_trusted(parent, name, path, create=create)
+        except UntrustedDir as exc:
+            if not move_aside(parent, name, path, exc.reason):
+                raise
+        return open_trusted(parent, name, path, create=create)
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
@@ -103,16 +139,23 @@ def ensure_trusted_path(root: Path, *names: str) -> Path:
     own that its group or others may write to (made by an older version under umask 002)
     is repaired (chmod go-w) rather than refused: only the runner can have put anything
     in it that the runner then uses, each run's own directory is made afresh, and
-    nobody else can rename in it from now on. One owned by another user is refused.
+    nobody else can rename in it from now on. One owned by another user right in the
+    output root is moved aside (:func:`move_aside`); deeper, or if that fails, refused.
     Raises UntrustedDir, OSError. Callers that then use the path by name rely on every
     component being the runner's, which nobody else can rename in.
     """
     fd = open_root(root)
     path = root
     try:
-        for name in names:
+        for depth, name in enumerate(names):
             path = path / name
-            child = _open_repaired(fd, name, path)
+            try:
+                child = _open_repaired(fd, name, path)
+            except UntrustedDir as exc:
+                # Only the output root is shared: deeper directories are the runner's own.
+                if depth > 0 or not move_aside(fd, name, path, exc.reason):
+                    raise
+                child = _open_repaired(fd, name, path)
             os.close(fd)
             fd = child
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,9 +106,45 @@ def spoolrender_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "spoolrender.cli", *args]
 
 
+MEMBER_UID = 65534  # nobody: the hostile spool-group member of the security tests
+MEMBER_GROUP = "nogroup"
+
+
+@pytest.fixture
+def member_spool() -> Iterator[SpoolLayout]:
+    """A spool of group nogroup in a directory every uid can traverse (pytest's tmp is 0700),
+    for tests that play a hostile spool-group member with :func:`as_member`."""
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-member-"))
+    os.chmod(base, 0o755)
+    layout = init_spool(base / "spool", group=MEMBER_GROUP)
+    write_spool_config(layout, {"slots": 1})
+    yield layout
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def as_member(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as the hostile spool-group member (uid 65534, group nogroup only)."""
+    return subprocess.run(
+        ["setpriv", f"--reuid={MEMBER_UID}", f"--regid={MEMBER_GROUP}", "--clear-groups", *argv],
+        check=check,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture
+def start_member_runner(member_spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """:func:`start_runner` for :func:`member_spool`."""
+    yield from _runners(member_spool)
+
+
 @pytest.fixture
 def start_runner(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start `spoolrender run` as a real subprocess; all are killed at teardown."""
+    yield from _runners(spool)
+
+
+def _runners(spool: SpoolLayout) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*extra: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:

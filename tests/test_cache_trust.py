@@ -9,7 +9,6 @@ shared output root they may write to (mode 0777 stands for a group-writable one)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,11 +23,12 @@ from typing import Any
 import pytest
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.chunks.naming import STORE_DIR
 from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.render_cache import cache_root
 from spoolrender.runner import Runner
-from spoolrender.trusted_dirs import UNTRUSTED_DIR
+from spoolrender.trusted_dirs import ensure_trusted_path
 
 NEEDS_ROOT = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (a second uid)"
@@ -70,40 +70,38 @@ def as_nobody(script: str, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def _moved_aside(output: Path, name: str) -> list[Path]:
+    return sorted(output.glob(f"{name}.untrusted-*"))
+
+
 @NEEDS_ROOT
-def test_a_cache_another_user_made_never_publishes_their_inode(shared: SpoolLayout, tmp_path: Path) -> None:
-    """Item 7: the member makes .spoolrender-cache/entries/ before any runner did, then puts
-    their own bytes (with a matching sha256) under the key of an honest job. The next
-    identical job of another user is rendered, never published as a link to their inode."""
-    cache = cache_root(shared.root / "output")
+def test_a_cache_another_user_made_is_moved_aside_and_never_publishes_their_inode(
+    shared: SpoolLayout, tmp_path: Path
+) -> None:
+    """Item 7 (and review 2): the member makes .spoolrender-cache/entries/ before any runner
+    did. Refusing it would turn caching off for everyone; instead the runner renames their
+    tree aside (kept for the operator) and makes its own, in which the member can plant
+    nothing: the next identical job is a hit of the honest bytes, never their inode."""
+    output = shared.root / "output"
+    cache = cache_root(output)
     as_nobody("import os, sys; os.makedirs(sys.argv[1] + '/entries', 0o777)", str(cache))
     marker = tmp_path / "renders"
     job = command_job(content="the honest video", marker=str(marker))
     drop(shared, "a.yaml", job)
     drain(shared)
     first = result_of(shared, "a")
-    evil = b"the attacker's video"
-    meta = {"key": first["cache_key"], "bytes": len(evil), "sha256": hashlib.sha256(evil).hexdigest(),
-            "source": {"id": "a"}, "details": {}}  # fmt: skip
-    plant = (
-        "import json, os, sys\n"
-        "entry = os.path.join(sys.argv[1], 'entries', sys.argv[2])\n"
-        "if os.path.isdir(entry):\n"
-        "    os.rename(entry, entry + '.aside')  # the honest entry, if one was stored\n"
-        "os.mkdir(entry)\n"
-        "open(os.path.join(entry, 'output'), 'wb').write(sys.argv[3].encode())\n"
-        "open(os.path.join(entry, 'entry.json'), 'w').write(sys.argv[4])\n"
-    )
-    as_nobody(plant, str(cache), first["cache_key"], evil.decode(), json.dumps(meta))
+    assert first["cache"] == "stored", first
+    (aside,) = _moved_aside(output, ".spoolrender-cache")
+    assert os.stat(aside).st_uid == 65534 and os.stat(cache).st_uid == os.geteuid()
+    plant = "import os, sys; os.mkdir(os.path.join(sys.argv[1], 'entries', sys.argv[2] + '.x'))"
+    refused = subprocess.run([*AS_NOBODY, plant, str(cache), first["cache_key"]], capture_output=True, text=True)
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
     drop(shared, "b.yaml", job)
     drain(shared)
     second = result_of(shared, "b")
     published = Path(second["output"])
-    assert published.read_bytes() == b"the honest video" and renders(marker) == 2
-    assert os.stat(published).st_uid == os.geteuid()
-    assert os.stat(published).st_ino != os.stat(cache / "entries" / first["cache_key"] / "output").st_ino
-    assert second["cache"] == "refused" and "owned by uid 65534, not by the runner's uid 0" in second["cache_refused"]
-    assert first["cache"] == "refused"  # nothing honest was ever stored in their directory
+    assert second["cache"] == "hit" and renders(marker) == 1
+    assert published.read_bytes() == b"the honest video" and os.stat(published).st_uid == os.geteuid()
 
 
 def test_a_group_writable_cache_directory_is_refused_with_the_reason(spool: SpoolLayout, tmp_path: Path) -> None:
@@ -179,18 +177,38 @@ def test_a_render_its_run_did_not_publish_is_never_stored(spool: SpoolLayout, tm
 
 
 @NEEDS_ROOT
-def test_a_scratch_tree_another_user_made_is_never_rendered_into(shared: SpoolLayout) -> None:
-    """Item 7: in their .spoolrender-tmp/ the member could replace a rendered file before
-    its publish. The run is refused with the reason (the job is not rendered there)."""
-    scratch = shared.root / "output" / ".spoolrender-tmp"
+@NEEDS_ROOT
+def test_a_scratch_tree_another_user_made_is_moved_aside_and_fails_nobodys_job(shared: SpoolLayout) -> None:
+    """Item 7 turned around (review 2): in their .spoolrender-tmp/ the member could replace
+    a rendered file before its publish, but refusing it failed every other user's job. The
+    runner (which owns the output root) renames it aside, never following it, makes its
+    own and renders: nothing of theirs is used, nobody's job fails for it."""
+    output = shared.root / "output"
+    scratch = output / ".spoolrender-tmp"
     as_nobody("import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)", str(scratch))
     drop(shared, "s.yaml", {**command_job(), "max_attempts": 1})
     drain(shared)
-    (entry,) = entries(shared, "failed")
-    failure = json.loads((shared.failed / entry / "failure.json").read_text())
-    assert failure["kind"] == UNTRUSTED_DIR
-    assert f"{scratch} is owned by uid 65534, not by the runner's uid 0: refusing to render" in failure["reason"]
-    assert os.listdir(scratch) == []
+    assert entries(shared, "failed") == [] and len(entries(shared, "done")) == 1
+    (aside,) = _moved_aside(output, ".spoolrender-tmp")
+    assert os.stat(aside).st_uid == 65534 and os.listdir(aside) == []
+    assert os.stat(scratch).st_uid == os.geteuid() and stat.S_IMODE(os.stat(scratch).st_mode) == 0o755
+
+
+@NEEDS_ROOT
+def test_a_chunk_store_or_a_symlink_another_user_made_is_moved_aside(shared: SpoolLayout, tmp_path: Path) -> None:
+    """The same class for the chunk store, and for a symlink planted in place of a tree:
+    renamed aside as the name it is (never followed), and the runner's own tree made."""
+    output = shared.root / "output"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    as_nobody("import os, sys; os.mkdir(sys.argv[1])", str(output / STORE_DIR))
+    as_nobody("import os, sys; os.symlink(sys.argv[2], sys.argv[1])", str(output / ".spoolrender-tmp"), str(elsewhere))
+    assert ensure_trusted_path(output, STORE_DIR, "key") == output / STORE_DIR / "key"
+    assert ensure_trusted_path(output, ".spoolrender-tmp") == output / ".spoolrender-tmp"
+    (store_aside,) = _moved_aside(output, STORE_DIR)
+    (link_aside,) = _moved_aside(output, ".spoolrender-tmp")
+    assert os.stat(store_aside).st_uid == 65534 and os.path.islink(link_aside)
+    assert os.listdir(elsewhere) == [] and not (output / ".spoolrender-tmp").is_symlink()
 
 
 def test_the_runners_own_group_writable_scratch_tree_is_repaired(spool: SpoolLayout) -> None:
@@ -220,3 +238,21 @@ def test_a_cache_made_under_umask_002_is_the_runners_alone_and_used(spool: Spool
     cache = cache_root(spool.root / "output")
     for path in (cache, cache / "entries", cache / "staging", cache / "inflight", *(cache / "entries").iterdir()):
         assert stat.S_IMODE(os.stat(path).st_mode) & 0o022 == 0, path
+
+
+def test_a_cached_command_never_sees_its_job_id_through_the_paths_it_is_given(spool: SpoolLayout) -> None:
+    """docs/reliability.md: "A cached command cannot be served an output made from another
+    job's id." Its working directory, $TMPDIR, {work_dir}, {output} and {job_file} were
+    named after the running/ entry (<id>.<uid>.<token>): a cached command that writes where
+    it runs (a log line, a "rendered in ..." caption) served job y an output naming job x.
+    The job files are identical (the ids come from the file names), so y is a cache hit."""
+    write_spool_config(spool, {"render_cache": True, "commands": {"where": [
+        "sh", "-c", 'printf "%s\\n%s\\n%s\\n%s\\n" "$PWD" "$TMPDIR" "$2" "$3" > "$1"',
+        "sh", "{output}", "{job_file}", "{work_dir}"]}})  # fmt: skip
+    for job_id in ("x", "y"):
+        drop(spool, f"{job_id}.yaml", {"renderer": "command", "command": "where"})
+        drain(spool)
+    assert result_of(spool, "y")["cache"] == "hit"
+    served = (spool.root / "output" / "y.mp4").read_text()
+    names = {part for line in served.split() for part in Path(line).parts}
+    assert not any(n == "x" or n.startswith("x.") for n in names), f"job y was served job x's id: {served!r}"

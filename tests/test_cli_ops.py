@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import allow_steps, command_job, drop, entries, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.api import Spool
 from spoolrender.compositions import Composition, submit_problems
 from spoolrender.config import load_config
 from spoolrender.failed_select import select_failed
@@ -203,18 +204,49 @@ def test_close_matches_prefers_ids_that_contain_what_was_typed() -> None:
     assert spool_ids(names) == {"a", "b", "c"}
 
 
+def test_id_hints_in_a_large_spool_run_difflib_over_a_bounded_pool() -> None:
+    """Over 100,000 done ids difflib took 13-16 s per unknown id: it sees at most
+    DIFFLIB_POOL names now (those sharing the longest prefix that leaves few enough), and
+    none when ids containing what was typed fill the hint."""
+    from spoolrender.suggest import DIFFLIB_POOL, _bounded
+
+    ids = sorted(f"job-{i:06d}" for i in range(100_000))
+    assert len(_bounded("job-01234x", ids)) <= DIFFLIB_POOL
+    assert close_matches("job-012345x", ids, contained=True)[0] == "job-012345"  # a typo past the prefix
+    assert close_matches("job-0123", ids, contained=True) == ["job-012300", "job-012301", "job-012302"]
+    assert _bounded("x", ids[:10]) == ids[:10]  # a small spool: every id
+
+
+def test_show_and_rerun_dry_run_say_what_is_damaged_and_escape_job_bytes(spool: SpoolLayout) -> None:
+    """A result.json that is a string and a failure.json that is a list are reported, not a
+    traceback; `rerun --dry-run` prints the submitter's bytes escaped, like every other line."""
+    drop(spool, "ok.yaml", {**command_job(content="\u202egnp.exe"), "output": "ok.txt"})  # a bidi override
+    drop(spool, "bad.yaml", {**command_job(exit=65), "max_attempts": 1})
+    drain(spool)
+    (done,) = entries(spool, "done")
+    (failed,) = entries(spool, "failed")
+    (spool.done / done / "result.json").write_text('"not an object"')
+    (spool.failed / failed / "failure.json").write_text("[1, 2]")
+    for job_id, name in (("ok", "result.json"), ("bad", "failure.json")):
+        shown = cli(spool, "show", job_id)
+        assert shown.returncode == 0 and f"damaged: {name} is not a JSON object" in shown.stdout, shown.stderr
+    planned = cli(spool, "rerun", "ok", "--dry-run")
+    assert planned.returncode == 0 and "\u202e" not in planned.stdout and "gnp.exe" in planned.stdout, planned.stderr
+
+
 def test_select_failed_keeps_hopeless_kinds_apart(spool: SpoolLayout) -> None:
     for name, kind in (
         ("a.0123456789ab", "timeout"),
         ("b.0123456789ab", "cancelled"),
         ("c.0123456789ab", "invalid-job"),
+        ("d.0123456789ab", "rerun-refused"),  # the same file is at its output until someone removes it
     ):
         (spool.failed / name).mkdir()
         (spool.failed / name / "failure.json").write_text(json.dumps({"kind": kind, "reason": "x"}))
     config = load_config(spool.root, environ={})
     chosen = select_failed(config)
-    assert [e.job_id for e in chosen.chosen] == ["a"] and [e.job_id for e in chosen.hopeless] == ["b", "c"]
-    assert [e.job_id for e in select_failed(config, include_hopeless=True).chosen] == ["a", "b", "c"]
+    assert [e.job_id for e in chosen.chosen] == ["a"] and [e.job_id for e in chosen.hopeless] == ["b", "c", "d"]
+    assert [e.job_id for e in select_failed(config, include_hopeless=True).chosen] == ["a", "b", "c", "d"]
     named = select_failed(config, kinds=("cancelled",))
     assert [e.job_id for e in named.chosen] == ["b"] and named.hopeless == []
 
@@ -230,3 +262,13 @@ def test_job_index_orders_every_state_newest_first_when_asked(spool: SpoolLayout
     names = os.listdir(spool.incoming)
     assert index.select("incoming", names, Filters()) == ["mid.yaml", "new.yaml", "old.yaml"]  # by name
     assert index.select("incoming", names, Filters(), newest_first=True) == ["new.yaml", "mid.yaml", "old.yaml"]
+
+
+def test_spool_rerun_from_python_queues_the_done_job_again(spool: SpoolLayout) -> None:
+    """docs/operations.md: "`Spool.rerun(ID)` does the same from Python"; the merge of opcli
+    moved rerun() into spoolrender.rerun_done, but api.py (and cli/ops_commands.py) still
+    import it from spoolrender.rerun."""
+    drop(spool, "recap.yaml", {**command_job(content="first"), "output": "recap.txt"})
+    drain(spool)
+    queued = Spool(spool.root).rerun("recap")
+    assert Path(queued) == spool.incoming / "recap.yaml" and "rerun: true" in queued.read_text()

@@ -36,7 +36,7 @@ from spoolrender.jobfile import read_job_bytes
 from spoolrender.layout import init_spool
 from spoolrender.netcache import Attributes, fresh_attributes
 from spoolrender.probe_dirs import make_probe_dir, remove_dead_probes, start_ticks
-from spoolrender.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch
+from spoolrender.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch, scratch_dir
 from spoolrender.recovery import Recoverer
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
@@ -247,8 +247,8 @@ def test_scratch_removed_by_two_runners_at_once(mounts: Mounts) -> None:
 
     for trial in range(20):  # the race is timing-bound: without the fix ~1 in 3 runs of 10 failed
         for i in range(15):
-            (root / SCRATCH_DIR / f"job{trial}" / f"sub{i}").mkdir(parents=True)
-            (root / SCRATCH_DIR / f"job{trial}" / f"sub{i}" / "part").write_bytes(b"x")
+            (scratch_dir(root, f"job{trial}") / f"sub{i}").mkdir(parents=True)
+            (scratch_dir(root, f"job{trial}") / f"sub{i}" / "part").write_bytes(b"x")
         racers = [threading.Thread(target=remove, args=(f"job{trial}",)) for _ in range(2)]
         for t in racers:
             t.start()

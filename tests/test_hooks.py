@@ -206,7 +206,8 @@ def test_gives_up_after_its_attempts_and_says_so(
     wait_for(lambda: bool(web_state().get("gave_up_at")))
     state = web_state()
     assert state["attempts"] == 3 and state["gave_up_at"] and not state["delivered_at"]
-    assert "giving up after 3 attempt(s)" in (job_dir / "hooks.log").read_text()
+    # hooks.log gets its line just after the state is saved (HookDispatcher._save): wait for it too.
+    wait_for(lambda: "giving up after 3 attempt(s)" in (job_dir / "hooks.log").read_text())
 
 
 def test_secret_file_others_can_read_stops_the_runner(spool: SpoolLayout, tmp_path: Path) -> None:

@@ -212,11 +212,15 @@ def test_symlinks_fifos_and_directories_fail_with_a_reason(spool: SpoolLayout, t
         "big": "job file: 2003 bytes is over the limit of 1000 (max_job_bytes)",
     }
     assert secret.read_text().startswith("renderer")  # never followed, never moved
-    # Kept as evidence, as what it was; no private copy made of what is no job file.
-    (link_dir,) = spool.failed.glob("link.*")
-    assert os.path.islink(link_dir / "submitted.yaml") and not os.path.lexists(link_dir / "job.yaml")
-    (fifo_dir,) = spool.failed.glob("fifo.*")
-    assert stat.S_ISFIFO(os.lstat(fifo_dir / "submitted.yaml").st_mode)
+    # The record is the evidence: no inode that is no job file is moved into the runner's
+    # tree (a member's directory in failed/ would be theirs to write in); it is removed
+    # from incoming/, and no private copy is made of it.
+    assert sorted(os.listdir(spool.incoming)) == []
+    for name in ("link", "fifo", "dir"):
+        (failed_dir,) = spool.failed.glob(f"{name}.*")
+        assert not {"submitted.yaml", "job.yaml"} & set(os.listdir(failed_dir)), failed_dir
+    (big_dir,) = spool.failed.glob("big.*")
+    assert stat.S_ISREG(os.lstat(big_dir / "submitted.yaml").st_mode)  # a regular file: kept
 
 
 def test_fallback_props_apply_on_the_last_attempt(spool: SpoolLayout) -> None:

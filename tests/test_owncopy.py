@@ -20,16 +20,29 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import pytest
 import yaml
 from chunk_jobs import FRAMES_CONFIG, frames_job, video
-from conftest import entries, stopped, wait_for, write_spool_config
+from conftest import (
+    MEMBER_UID,
+    as_member,
+    command_job,
+    drop,
+    entries,
+    spoolrender_cmd,
+    stopped,
+    wait_for,
+    write_spool_config,
+)
 from uploads_harness import digest, job_file, job_hash_command
 
 from spoolrender.cli.exit_codes import EXIT_JOBS_FAILED
 from spoolrender.defaults import MAX_UPLOAD_DISCARDS
 from spoolrender.layout import RETRY_NAME, SpoolLayout, retry_name
+from spoolrender.seal import SUBMITTED_NOTE_KEY
 
 Start = Callable[..., subprocess.Popen[bytes]]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root (setpriv)")
 
 
 def _config(**extra: object) -> dict[str, object]:
@@ -69,6 +82,13 @@ def _claimed(spool: SpoolLayout, inode: int) -> Path:
 
     wait_for(claimed, timeout=60)
     return found[-1]
+
+
+def _second_claim(record: Path) -> bool:
+    """``running/<id>.<uid>.<token>/run-0001.json`` of a later claim than the first (the
+    first claim's token is the job's uid)."""
+    *_, uid, token = record.parent.name.split(".")
+    return token != uid
 
 
 def _done_record(spool: SpoolLayout, prefix: str) -> tuple[Path, dict[str, object]]:
@@ -124,7 +144,10 @@ def test_in_place_rewrite_restored_with_utime_during_a_sealed_retry(
     start_runner(log=tmp_path / "runner.log")
     original = job_file("sealed", 2_000, props=_hold_props(tmp_path, fail_until_attempt=2))
     inode = _drop_tracked(spool, "sealed.yaml", original)
-    wait_for(lambda: any(spool.running.glob("*/run-0001.json")), timeout=60)  # run 2 under way
+    # Run 2 under way: its directory (a new claim token, unlike run 1's, whose token is the
+    # job's uid) holds run 1's record. Run 1's own directory holds it too, for a moment,
+    # before it moves to retry/: a path found there would vanish.
+    wait_for(lambda: any(_second_claim(d) for d in spool.running.glob("*/run-0001.json")), timeout=60)
     path = _claimed(spool, inode)
     before = os.stat(path)
     with open(path, "r+b") as fh:  # the same inode, other bytes
@@ -352,3 +375,66 @@ def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
     assert isinstance(runs, list)
     assert [(r["outcome"], r["attempt"]) for r in runs] == [("requeue", None), ("publishing", 1)]
     assert (done_dir / "job.yaml").read_bytes() == original + rest
+
+
+@needs_root
+def test_another_members_append_to_a_group_writable_job_is_never_rendered(
+    member_spool: SpoolLayout, start_member_runner: Start
+) -> None:
+    """Review 2: a job written under umask 002 is writable by every spool-group member.
+    Another member's append (``output:`` of their choosing) to the claimed file counted as
+    the upload going on: the run was discarded and the re-claim copied their bytes. Only a
+    file its owner alone may write (and whose owner is unchanged) can be an upload going
+    on; here the run is decided from the copy, with a note."""
+    spool = member_spool
+    write_spool_config(spool, {"slots": 1, "commands": {"jobhash": job_hash_command()}})
+    base = spool.root.parent
+    props = json.dumps({"read_marker": str(base / "read"), "hold_until": str(base / "release")})
+    path = spool.incoming / "victim.yaml"
+    path.write_bytes(f"renderer: command\ncommand: jobhash\nprops: {props}\n".encode())
+    os.chown(path, 1, -1)  # the victim (uid 1), group = the spool's (incoming/ is setgid)
+    os.chmod(path, 0o664)  # umask 002
+    os.utime(path, (1, 1))
+    inode = os.stat(path).st_ino
+    start_member_runner()
+    wait_for((base / "read").exists, timeout=60)
+    claimed = _claimed(spool, inode)
+    as_member("sh", "-c", f"printf 'output: stolen/chosen-by-member.txt\\n' >> {claimed}")
+    (base / "release").touch()
+    wait_for(lambda: bool(entries(spool, "done") or entries(spool, "failed")), timeout=90)
+    _, result = _done_record(spool, "victim.")
+    assert not (spool.root / "output" / "stolen").exists()
+    note = str(result["details"][SUBMITTED_NOTE_KEY])  # type: ignore[index]
+    assert "is writable by its group or others (mode 0664): not taken as an upload" in note, note
+
+
+@needs_root
+def test_the_private_copy_is_no_more_readable_than_the_submitted_file(
+    member_spool: SpoolLayout, start_member_runner: Start
+) -> None:
+    """Review 2: the copy was 0444 whatever the job's mode, so a member's 0600 job (a
+    customer's data, an API key in its props) became readable by every local user in
+    running/ and done/. The copy gets 0400 plus only the read bits the file had; the
+    runner's own user still reads it (show)."""
+    spool = member_spool
+    home = spool.root.parent / "member-home"
+    home.mkdir()
+    os.chown(home, MEMBER_UID, -1)
+    secret = "renderer: command\ncommand: props\nprops: {api_key: s3cr3t-of-the-member}\n"
+    part = home / "private.yaml"
+    as_member("sh", "-c", f"umask 077 && printf '{secret}' > {part} && mv {part} {spool.incoming}/private.yaml")
+    os.utime(spool.incoming / "private.yaml", (1, 1))
+    drop(spool, "public.yaml", command_job())
+    start_member_runner("--drain").wait(timeout=120)
+    private, _ = _done_record(spool, "private.")
+    public, _ = _done_record(spool, "public.")
+    assert stat.S_IMODE(os.stat(private / "job.yaml").st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(public / "job.yaml").st_mode) == 0o444
+    outsider = subprocess.run(  # uid 1 (daemon): a local user outside the spool's group
+        ["setpriv", "--reuid=1", "--regid=1", "--clear-groups", "cat", str(private / "job.yaml")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert outsider.returncode != 0 and "s3cr3t" not in outsider.stdout
+    show = spoolrender_cmd("show", "private", "--json", "--spool", str(spool.root))
+    shown = subprocess.run(show, capture_output=True, text=True)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "done", shown

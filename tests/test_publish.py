@@ -47,8 +47,10 @@ def tree(path: Path) -> list[str]:
 # --- scratch dir -----------------------------------------------------------------------
 
 
-def test_scratch_dir_is_hidden_under_output_root(root: Path) -> None:
-    assert scratch_dir(root, "clip.abc") == root / SCRATCH_DIR / "clip.abc"
+def test_scratch_dir_is_hidden_under_output_root_and_named_without_the_id(root: Path) -> None:
+    path = scratch_dir(root, "clip.abc.def")
+    assert path.parent == root / SCRATCH_DIR and "clip" not in path.name
+    assert path == scratch_dir(root, "clip.abc.def") != scratch_dir(root, "clip.abc.deg")  # recovery recomputes it
     assert SCRATCH_DIR.startswith(".")
 
 
@@ -57,12 +59,12 @@ def test_scratch_dir_is_hidden_under_output_root(root: Path) -> None:
 
 def test_publish_creates_parent_dirs(root: Path) -> None:
     temp = rendered(root)
-    ino = temp.stat().st_ino
+    ino, mtime_ns = temp.stat().st_ino, temp.stat().st_mtime_ns
     rel = PurePosixPath("campaign/2026/q1/clip.mp4")
     assert output_exists(root, rel) is False
     result = publish_output(root, rel, temp, replace=False)
     final = root / "campaign" / "2026" / "q1" / "clip.mp4"
-    assert result == Published(final, len(b"new video"), ino)
+    assert result == Published(final, len(b"new video"), ino, mtime_ns)
     assert final.read_bytes() == b"new video"
     assert final.stat().st_ino == ino
     assert not temp.exists()
@@ -107,9 +109,9 @@ def test_publish_replace_replaces(root: Path) -> None:
     final = root / "sub" / "clip.mp4"
     final.write_bytes(b"old video")
     temp = rendered(root)
-    ino = temp.stat().st_ino
+    ino, mtime_ns = temp.stat().st_ino, temp.stat().st_mtime_ns
     result = publish_output(root, PurePosixPath("sub/clip.mp4"), temp, replace=True)
-    assert result == Published(final, len(b"new video"), ino)
+    assert result == Published(final, len(b"new video"), ino, mtime_ns)
     assert final.read_bytes() == b"new video"
     assert not temp.exists()
 
@@ -123,10 +125,10 @@ def test_publish_replace_without_existing_output(root: Path) -> None:
 def test_publish_after_interrupted_link_is_idempotent(root: Path) -> None:
     # The first publish linked the file and died before removing the temp name.
     temp = rendered(root)
-    ino = temp.stat().st_ino
+    ino, mtime_ns = temp.stat().st_ino, temp.stat().st_mtime_ns
     os.link(temp, root / "clip.mp4")
     result = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False)
-    assert result == Published(root / "clip.mp4", len(b"new video"), ino)
+    assert result == Published(root / "clip.mp4", len(b"new video"), ino, mtime_ns)
     assert not temp.exists()
     assert (root / "clip.mp4").read_bytes() == b"new video"
 

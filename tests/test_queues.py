@@ -15,6 +15,7 @@ import yaml
 from conftest import command_job, drop, entries, spoolrender_cmd, wait_for
 
 from spoolrender.layout import SpoolLayout
+from spoolrender.status import SCHEMA_VERSION
 
 Start = Callable[..., subprocess.Popen[bytes]]
 
@@ -83,7 +84,7 @@ def test_tags_and_unserved_jobs_in_status_and_metrics(spool: SpoolLayout, start_
 
     wait_for(lambda: len(entries(spool, "done")) == 1 and len(unserved()) == 2, timeout=60)
     status = status_json(spool)
-    assert status["schema"] == 4 and status["counts"]["incoming"] == 2  # the queue dir's job, not the dir
+    assert status["schema"] == SCHEMA_VERSION and status["counts"]["incoming"] == 2  # the queue dir's job, not the dir
     reasons = {u["queue"]: u for u in status["unserved"]}
     assert reasons["nightly"]["reason"] == "no online runner serves queue 'nightly'"
     assert reasons["default"]["requires"] == ["gpu"]

@@ -14,6 +14,7 @@ import grp
 import http.client
 import os
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,9 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 from browser.server import Server, running_server
-from conftest import spoolrender_cmd, wait_for, write_spool_config
+from conftest import MEMBER_UID, as_member, spoolrender_cmd, wait_for, write_spool_config
 
+from spoolrender.errors import ConfigError
 from spoolrender.layout import SpoolLayout
+from spoolrender.secret_file import read_secret_line
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -294,3 +297,19 @@ def test_closed_event_streams_free_their_slots_at_once(spool: SpoolLayout, tmp_p
                     conn.close()
 
         wait_for(all_fit, timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root (setpriv)")
+def test_a_secret_file_owned_by_another_user_is_refused(member_spool: SpoolLayout) -> None:
+    """Review 2: the checks looked at the mode and group only. A 0600 token file owned by a
+    spool-group member (planted at the configured path, or reached through a symlink, which
+    the reader follows on purpose) was accepted: its owner knows, and can change, serve's
+    token or a hook's HMAC key. Only the runner's uid or root may own a secret file."""
+    home = member_spool.root.parent / "member-home"
+    home.mkdir()
+    os.chown(home, MEMBER_UID, -1)
+    token = home / "token"
+    as_member("sh", "-c", f"umask 077 && printf 'chosen-by-the-member-0123456789\\n' > {token}")
+    assert os.stat(token).st_uid == MEMBER_UID and stat.S_IMODE(os.stat(token).st_mode) == 0o600
+    with pytest.raises(ConfigError, match=f"is owned by uid {MEMBER_UID}, not by the runner's uid 0 or root"):
+        read_secret_line(token, f"serve_token_file {token}", "anyone with it can pause the spool", member_spool.root)

@@ -9,6 +9,7 @@ test must not). Ownership by a second uid is set with chown (tests run as root).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import command_job, drop
+from conftest import as_member, command_job, drop
 
 import spoolrender.scan
 import spoolrender.serve.api
@@ -28,6 +29,7 @@ from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.scan import SpoolScanner
 from spoolrender.serve.readmodel import ApiError
+from spoolrender.tree_removal import remove_tree_at
 
 MEMBER_UID = 65534  # nobody: the hostile spool-group member
 SECRET = b"id: root-only\nsecret: the vault's bytes\n"
@@ -153,3 +155,64 @@ def test_purge_retry_and_cancel_never_act_through_a_symlink(
     assert purge(config, 3600) == [f"done/d1.{uid}", f"failed/f1.{uid}"]
     assert not os.path.lexists(done_link)
     assert sorted(os.listdir(victim)) == before
+
+
+@needs_root
+def test_a_dropped_directory_fails_with_a_record_and_is_never_moved_into_failed(
+    member_spool: SpoolLayout, start_member_runner: Callable[..., Any]
+) -> None:
+    """Review 2: a member's ``incoming/d.yaml/`` was renamed into running/ and kept as
+    ``failed/<entry>/submitted.yaml/``, still theirs: a directory they could write in
+    inside a runner-owned state directory. Now it fails with a record that says what it
+    was, in an entry the runner made, and is removed from incoming/."""
+    spool = member_spool
+    dropped = spool.incoming / "d.yaml"
+    as_member("mkdir", "-m", "0755", str(dropped))
+    as_member("mkdir", str(dropped / "sub"))
+    os.utime(dropped, (1, 1))
+    start_member_runner("--drain").wait(timeout=120)
+    (entry,) = os.listdir(spool.failed)
+    failure = json.loads((spool.failed / entry / "failure.json").read_text())
+    assert (failure["kind"], failure["reason"]) == ("invalid-job", "job file: expected a regular file, got a directory")
+    assert not os.path.lexists(dropped)
+    for path in [spool.failed / entry, *(spool.failed / entry).iterdir()]:
+        assert os.lstat(path).st_uid == os.geteuid(), path
+    planted = as_member("touch", str(spool.failed / entry / "planted-by-member"), check=False)
+    assert planted.returncode != 0
+
+
+def test_purge_removes_a_tree_deeper_than_the_recursion_limit(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """Review 2: shutil.rmtree recursed per level, so a tree 1,500 levels deep in a failed/
+    entry (left by an older version's evidence) ended every purge in RecursionError. The
+    removal is iterative; a symlink in it is unlinked, never followed."""
+    outside = spool.root.parent / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("kept")
+    entry = spool.failed / f"deep.{new_token()}"
+    entry.mkdir()
+    fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):
+            os.mkdir("a", dir_fd=fd)
+            child = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.symlink(outside, "link", dir_fd=fd)
+    finally:
+        os.close(fd)
+    purge(config, 0)
+    assert os.listdir(spool.failed) == [] and (outside / "keep").read_text() == "kept"
+
+
+def test_tree_removal_works_with_two_descriptors(tmp_path: Path) -> None:
+    """The walk holds at most ``max_fds`` descriptors whatever the depth: levels whose
+    descriptor was closed are opened again by name (checked to be the same directory)."""
+    top = tmp_path / "top"
+    (top / "a" / "b" / "c" / "d" / "e").mkdir(parents=True)
+    (top / "a" / "b" / "c" / "f").write_text("x")
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        remove_tree_at(parent, "top", max_fds=2)
+    finally:
+        os.close(parent)
+    assert not top.exists()

@@ -344,9 +344,9 @@ def test_unprivileged_runner_cannot_prove_the_absence_of_other_users_writers(tmp
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_unmovable_directory_backs_off_and_is_reported(tmp_path: Path) -> None:
-    """Issue 12 item 20: a mode-555 directory in incoming/ cannot be moved by an unprivileged
-    runner (EACCES): tried again with a growing delay (not every 50 ms), shown by `status`,
-    and the queue goes on."""
+    """Issue 12 item 20: a mode-555 directory in incoming/ that is not empty cannot be removed
+    (nor moved) by an unprivileged runner (EACCES): tried again with a growing delay (not
+    every 50 ms), shown by `status`, and the queue goes on."""
     base = Path(tempfile.mkdtemp(prefix="spoolrender-blocked-"))
     runner = None
     try:
@@ -357,7 +357,8 @@ def test_unmovable_directory_backs_off_and_is_reported(tmp_path: Path) -> None:
         write_spool_config(spool, {**fast, "commands": {"quick": quick}})
         subprocess.run(["chown", "-R", "nobody:nogroup", str(base)], check=True)
         locked = spool.incoming / "locked.yaml"
-        locked.mkdir(mode=0o555)
+        locked.mkdir()
+        (locked / "inside").write_text("x")  # not empty: it cannot be removed either
         os.chown(locked, 65534, 65534)
         os.chmod(locked, 0o555)
         log = base / "runner.log"

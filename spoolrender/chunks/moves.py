@@ -33,13 +33,13 @@ from spoolrender.chunks.naming import (
 from spoolrender.chunks.plan import ChunkPlan
 from spoolrender.durable import fsync_dir, rename_durable, write_atomic
 from spoolrender.failpoints import crash_point
-from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names, new_token, retry_name
+from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, new_token, retry_name
 from spoolrender.owncopy import write_copy
 from spoolrender.publish import remove_tree
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
 from spoolrender.seal import SEAL_KEY, JobFileState
-from spoolrender.spooldir import DirHandle
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.trusted_dirs import UntrustedDir, ensure_trusted_path
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,10 @@ def create_chunk(
     try:
         # The parent's private copy (owncopy.py), copied in turn: the chunk validates and
         # renders exactly what the parent validated, and checks it against the hash here.
-        data = (parent_dir / defaults.JOB_FILENAME).read_bytes()
+        parent_copy = parent_dir / defaults.JOB_FILENAME
+        data = parent_copy.read_bytes()
         with DirHandle.open(stage) as staged:
-            write_copy(staged, data)
+            write_copy(staged, data, os.stat(parent_copy).st_mode)  # as readable as the parent's
             staged.fsync()  # no decision follows in here to make its name durable
         with contextlib.suppress(FileNotFoundError):  # its queue directory, for routing
             write_atomic(stage / QUEUE_FILENAME, (parent_dir / QUEUE_FILENAME).read_bytes())
@@ -254,17 +255,22 @@ def discard_chunks(layout: SpoolLayout, output_root: Path, key: str) -> None:
             remove_tree(gone)
     job_id, _, uid = key.rpartition(".")
     uids = _chunk_uids(uid)
-    for name in list_names(layout.retry):
-        m = RETRY_NAME.fullmatch(name)
-        if m is not None and m.group("uid") in uids:
-            # A runner may claim it at this moment: its run then finds no ledger.
-            remove_tree(layout.retry / name)
-    for name in list_names(layout.running):
-        m = RUNNING_NAME.fullmatch(name)
-        if m is not None and m.group("uid") in uids:
-            # Its owner (on any host) stops the render at its next heartbeat.
-            with contextlib.suppress(OSError):
-                write_atomic(layout.running / name / defaults.CANCEL_FILENAME, b"its job has ended\n", durable=False)
+    # Listed entries are reached through their state directory's descriptor
+    # (spoolrender.spooldir), never by their names from the root again.
+    with contextlib.suppress(FileNotFoundError), DirHandle.open(layout.retry) as retry:
+        for name in retry.names():
+            m = RETRY_NAME.fullmatch(name)
+            if m is not None and m.group("uid") in uids:
+                # A runner may claim it at this moment: its run then finds no ledger.
+                with contextlib.suppress(OSError):  # gone meanwhile (claimed), as remove_tree
+                    retry.rmtree(name)
+    with contextlib.suppress(FileNotFoundError), DirHandle.open(layout.running) as running:
+        for name in running.names():
+            m = RUNNING_NAME.fullmatch(name)
+            if m is not None and m.group("uid") in uids:
+                # Its owner (on any host) stops the render at its next heartbeat.
+                with contextlib.suppress(OSError, SpoolPathRefused), running.sub(name) as job_dir:
+                    job_dir.write_file(defaults.CANCEL_FILENAME, b"its job has ended\n", durable=False)
     remove_tree(store_dir(output_root, key))
     log.debug("job %s: chunk files and entries removed", job_id)
 

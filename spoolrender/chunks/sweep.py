@@ -32,6 +32,7 @@ from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import FINAL_NAME, SpoolLayout, list_names
 from spoolrender.publish import remove_tree
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 log = logging.getLogger(__name__)
 
@@ -48,34 +49,52 @@ class SplitSweeper:
         ``fs_now``: the spool filesystem's clock (spoolrender.clock.spool_now), or None.
         """
         woken = []
-        for key in list_names(self._layout.split):
+        try:
+            split = DirHandle.open(self._layout.split)
+        except FileNotFoundError:
+            split = None  # optional: a spool that never split a job may lack it
+        if split is not None:
+            # The sweep's own reads of a listed entry go through split/'s descriptor
+            # (spoolrender.spooldir), never through the entry's name again.
+            with split:
+                woken = self._wake_stranded(split, fs_now)
+        self._remove_ended()
+        return woken
+
+    def _wake_stranded(self, split: DirHandle, fs_now: float | None) -> list[str]:
+        woken = []
+        for key in split.names():
             m = FINAL_NAME.fullmatch(key)
             if m is None:
                 continue
             now = self._clock.wall() if fs_now is None else fs_now
-            why = self._why_wake(key, m.group("uid"), now)
+            why = self._why_wake(split, key, m.group("uid"), now)
             # Twice: a chunk that moves twice during one look (claimed, then finished) can
             # hide from it; nothing is woken on one look alone.
-            if why is None or self._why_wake(key, m.group("uid"), now) is None:
+            if why is None or self._why_wake(split, key, m.group("uid"), now) is None:
                 continue
-            if wake_parent(self._layout, key, parent_priority(self._layout.split / key), now):
+            if wake_parent(self._layout, key, _priority_in(split, key), now):
                 log.info("job %s: woken by the sweep: %s", m.group("id"), why)
                 woken.append(key)
-        self._remove_ended()
         return woken
 
-    def _why_wake(self, key: str, uid: str, fs_now: float) -> str | None:
-        if os.path.lexists(self._layout.split / key / defaults.CANCEL_FILENAME):
-            return "cancel requested"
-        plan = read_plan(self._layout, key)
-        if plan is None:
-            return "its chunk plan is gone"
-        states = chunk_states(self._layout, self._config.output_root, key, uid, plan)
-        if waiting_for_nothing(states):
-            return "its chunks need nothing more"
-        if not states.missing:
-            return None
-        age = _decided_for(self._layout.split / key, fs_now)
+    def _why_wake(self, split: DirHandle, key: str, uid: str, fs_now: float) -> str | None:
+        try:
+            job_dir = split.sub(key)
+        except (FileNotFoundError, SpoolPathRefused):
+            return None  # woken or ended meanwhile, or not a job directory (never followed)
+        with job_dir:
+            if job_dir.exists(defaults.CANCEL_FILENAME):
+                return "cancel requested"
+            plan = read_plan(self._layout, key)
+            if plan is None:
+                return "its chunk plan is gone"
+            states = chunk_states(self._layout, self._config.output_root, key, uid, plan)
+            if waiting_for_nothing(states):
+                return "its chunks need nothing more"
+            if not states.missing:
+                return None
+            age = _decided_for(job_dir.through, fs_now)
         if age is None or age < self._config.lease_seconds:
             return None
         shown = ", ".join(str(i + 1) for i in states.missing)
@@ -97,7 +116,20 @@ class SplitSweeper:
                 remove_tree(store / key)
 
     def _ended(self, key: str) -> bool:
-        return any(os.path.lexists(self._layout.state_dir(s) / key) for s in ("done", "failed"))
+        for state in ("done", "failed"):
+            with DirHandle.open(self._layout.state_dir(state)) as held:  # fstatat, never followed
+                if held.exists(key):
+                    return True
+        return False
+
+
+def _priority_in(split: DirHandle, key: str) -> int:
+    """parent_priority of split/``key``, read through split/'s descriptor."""
+    try:
+        with split.sub(key) as job_dir:
+            return parent_priority(job_dir.through)
+    except (OSError, SpoolPathRefused):
+        return defaults.DEFAULT_PRIORITY  # as parent_priority of an unreadable one
 
 
 def _decided_for(job_dir: Path, fs_now: float) -> float | None:

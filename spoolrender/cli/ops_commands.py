@@ -83,7 +83,9 @@ def rerun_command(config: SpoolConfig, args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = rerun.plan_rerun(config, args.id)
         print(printable(f"# would queue incoming/{plan.name}, from {plan.source}"))
-        sys.stdout.write(plan.data.decode("utf-8", errors="replace"))
+        # The done job's file is the submitter's bytes: shown escaped, line by line.
+        for line in plan.data.decode("utf-8", errors="replace").splitlines():
+            print(printable(line))
         return EXIT_OK
     path = rerun.rerun(config, args.id)
     print(printable(f"{path}: a new run of {args.id}; its done entry and published output stay until "

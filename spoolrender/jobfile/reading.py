@@ -34,7 +34,7 @@ def read_job_at(
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         try:
-            kind = _file_kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            kind = file_kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
         except OSError:
             kind = None
         if kind is not None and kind != "regular file":
@@ -43,7 +43,7 @@ def read_job_at(
     try:
         st = fstat_fresh(fd) if uncached else Attributes.of(os.fstat(fd))
         if not stat.S_ISREG(st.mode):
-            raise JobInvalid([f"job file: expected a regular file, got a {_file_kind(st.mode)}"])
+            raise JobInvalid([f"job file: expected a regular file, got a {file_kind(st.mode)}"])
         if st.size > max_bytes:
             raise JobInvalid([f"job file: {st.size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
         if uncached:
@@ -57,7 +57,8 @@ def read_job_at(
         os.close(fd)
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What an inode of ``mode`` is, for a reason: ``symlink``, ``directory``, ``FIFO``..."""
     if stat.S_ISLNK(mode):
         return "symlink"
     if stat.S_ISDIR(mode):

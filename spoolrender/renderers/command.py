@@ -166,6 +166,12 @@ class CommandRenderer(WholeRendersOnly):
         props_file.write_text(json.dumps(request.props), encoding="utf-8")
         # A join's request names no job file: it lies beside the run's log, in the job's directory.
         job_file = request.log.parent / defaults.JOB_FILENAME if isinstance(request, JoinRequest) else request.job_file
+        if request.spec.uses_cache(self._config):
+            # The job's own path names its id (running/<id>.<uid>.<token>/): a cached command
+            # is given a copy in its scratch directory, whose name is opaque (publish.scratch_name).
+            copy = request.work_dir / defaults.JOB_FILENAME
+            shutil.copyfile(job_file, copy)
+            job_file = copy
         return {
             "job_file": str(job_file),
             "props_file": str(props_file),

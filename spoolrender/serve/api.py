@@ -17,9 +17,10 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, TypeVar
 
 from spoolrender import defaults
 from spoolrender.chunks.naming import is_chunk_name
@@ -51,7 +52,6 @@ from spoolrender.serve.readmodel import (
     check_job_id,
     final_id,
     find_entries,
-    mtime,
     result_summary,
 )
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
@@ -65,6 +65,8 @@ from spoolrender.status import (
     spool_clock,
 )
 from spoolrender.submission import submit
+
+T = TypeVar("T")
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -136,7 +138,8 @@ def list_jobs(
             skip -= len(names)
             continue
         for name in names[skip : skip + max(0, limit - len(jobs))]:
-            path = layout.state_dir(s) / name
+            # Read through descriptors (lookup.entry_holder): never re-resolved by this path.
+            where = Located("", s, layout.state_dir(s) / name, name)  # spooldir: message only
             item: dict[str, Any]
             if s == "running":
                 item = running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
@@ -147,16 +150,16 @@ def list_jobs(
             elif s == "split":
                 item = split_info(layout, config.output_root, name, now=now)
             elif s == "failed":
-                item = _failed_item(path)
+                item = _failed_item(where)
             elif s == "done":
                 item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
-                item.update(result_summary(path) or {})
+                summary = _in_job_dir(where, result_summary)
+                item.update(summary or {})
                 item.update(output_urls(item["id"], item.get("output"), posters=posters))
             else:
-                waiting = Located("", s, path, name)
-                item = {"id": incoming_id(config, waiting), "entry": name, "queued_at": entry_mtime(waiting)}
-            where = index.route(s, name)
-            item["queue"], item["requires"] = where.queue, None if where.requires is None else list(where.requires)
+                item = {"id": incoming_id(config, where), "entry": name, "queued_at": entry_mtime(where)}
+            routed = index.route(s, name)
+            item["queue"], item["requires"] = routed.queue, None if routed.requires is None else list(routed.requires)
             jobs.append({"state": s, **item})
         skip = 0
     return {
@@ -173,9 +176,20 @@ def list_jobs(
     }
 
 
-def _failed_item(path: Path) -> dict[str, Any]:
-    kind, reason = read_failure(path)
-    return {"id": final_id(path.name), "entry": path.name, "failed_at": mtime(path), "kind": kind, "reason": reason}
+def _in_job_dir(where: Located, read: Callable[[Path], T]) -> T | None:
+    """``read`` of the claimed entry's job directory, opened through its state directory's
+    descriptor (lookup.job_dir_of); None when it moved on or is not a directory."""
+    try:
+        with job_dir_of(where) as job_dir:
+            return read(job_dir.through)
+    except (OSError, SpoolPathRefused):
+        return None
+
+
+def _failed_item(where: Located) -> dict[str, Any]:
+    kind, reason = _in_job_dir(where, read_failure) or (None, None)
+    failed_at = entry_mtime(where)
+    return {"id": final_id(where.name), "entry": where.name, "failed_at": failed_at, "kind": kind, "reason": reason}
 
 
 def _job_spec(config: SpoolConfig, where: Located, through: Path) -> tuple[dict[str, Any] | None, list[str]]:

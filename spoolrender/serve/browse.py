@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +97,19 @@ def _decided_route(job_dir: Path) -> JobRoute | None:
     return None
 
 
+def _entered(state: str, holder: DirHandle, base: str) -> float | None:
+    """When the entry ``base`` in the open ``holder`` entered ``state`` (see JobIndex.time)."""
+    if state == "running":
+        # The directory's mtime moves with every heartbeat: the run's start is in the heartbeat.
+        with holder.sub(base) as job_dir:
+            hb = read_heartbeat(job_dir.through)
+        return None if hb is None else hb.started
+    if state in STAMP_FILE:
+        with holder.sub(base) as job_dir:
+            return job_dir.stat(STAMP_FILE[state]).st_mtime
+    return holder.stat(base).st_mtime
+
+
 class JobIndex:
     """What the listing does not say about an entry, read once: its time, error kind and route."""
 
@@ -120,20 +132,15 @@ class JobIndex:
             m = RETRY_NAME.fullmatch(name)
             return int(m.group("due")) / 1000 if m else None
         known = self._times[state]
-        if name not in known and state == "running":
-            # The directory's mtime moves with every heartbeat: the run's start is in the heartbeat.
-            hb = read_heartbeat(self.layout.running / name)
-            if hb is None or hb.started is None:
-                return None
-            known[name] = hb.started
         if name not in known:
-            path = self.layout.state_dir(state) / name
-            if state in STAMP_FILE:
-                path = path / STAMP_FILE[state]
             try:
-                known[name] = os.stat(path).st_mtime
-            except OSError:
+                with entry_holder(self._where(state, name)) as (holder, base):
+                    entered = _entered(state, holder, base)
+            except (OSError, SpoolPathRefused):
                 return None  # moved on meanwhile (or being written): ask again next time
+            if entered is None:
+                return None
+            known[name] = entered
         return known[name]
 
     def kind(self, state: str, name: str) -> str | None:
@@ -141,24 +148,30 @@ class JobIndex:
             return None
         known = self._kinds[state]
         if name not in known:
-            job_dir = self.layout.state_dir(state) / name
-            if state == "failed":
-                try:
-                    with open(job_dir / defaults.FAILURE_FILENAME, "rb") as fh:
-                        failure = json.loads(fh.read())
-                    known[name] = str(failure.get("kind")) if isinstance(failure, dict) else None
-                except (OSError, ValueError):
-                    return None
-            else:
-                runs = read_runs(job_dir)
-                errors = [r.error for r in runs if r.error]
-                known[name] = str(errors[-1].get("kind")) if errors else None
+            try:
+                with entry_holder(self._where(state, name)) as (holder, base), holder.sub(base) as entry:
+                    job_dir = entry.through  # the open job directory itself (spoolrender.spooldir)
+                    if state == "failed":
+                        with open(job_dir / defaults.FAILURE_FILENAME, "rb") as fh:
+                            failure = json.loads(fh.read())
+                        known[name] = str(failure.get("kind")) if isinstance(failure, dict) else None
+                    else:
+                        runs = read_runs(job_dir)
+                        errors = [r.error for r in runs if r.error]
+                        known[name] = str(errors[-1].get("kind")) if errors else None
+            except (OSError, ValueError, SpoolPathRefused):
+                return None  # moved on meanwhile: ask again next time
         return known[name]
+
+    def _where(self, state: str, name: str) -> Located:
+        """The entry ``name`` as listed in ``state``, to be opened through lookup.entry_holder
+        (its path names it in messages and is never re-resolved)."""
+        return Located("", state, self.layout.state_dir(state) / name, name)  # spooldir: message only
 
     def route(self, state: str, name: str) -> JobRoute:
         """The entry's queue and required tags, read once per entry (per version of a waiting file)."""
         known = self._routes[state]
-        where = Located("", state, self.layout.state_dir(state) / name, name)
+        where = self._where(state, name)
         try:
             # Through descriptors (lookup.entry_holder): a queue directory swapped since the
             # listing is refused, a job directory never followed through a symlink.

@@ -32,6 +32,7 @@ from typing import Any
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.serve.readmodel import result_summary
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.status import collect_status, take_snapshot
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,9 @@ class HistoryRecorder:
                         for name in finished[state] - seen[state]:
                             bucket[state] += 1
                             if state == "done" and len(bucket["durations"]) < MAX_FINISHED_LISTED:
-                                took = (result_summary(self.layout.done / name) or {}).get("duration_seconds")
-                                if isinstance(took, int | float):
-                                    bucket["durations"].append(round(float(took), 3))
+                                took = self._render_seconds(name)
+                                if took is not None:
+                                    bucket["durations"].append(round(took, 3))
                 seen = finished
                 while next_start + interval <= now:
                     self._write_sample(next_start, interval, pending.pop(next_start, _empty()))
@@ -103,6 +104,16 @@ class HistoryRecorder:
                     self._warned = True
                 seen = None  # start watching afresh: what happened meanwhile is unknown
             self._stop.wait(min(interval / 4, 2.0))
+
+    def _render_seconds(self, name: str) -> float | None:
+        """How long done/``name`` took to render; read through done/'s descriptor
+        (spoolrender.spooldir: a listed name is never re-resolved by path)."""
+        try:
+            with DirHandle.open(self.layout.done) as done, done.sub(name) as entry:
+                took = (result_summary(entry.through) or {}).get("duration_seconds")
+        except (OSError, SpoolPathRefused):
+            return None  # purged meanwhile, or not a job directory (never followed)
+        return float(took) if isinstance(took, int | float) else None
 
     def _finished_names(self) -> dict[str, set[str]]:
         return {state: set(os.listdir(self.layout.state_dir(state))) for state in ("done", "failed")}

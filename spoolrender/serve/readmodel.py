@@ -9,7 +9,6 @@ a job is found by listing the state directories.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +46,6 @@ def check_job_id(text: str) -> str:
             f"starting with a letter or digit, at most {defaults.MAX_ID_LENGTH} characters",
         )
     return text
-
-
-def mtime(path: Path) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
 
 
 def result_summary(job_dir: Path) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.publish import scratch_name
 from spoolrender.records import attempts_used, read_runs
 
 # Processes a render may leave behind; none may outlive the runners.
@@ -133,7 +134,8 @@ def audit(
     running = set(list_names(layout.running))
     if scratch.exists():
         # A job still in running/ may own a scratch dir; any other one is a leak.
-        result.partial_files += [f"scratch: {p.name}" for p in scratch.iterdir() if p.name not in running]
+        owned = {scratch_name(name) for name in running}
+        result.partial_files += [f"scratch: {p.name}" for p in scratch.iterdir() if p.name not in owned]
     expected_outputs: set[Path] = set()
     for name in list_names(layout.done):
         job_dir = layout.done / name

@@ -28,6 +28,7 @@ from invariants import audit
 
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.publish import scratch_dir
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 LEASE = 3.0
@@ -158,7 +159,7 @@ def test_three_hosts_exactly_once_recovery_skew_and_polling(shared: tuple[SpoolL
         owner = next(h for h in hosts if h.name == hb.host)
         owner.kill()
         # Recovered: out of running/, and its scratch dir removed (the hosts are killed next).
-        scratch = layout.root / "output" / ".spoolrender-tmp" / entry
+        scratch = scratch_dir(layout.root / "output", entry)
         recovered_after = wait_until(
             lambda: entry not in os.listdir(layout.running) and not scratch.exists(), timeout=LEASE * 10
         )
