@@ -401,7 +401,7 @@ NEXT_APP = Shape(
 import path from 'node:path';
 import {Config} from '@remotion/cli/config';
 
-Config.setVideoImageFormat('jpeg');
+Config.setCrf(28); // a render default: both must apply it (18 is Remotion's own)
 Config.overrideWebpackConfig((config) => ({
   ...config,
   resolve: {...config.resolve, alias: {...(config.resolve?.alias ?? {}), '@/theme': path.resolve('src/theme')}},
