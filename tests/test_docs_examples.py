@@ -86,7 +86,7 @@ from support.docs_examples import (
 from support.docs_terminal import Terminal
 
 SHELL_TIMEOUT_S = 120.0
-REMOTION_TIMEOUT_S = 900.0  # an install, a bundle and a render on a loaded host
+REMOTION_TIMEOUT_S = 1800.0  # an install, a bundle and a render on a loaded host (900 s ran out at load 90)
 _INSTALLS_SPOOLRENDER = re.compile(r"\bpipx? install\b")
 _INSTALLS_NPM_PACKAGES = re.compile(r"\bnpm (ci|install|i)\b")
 
