@@ -19,7 +19,9 @@ Their shapes are stood in for by the webpack override above; WebGL (``gl: angle`
 
 Time: every CLI render bundles the project again (webpack's cache in the shared
 node_modules keeps that short after the first run), so projects are tiny (a second of
-video or less, at most 160x90). The module took 100-150 s on this loaded 2-core host.
+video or less, at most 160x90). Measured 2026-12-01 on a 2-core host shared at load
+40-95: the four cases took 547 + 1318 + 715 + 770 s of wall time but only about 340 s of
+CPU (user + sys of everything they ran): a few minutes of an idle 2-core CI host.
 """
 
 from __future__ import annotations
