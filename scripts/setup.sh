@@ -78,17 +78,22 @@ fi
 # on the registry), shaped like Remotion's starters: only remotion and @remotion/cli are
 # listed, the renderer and bundler come with the CLI. tests/test_projects.py links its
 # projects' node_modules here. Installed once; later runs only check the stamp.
-if [ "${1:-}" = --test ]; then
-  other_version=4.0.527
-  other=.cache/remotion-$other_version
-  if [ ! -f "$other/node_modules/.spoolrender-installed" ]; then
-    say "installing Remotion $other_version for the project-shape tests ($other)"
-    mkdir -p "$other"
-    cat > "$other/package.json" <<JSON
-{"name": "remotion-$other_version", "private": true, "dependencies": {"remotion": "$other_version",
- "@remotion/cli": "$other_version", "react": "19.2.0", "react-dom": "19.2.0"}}
+# Also a starter installed the way the registry gives it (issue 22): remotion 4.0.541 beside
+# @remotion/cli and everything it pulls in at 4.0.529, each with its own nested remotion.
+# install_test_project DIR REMOTION_VERSION CLI_VERSION
+install_test_project() {
+  if [ ! -f "$1/node_modules/.spoolrender-installed" ]; then
+    say "installing remotion $2 with @remotion/cli $3 for the project-shape tests ($1)"
+    mkdir -p "$1"
+    cat > "$1/package.json" <<JSON
+{"name": "$(basename "$1")", "private": true, "dependencies": {"remotion": "$2",
+ "@remotion/cli": "$3", "react": "19.2.0", "react-dom": "19.2.0"}}
 JSON
-    (cd "$other" && npm install --no-audit --no-fund --loglevel=error)
-    touch "$other/node_modules/.spoolrender-installed"
+    (cd "$1" && npm install --no-audit --no-fund --loglevel=error)
+    touch "$1/node_modules/.spoolrender-installed"
   fi
+}
+if [ "${1:-}" = --test ]; then
+  install_test_project .cache/remotion-4.0.527 4.0.527 4.0.527
+  install_test_project .cache/remotion-mixed 4.0.541 4.0.529
 fi

@@ -28,6 +28,9 @@ from spoolrender.suggest import did_you_mean
 log = logging.getLogger(__name__)
 
 LISTING_FILE = "compositions.json"
+# Why the last listing of this bundle failed ({"reason": ...}): `submit` says so instead of
+# checking against nothing, and never blames the job's composition for it.
+LISTING_FAILED_FILE = "compositions-failed.json"
 LIST_TIMEOUT_S = 300
 
 
@@ -113,18 +116,56 @@ def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RenderError(f"listing the compositions failed: {exc}", transient=True, kind="compositions") from exc
     event = last_json_object(proc.stdout)
+    stderr_tail = _last_line(proc.stderr.decode("utf-8", "replace"))
     if proc.returncode != 0 or event.get("type") != "compositions":
-        message = str(event.get("message") or proc.stderr.decode("utf-8", "replace").strip()[-300:])
+        message = str(event.get("message") or stderr_tail or f"exit status {proc.returncode}")
+        _record_failure(bundle, message)
         if event.get("kind") == "setup":
             raise setup_error(message)
         raise RenderError(f"listing the compositions failed: {message}", transient=True, kind="compositions")
     raw = event.get("compositions")
-    if not isinstance(raw, list):
-        raise RenderError("listing the compositions failed: no list in the answer", transient=True, kind="compositions")
+    if not isinstance(raw, list) or not raw:
+        # No composition at all is the root failing to register them (an error in the page
+        # logged on stderr), not a project without compositions: nothing to check against.
+        why = "no list in the answer" if not isinstance(raw, list) else "the project registered no compositions"
+        message = f"{why}{f' ({stderr_tail})' if stderr_tail else ''}"
+        _record_failure(bundle, message)
+        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind="compositions")
     # Stored under the bundle's content key: another process may write the same bytes
     # meanwhile, so an atomic replace keeps every reader's view whole.
     write_atomic(bundle / LISTING_FILE, json.dumps(raw).encode())
+    (bundle / LISTING_FAILED_FILE).unlink(missing_ok=True)
     return [Composition.from_json(c) for c in raw]
+
+
+def _last_line(text: str) -> str:
+    """The last line of a worker's stderr that says something (Debian's chromium wrapper
+    prints a harmless `[: ...: unexpected operator`)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "unexpected operator" not in line]
+    return lines[-1][:300] if lines else ""
+
+
+def _record_failure(bundle: Path, reason: str) -> None:
+    # Atomic for the same reason as the listing itself; a spool that cannot store it
+    # only loses the better `submit` message.
+    try:
+        write_atomic(bundle / LISTING_FAILED_FILE, json.dumps({"reason": reason}).encode())
+    except OSError as exc:
+        log.warning("cannot record the failed composition listing in %s: %s", bundle, exc)
+
+
+def listing_failure(project: Path, cache_dir: Path) -> str | None:
+    """Why the last listing of ``project``'s current bundle failed, or None (never
+    listed, listed fine, or not usable)."""
+    try:
+        bundle = cached_bundle(project, cache_dir)
+        if bundle is None:
+            return None
+        return str(json.loads((bundle / LISTING_FAILED_FILE).read_bytes())["reason"])
+    except FileNotFoundError:
+        return None
+    except (SpoolrenderError, OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def cached_compositions(project: Path, cache_dir: Path) -> list[Composition] | None:
@@ -137,9 +178,18 @@ def cached_compositions(project: Path, cache_dir: Path) -> list[Composition] | N
     return None if bundle is None else _read_listing(bundle)
 
 
-def submit_problems(compositions: list[Composition], composition: str, props: dict[str, Any]) -> list[str]:
-    """A job's problems against a project's listing: an unknown composition, or props
-    that break its schema. Phrased as job-file problems (``field 'props'``)."""
+def submit_problems(
+    compositions: list[Composition], composition: str, props: dict[str, Any], still_frame: int | None = None
+) -> list[str]:
+    """A job's problems against a project's listing: an unknown composition, props that
+    break its schema, a still frame past its end. Phrased as job-file problems (``field
+    'props'``).
+
+    The listing's duration is the one ``calculateMetadata`` gives the default props: a
+    still frame is checked only when the job's props leave them as they are (other props
+    may lengthen the composition; the runner checks again before the first frame)."""
+    if not compositions:  # a listing without compositions is a failed one: no verdict
+        return []
     by_id = {c.id: c for c in compositions}
     found = by_id.get(composition)
     if found is None:
@@ -149,7 +199,14 @@ def submit_problems(compositions: list[Composition], composition: str, props: di
             f"field 'composition': {composition!r} is not a composition of the project (it has: {known})"
             + (f"; {hint}" if hint else "")
         ]
-    return [f"field 'props': {problem}" for problem in found.props_problems(props)]
+    problems = [f"field 'props': {problem}" for problem in found.props_problems(props)]
+    last = found.duration_in_frames - 1
+    if still_frame is not None and still_frame > last and {**found.default_props, **props} == found.default_props:
+        problems.append(
+            f"field 'still': frame {still_frame} is past the end of {composition} "
+            f"({found.duration_in_frames} frames: 0-{last})"
+        )
+    return problems
 
 
 def _read_listing(bundle: Path) -> list[Composition] | None:
@@ -189,7 +246,9 @@ def _schema_lines(schema: dict[str, Any], default_props: dict[str, Any]) -> list
     lines = ["props:"]
     for name, sub in properties.items():
         sub = sub if isinstance(sub, dict) else {}
-        kind = sub.get("type") or ("one of " + ", ".join(map(json.dumps, sub["enum"])) if "enum" in sub else "any")
+        # An enum is its values (zod's z.enum is {"type": "string", "enum": [...]}).
+        kind = "one of " + ", ".join(map(json.dumps, sub["enum"])) if isinstance(sub.get("enum"), list) else None
+        kind = kind or sub.get("type") or ("one of " + json.dumps(sub["const"]) if "const" in sub else "any")
         extras = [f"{k} {sub[k]}" for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
                                             "minLength", "maxLength", "minItems", "maxItems") if k in sub]  # fmt: skip
         if name in default_props:

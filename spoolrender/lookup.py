@@ -22,7 +22,7 @@ from spoolrender.heartbeat import read_heartbeat
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
 from spoolrender.queues import incoming_view
-from spoolrender.records import PUBLISHING, attempts_used, read_runs
+from spoolrender.records import PUBLISHING, WARNINGS_KEY, attempts_used, read_runs
 from spoolrender.render_cache import describe_result
 from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
 from spoolrender.suggest import id_hint
@@ -389,6 +389,7 @@ def format_description(info: dict[str, Any]) -> str:
         why = f"  {p(err.get('kind'))}: {p(err.get('message'))}" if err else ""
         label = run_outcome_label(run, info["state"], i == len(runs) - 1)
         lines.append(f"  run {run['run']}: {label} on {p(run['host'])}{_run_times(run)}{why}")
+        lines.extend(f"    warning: {p(w)}" for w in (run.get("details") or {}).get(WARNINGS_KEY) or ())
     if "result" in info:
         r = info["result"]
         lines.append(f"output: {p(r.get('output'))} ({p(r.get('bytes'))} bytes, {p(r.get('duration_seconds'))} s)")

@@ -40,6 +40,9 @@ RUNNER_DIED = "runner-died"
 # The error kind of a run that ended (or could not be recorded) because the spool's
 # filesystem failed (full, read-only, ...: spoolrender.spool_io): requeued, no attempt used.
 SPOOL_IO = "spool-io"
+# Run details: what the run went ahead despite, one line each (e.g. a Remotion project
+# whose packages have mixed versions, which Remotion's own CLI warns about and renders).
+WARNINGS_KEY = "warnings"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from spoolrender import defaults
-from spoolrender.compositions import cached_compositions, submit_problems
+from spoolrender.compositions import cached_compositions, listing_failure, submit_problems
 from spoolrender.config import SpoolConfig
 from spoolrender.display import has_control_characters
 from spoolrender.durable import write_atomic
@@ -92,13 +92,18 @@ def prepare(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, 
             taken = None  # no output root yet (a runner makes it), or unreadable: the runner decides
         problems += [] if taken is None else [taken]
     if props_check and values["renderer"] == "remotion" and values["composition"] is not None:
-        found = props_problems(config, values["project"], values["composition"], values["props"])
+        still = values["still"]["frame"] if isinstance(values.get("still"), dict) else None
+        found = props_problems(config, values["project"], values["composition"], values["props"], still)
         # Props that are not a mapping were reported as such; a schema check of the
         # empty props used in their place would only add noise.
         problems += [p for p in found if "field 'props'" not in wrong or not p.startswith("field 'props'")]
     if problems:
         raise JobInvalid(problems, job_id=values["id"])
     warnings = project_warnings(config, values["id"], values["project"]) if values["renderer"] == "remotion" else []
+    if props_check and values["renderer"] == "remotion":
+        failed = listing_failure(config.project_dir(values["project"]), config.cache_dir)
+        if failed is not None:
+            warnings.append(f"composition and props not checked: listing the project's compositions failed: {failed}")
     return Submission(data, target, values["id"], tuple(warnings))
 
 
@@ -124,12 +129,14 @@ def write(submission: Submission) -> Path:
     return submission.target
 
 
-def props_problems(config: SpoolConfig, project: str | None, composition: str, props: dict[str, object]) -> list[str]:
-    """A Remotion job's composition and props against the project's cached listing
-    (``spoolrender compositions``). Without a listing of the project's current content
-    nothing is checked here: submit never bundles or starts a browser."""
+def props_problems(
+    config: SpoolConfig, project: str | None, composition: str, props: dict[str, object], still_frame: int | None
+) -> list[str]:
+    """A Remotion job's composition, props and still frame against the project's cached
+    listing (``spoolrender compositions``). Without a listing of the project's current
+    content nothing is checked here: submit never bundles or starts a browser."""
     listing = cached_compositions(config.project_dir(project), config.cache_dir)
-    return [] if listing is None else submit_problems(listing, composition, dict(props))
+    return [] if listing is None else submit_problems(listing, composition, dict(props), still_frame)
 
 
 def project_warnings(config: SpoolConfig, job_id: str, project: str | None) -> list[str]:

@@ -108,6 +108,10 @@ def test_submit_refuses_props_the_schema_rejects(listed: tuple[SpoolLayout, Path
     ):
         assert expected in proc.stderr, proc.stderr
     assert not (layout.incoming / "bad.yaml").exists()
+    # A still past the end the listing knows (Tiny: 12 frames, its default props).
+    late = yaml.safe_dump({"composition": "Tiny", "output": "late.png", "still": {"frame": 12}}).encode()
+    past = run("submit", "-", "--name", "late.yaml", layout=layout, stdin=late)
+    assert past.returncode == 1 and "field 'still': frame 12 is past the end of Tiny (12 frames: 0-11)" in past.stderr
     unknown = run("submit", "-", "--name", "typo.yaml", layout=layout, stdin=job("DataRecapp", {}))
     assert unknown.returncode == 1
     assert "'DataRecapp' is not a composition of the project (it has: DataRecap, Failing, Tiny, TitleCard)" in (
@@ -128,7 +132,10 @@ def test_submit_accepts_valid_props_and_skips_the_check_on_request(
         layout=layout, stdin=job("DataRecap", {"seconds": -1}),
     )  # fmt: skip
     assert skipped.returncode == 0, skipped.stderr
-    assert sorted(p.name for p in layout.incoming.iterdir()) == ["good.yaml", "skipped.yaml", "tiny.yaml"]
+    last = yaml.safe_dump({"composition": "Tiny", "output": "last.png", "still": {"frame": 11}}).encode()
+    still = run("submit", "-", "--name", "last.yaml", layout=layout, stdin=last)
+    assert still.returncode == 0, still.stderr
+    assert sorted(p.name for p in layout.incoming.iterdir()) == ["good.yaml", "last.yaml", "skipped.yaml", "tiny.yaml"]
 
 
 def test_a_changed_project_has_no_listing_until_listed_again(
@@ -161,8 +168,8 @@ export const Root = () => (
       defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
     <Composition id="Dated" component={Blank} schema={z.object({when: z.date()})}
       defaultProps={{when: new Date(0)}} width={32} height={32} fps={25} durationInFrames={5} />
-    <Composition id="Modern" component={Blank} schema={z.object({n: z.number().int()})}
-      defaultProps={{n: 1}} width={32} height={32} fps={25} durationInFrames={5} />
+    <Composition id="Modern" component={Blank} schema={z.object({n: z.number().int(), pace: z.enum(['fast', 'slow'])})}
+      defaultProps={{n: 1, pace: 'fast'}} width={32} height={32} fps={25} durationInFrames={5} />
   </Folder>
 );
 """,
@@ -193,3 +200,41 @@ def test_schemas_that_cannot_be_converted_say_why(tmp_path: Path) -> None:
     modern = run("submit", "-", "--name", "m.yaml", layout=layout, stdin=job("Modern", {"n": 1.5}))
     assert modern.returncode == 1
     assert "field 'props': props.n: must be integer, not number" in modern.stderr
+    shown = run("compositions", layout=layout)  # an enum prop is its values, not "string"
+    assert '  pace: one of "fast", "slow", default "fast"' in shown.stdout, shown.stdout
+
+
+FETCHING_PROJECT: dict[str, str | bytes] = {
+    "src/index.ts": SCHEMAS_PROJECT["src/index.ts"],
+    "src/Root.tsx": """
+import {AbsoluteFill, Composition} from 'remotion';
+const Blank = () => <AbsoluteFill style={{background: 'black'}} />;
+// Its metadata comes from a host that cannot be reached (port 9: refused at once).
+const fetchMetadata = async () => {
+  await fetch('http://127.0.0.1:9/data.json');
+  return {};
+};
+export const Root = () => (
+  <Composition id="Data" component={Blank} calculateMetadata={fetchMetadata}
+    width={32} height={32} fps={25} durationInFrames={5} />
+);
+""",
+}
+
+
+def test_a_failed_listing_is_said_by_submit_and_blames_no_composition(tmp_path: Path) -> None:
+    from test_projects import make_project, remotion_deps
+
+    project = make_project(tmp_path / "fetching", FETCHING_PROJECT, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    layout = init_spool(tmp_path / "spool")
+    write_spool_config(layout, {"remotion_project": str(project), "cache_dir": str(tmp_path / "cache")})
+    listing = run("compositions", layout=layout, timeout=900)
+    assert listing.returncode != 0
+    # "Failed to fetch" names what it asked for.
+    assert "listing the compositions failed: " in listing.stderr and "http://127.0.0.1:9/data.json" in listing.stderr
+    submitted = run("submit", "-", "--name", "d.yaml", layout=layout, stdin=job("Data", {}))
+    assert submitted.returncode == 0, submitted.stderr  # what may render is never refused
+    assert "warning: composition and props not checked: listing the project's compositions failed: " in (
+        submitted.stderr
+    )
+    assert "http://127.0.0.1:9/data.json" in submitted.stderr and "not a composition" not in submitted.stderr

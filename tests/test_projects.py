@@ -295,6 +295,89 @@ def test_project_on_another_remotion_version(tmp_path: Path, spool: SpoolLayout,
     assert f'"remotionVersion": "{OTHER_VERSION}"' in log  # the project's version, not remotion/'s
 
 
+MIXED = REPO / ".cache" / "remotion-mixed"
+
+
+@pytest.mark.skipif(
+    not (MIXED / "node_modules" / ".spoolrender-installed").is_file(),
+    reason="mixed Remotion versions missing: run scripts/setup.sh --test",
+)
+def test_mixed_remotion_versions_render_with_the_clis_warning(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    # remotion 4.0.541 with @remotion/* 4.0.529, as npm installs a starter today: the
+    # project's own `remotion render` warns and renders, so spoolrender does too.
+    deps = {"remotion": "^4.0.0", "@remotion/cli": "^4.0.0", "react": "19.2.0", "react-dom": "19.2.0"}
+    project = make_project(tmp_path / "mixed", STARTER, MIXED / "node_modules", deps)
+    project_spool(spool, project, bundle_cache)
+    drop(spool, "mixed.yaml", {"composition": "HelloWorld", "output": "mixed.mp4"})
+    drain(spool)
+    assert near(pixel(first_frame(spool.root / "output" / "mixed.mp4", 64, 64), 64, 32, 32), GREEN)
+    (warning,) = record(spool, "done", "mixed", "run-0001.json")["details"]["warnings"]
+    installed = sorted(
+        p.parent.name for p in (MIXED / "node_modules/@remotion").glob("*/package.json")
+        if not p.parent.name.startswith("compositor-")
+    )  # fmt: skip
+    assert warning.startswith("Version mismatch (Remotion's CLI warns the same and renders): remotion 4.0.541; ")
+    # The fix names every Remotion package at a version installed (so it exists), never 4.0.541.
+    fix = " ".join(f"@remotion/{name}@4.0.529" for name in installed) + " remotion@4.0.529"
+    assert warning.endswith(f"run `npm install --save-exact {fix}`"), warning
+    shown = subprocess.run(spoolrender_cmd("show", "mixed", "--spool", str(spool.root)), capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert f"    warning: {warning}" in shown
+
+
+WEBGL = {
+    **STARTER,
+    "src/Root.tsx": """
+import {useEffect, useState} from 'react';
+import {AbsoluteFill, cancelRender, Composition, continueRender, delayRender} from 'remotion';
+// As Three.js does: no context, no scene.
+const Scene = () => {
+  const gl = document.createElement('canvas').getContext('webgl');
+  if (!gl) throw new Error('Error creating WebGL context.');
+  return <AbsoluteFill style={{background: 'rgb(0, 255, 0)'}} />;
+};
+// A font stylesheet from a host that cannot be reached (port 9: refused at once).
+const Fetching = () => {
+  const [handle] = useState(() => delayRender('font'));
+  useEffect(() => {
+    fetch('http://127.0.0.1:9/fonts.css').then(() => continueRender(handle), (err) => cancelRender(err));
+  }, [handle]);
+  return <AbsoluteFill style={{background: 'white'}} />;
+};
+export const Root = () => (
+  <>
+    <Composition id="Scene" component={Scene} width={64} height={64} fps={30} durationInFrames={2} />
+    <Composition id="Fetching" component={Fetching} width={64} height={64} fps={30} durationInFrames={2} />
+  </>
+);
+""",
+}
+
+
+def test_a_missing_webgl_context_fails_for_good_naming_swangle_and_a_failed_fetch_its_url(
+    tmp_path: Path, spool: SpoolLayout, bundle_cache: Path
+) -> None:
+    # Skia's and Three's starters set gl: angle, which has no WebGL context on this
+    # headless host (the CLI fails the same way); swangle renders.
+    project = make_project(tmp_path / "webgl", WEBGL, REMOTION / "node_modules", remotion_deps("4.0.529"))
+    project_spool(spool, project, bundle_cache)
+    for gl in ("angle", "swangle"):
+        job = {"composition": "Scene", "output": f"{gl}.png", "still": True, "settings": {"gl": gl}}
+        drop(spool, f"{gl}.yaml", job)
+    # Beside them (the same bundle): a failed fetch names what it asked for.
+    drop(spool, "fetch.yaml", {"composition": "Fetching", "output": "fetch.png", "still": True, "max_attempts": 1})
+    drain(spool, expect=3)
+    fetched = failure(spool, "fetch")["reason"]
+    assert "Failed to fetch" in fetched and "http://127.0.0.1:9/fonts.css" in fetched, fetched
+    angle = failure(spool, "angle")
+    assert angle["kind"] == "no-webgl" and angle["attempts"] == 1, angle
+    assert angle["reason"].startswith("No WebGL context with gl: angle on this host (Error creating WebGL context.")
+    assert angle["reason"].endswith("set `settings: {gl: swangle}` in the job file")
+    assert (spool.root / "output" / "swangle.png").is_file()
+
+
 def failure(spool: SpoolLayout, prefix: str) -> dict[str, Any]:
     return record(spool, "failed", prefix, "failure.json")
 

@@ -22,7 +22,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import ConfigError, RenderCancelled, RenderError
 from spoolrender.jobfile.limits import render_size_problem
 from spoolrender.jobfile.media import DEFAULT_STILL_FORMAT, remotion_options, still_format_of
-from spoolrender.records import NOT_AN_ATTEMPT, read_runs
+from spoolrender.records import NOT_AN_ATTEMPT, WARNINGS_KEY, read_runs
 from spoolrender.renderers import join_check, output_check, remotion_chunks
 from spoolrender.renderers.base import (
     CancelToken,
@@ -45,7 +45,9 @@ T = TypeVar("T")
 
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
-PERMANENT_KINDS = frozenset({"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup"})
+PERMANENT_KINDS = frozenset(
+    {"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup", "no-webgl"}
+)
 
 
 class RemotionRenderer(WholeRendersOnly):
@@ -209,6 +211,8 @@ class RemotionRenderer(WholeRendersOnly):
 
         started, done = self._converse(worker, message, progress, cancel, size_problem)
         details = _details(started, done)
+        if worker.version_warning is not None:
+            details[WARNINGS_KEY] = [worker.version_warning]
         if request.chunk is not None:
             details["chunk_audio"] = done.get("audioLocation") is not None
             remotion_chunks.write_manifest(request, float(details["fps"]), details["chunk_audio"])

@@ -68,6 +68,8 @@ class RemotionWorker:
         self._log: IO[bytes] | None = None
         self._tail: list[str] = []
         self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
+        # Remotion's "Version mismatch" for the project's packages (ready event), or None.
+        self.version_warning: str | None = None
         self.memory: str | None = None  # the first output line saying memory ran out
         self.tmp = tmp
         self.tmpdir = tmpdir = tmp.path
@@ -171,6 +173,7 @@ class RemotionWorker:
             if event["type"] == "ready":
                 self.baseline = set(os.listdir(self.tmpdir))
                 self.ffprobe = event.get("ffprobe")
+                self.version_warning = event.get("versionWarning") or None
                 return event
             if event["type"] == "fatal":
                 if event.get("kind") == "setup":

@@ -130,7 +130,13 @@ function render(info) {
       el("td", { className: "num" }, timeNode(run.ended)),
       el("td", { className: "num", text: run.started && run.ended ? duration(run.ended - run.started) : "–" }),
       el("td", {}, outcomeTag(run.outcome, info.state)),
-      error.kind ? clipped("td", { className: "reason" }, `${error.kind}: ${error.message || "?"}`, 200) : el("td", {}),
+      el(
+        "td",
+        { className: "reason" },
+        ...(error.kind ? [clipped("span", {}, `${error.kind}: ${error.message || "?"}`, 400)] : []),
+        // What the run went ahead despite (mixed Remotion versions): the record's warnings.
+        ...((run.details || {}).warnings || []).map((w) => el("div", { className: "warning", text: `warning: ${w}` })),
+      ),
     );
   });
   if (info.state === "running" && hb.run && !(info.runs || []).some((run) => run.run === hb.run)) {

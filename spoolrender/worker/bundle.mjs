@@ -15,7 +15,7 @@
 // --no-webpack-cache turns it off. Do not run two bundles of one project at once.
 //
 // stdout carries exactly one JSON line:
-//   success: {"type":"bundled","out":DIR,"ms":N,"via":"cli"|"api","remotionVersion":V,
+//   success: {"type":"bundled","out":DIR,"ms":N,"via":"cli"|"api","remotionVersion":V,"versionWarning":S|null,
 //             "configFile":PATH|null,"renderDefaults":{...}|null}                 exit 0
 //   failure: {"type":"fatal","kind":"setup"|"error","message":FIRST_LINE,"detail":S} exit 1
 // Everything else (bundler logs, the CLI's output) goes to stderr.
@@ -126,6 +126,7 @@ const main = async () => {
 		ms: Date.now() - t0,
 		via,
 		remotionVersion: project.remotionVersion,
+		versionWarning: project.versionWarning,
 		configFile: configFileOf(project.dir),
 		renderDefaults,
 	});

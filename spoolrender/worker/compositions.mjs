@@ -20,9 +20,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {checkBrowserPath} from './browser.mjs';
 import {RENDER_DEFAULTS_FILE} from './config.mjs';
-import {formatDetail} from './errors.mjs';
+import {formatDetail, keepBrowserLog, withFetchedUrl} from './errors.mjs';
 import {openProject} from './project.mjs';
-import {emit, firstLine, parseArgs, stripErrorPrefix} from './protocol.mjs';
+import {emit, firstLine, logErr, parseArgs, stripErrorPrefix} from './protocol.mjs';
 
 // Runs in the page: the schema of every <Composition>/<Still> element of the React tree.
 // Found through the root container's fiber (React 18 and 19 name it __reactContainer$*).
@@ -84,6 +84,9 @@ const schemaReadingBrowser = (browser) => {
 	return {wrapped, schemas: () => reading ?? Promise.resolve({error: 'the page was never closed'})};
 };
 
+// The page's console during the listing (errors.mjs keepBrowserLog).
+const pageLog = {browserLog: []};
+
 const main = async () => {
 	const args = parseArgs(
 		process.argv.slice(2),
@@ -112,12 +115,15 @@ const main = async () => {
 			browserExecutable: args.browserExecutable,
 			chromiumOptions,
 			logLevel: 'error',
+			// The page's console: what a failed fetch asked for is only said there.
+			onBrowserLog: keepBrowserLog(pageLog),
 		});
 		const found = await schemas();
 		const pageError = found.error ? `the schema could not be read from the page: ${found.error}` : null;
 		emit({
 			type: 'compositions',
 			remotionVersion: project.remotionVersion,
+			versionWarning: project.versionWarning,
 			compositions: compositions.map((c) => ({
 				id: c.id,
 				width: c.width,
@@ -134,13 +140,17 @@ const main = async () => {
 	}
 };
 
+// A page that failed during the listing rejects its own close too (Target closed):
+// logged, so that the listing's real error is the one reported.
+process.on('unhandledRejection', (err) => logErr('unhandled rejection:', err?.stack ?? err));
+
 main().then(
 	() => process.exit(0), // Remotion's server can leave handles open
 	(err) => {
 		emit({
 			type: 'fatal',
 			kind: err?.kind ?? 'error',
-			message: stripErrorPrefix(firstLine(err?.message ?? err)) || 'listing the compositions failed',
+			message: withFetchedUrl(stripErrorPrefix(firstLine(err?.message ?? err)) || 'listing the compositions failed', err, pageLog),
 			detail: formatDetail(err, null),
 		});
 		process.exit(1);

@@ -1,7 +1,7 @@
 // spoolrender: classify a failed render and say what happened in one line.
 //
 // Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
-// browser-crashed | no-space | out-of-memory | error (and setup for start-up failures;
+// browser-crashed | no-space | out-of-memory | no-webgl | error (and setup for start-up failures;
 // invalid-settings, from render.mjs, for frames the composition does not have).
 
 import {firstLine, stripErrorPrefix} from './protocol.mjs';
@@ -25,6 +25,57 @@ export const memoryLine = (text) =>
 		.map((l) => l.trim())
 		.find((l) => MEMORY_RE.test(l)) ?? null;
 
+// The page could not get a WebGL context: CanvasKit (Skia) logs "failed to create webgl
+// context: err 0", Three.js throws "Error creating WebGL context.". On a headless host
+// `gl: angle` (Skia's and Three's starters set it) has none; swangle (SwiftShader under
+// ANGLE) renders both here. No retry can fix it (kind no-webgl): the job's gl must change.
+export const WEBGL_RE =
+	/failed to create webgl context|Error creating WebGL context|Could not create a WebGL context|WebGL is not supported|WebGL context could not be created/i;
+
+// The line of the error or of the page's console (job.browserLog) that tells the WebGL
+// story, or null.
+export const webglLine = (err, job) =>
+	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserLog ?? [])]
+		.flatMap((t) => t.split('\n'))
+		.map((l) => l.trim())
+		.find((l) => WEBGL_RE.test(l)) ?? null;
+
+// onBrowserLog for Remotion: the page's last console lines, kept in holder.browserLog for
+// classifying a failure (a missing WebGL context, the URL a failed fetch asked for are
+// only said there), each with the URL it came from.
+export const keepBrowserLog = (holder) => (log) => {
+	const where = (log?.stackTrace ?? []).map((f) => f?.url).filter((u) => /^https?:/.test(u ?? ''));
+	const line = String(log?.text ?? '') + (where.length > 0 ? ` (at ${where[0]})` : '');
+	holder.browserLog = [...(holder.browserLog ?? []).slice(-49), line];
+};
+
+// A request of the page that failed without saying what it asked for (fetch's "Failed to
+// fetch": a Google Fonts stylesheet on a host without network, say).
+const FETCH_RE = /Failed to fetch|NetworkError when attempting to fetch|Load failed|net::ERR_/i;
+
+// The URL of the failed request, from the error or the page's console (Chromium logs
+// "GET <url> net::ERR_..." or "Failed to load resource: ... (at <url>)"), or null. URLs of
+// the bundle itself (its scripts, on localhost) are skipped: they are where the request
+// was made, not what it asked for.
+export const failedUrl = (err, job) => {
+	const lines = [String(err?.message ?? err ?? ''), ...(job?.browserLog ?? []).filter((l) => FETCH_RE.test(l))];
+	for (const line of lines.reverse()) {
+		const urls = line.match(/https?:\/\/[^\s)'"]+/g) ?? [];
+		const found = urls.find((u) => !/\.js(:\d+)*$/.test(u) && !/^https?:\/\/localhost:\d+\/?$/.test(u));
+		if (found) return found;
+	}
+	return null;
+};
+
+// `first` with the URL its failed fetch asked for, when it hides it.
+export const withFetchedUrl = (first, err, job) => {
+	if (!/Failed to fetch|NetworkError when attempting to fetch/i.test(first)) return first;
+	const url = failedUrl(err, job);
+	return url === null
+		? `${first} (a request of the page failed; no URL in the log: see the run log)`
+		: `${first} (${url}${/^https?:\/\/(localhost|127\.)/.test(url) ? '' : ': is the network or that host reachable from this host?'})`;
+};
+
 export const formatDetail = (err, mappedStack) => {
 	const parts = [];
 	const stack = err?.stack ? String(err.stack) : String(err?.message ?? err);
@@ -45,6 +96,7 @@ export const classify = (err, job) => {
 	// Could not (re)start the browser for this job, or it died during the job.
 	if (job?.phase === 'browser' || job?.browserDiedDuringJob) return 'browser-crashed';
 	if (/Could not find composition with ID/i.test(msg)) return 'composition-not-found';
+	if (webglLine(err, job) !== null) return 'no-webgl';
 	if (/Invalid props for /.test(msg)) return 'invalid-props';
 	if (BROWSER_RE.test(msg)) return 'browser-crashed';
 	if (/got cancelled/i.test(msg)) return 'cancelled';
@@ -59,7 +111,7 @@ export const classify = (err, job) => {
 };
 
 export const friendlyMessage = ({kind, err, job, request, location, browserExecutable}) => {
-	const first = stripErrorPrefix(firstLine(err?.message ?? err)) || 'Render failed';
+	const first = withFetchedUrl(stripErrorPrefix(firstLine(err?.message ?? err)) || 'Render failed', err, job);
 	switch (kind) {
 		case 'cancelled':
 			return job.cancelReason === 'shutdown'
@@ -76,6 +128,10 @@ export const friendlyMessage = ({kind, err, job, request, location, browserExecu
 			const where = err?.frame != null ? ` at frame ${err.frame}` : '';
 			const at = location ? ` (${location})` : '';
 			return `${request.composition} threw${where}: ${first}${at}`;
+		}
+		case 'no-webgl': {
+			const gl = job?.gl ? `gl: ${job.gl}` : "Chromium's default GL backend";
+			return `No WebGL context with ${gl} on this host (${stripErrorPrefix(webglLine(err, job))}): set \`settings: {gl: swangle}\` in the job file`;
 		}
 		case 'no-space':
 			return `No space left on device while rendering ${request?.outputLocation ?? ''}: ${first}`;

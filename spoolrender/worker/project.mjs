@@ -46,7 +46,69 @@ export const installCommand = (manager, packages, version) =>
 
 const isNotFound = (err) => err?.code === 'MODULE_NOT_FOUND' || err?.code === 'ERR_MODULE_NOT_FOUND';
 
-// -> {dir, remotionVersion, manager, has(name), check(...names), load(...names), packageDir(name)}
+const majorOf = (version) => String(version).split('.')[0];
+
+// Compare two versions the way npm sorts releases (prereleases before their release).
+const compareVersions = (a, b) => {
+	const parse = (v) => {
+		const [core, pre] = String(v).split('-', 2);
+		return {core: core.split('.').map(Number), pre: pre ?? null};
+	};
+	const x = parse(a);
+	const y = parse(b);
+	for (let i = 0; i < 3; i++) if ((x.core[i] ?? 0) !== (y.core[i] ?? 0)) return (x.core[i] ?? 0) - (y.core[i] ?? 0);
+	if (x.pre === y.pre) return 0;
+	if (x.pre === null) return 1;
+	if (y.pre === null) return -1;
+	return x.pre < y.pre ? -1 : 1;
+};
+
+// name -> version of every Remotion package the project would load: remotion and each
+// @remotion/* in the node_modules of the project and its ancestors (workspaces hoist
+// there), plus the renderer, bundler and CLI wherever resolution finds them (pnpm).
+// The platform compositors are left out: they are @remotion/renderer's own pinned
+// dependencies and are fixed by installing the renderer.
+const installedVersions = (dir, resolveFrom, fromProject) => {
+	const names = new Set(['remotion', '@remotion/renderer', '@remotion/bundler', '@remotion/cli']);
+	for (let d = dir; ; d = path.dirname(d)) {
+		const scope = path.join(d, 'node_modules', '@remotion');
+		if (fs.existsSync(scope)) {
+			for (const entry of fs.readdirSync(scope)) {
+				if (!entry.startsWith('.') && !entry.startsWith('compositor-')) names.add(`@remotion/${entry}`);
+			}
+		}
+		if (path.dirname(d) === d) break;
+	}
+	const versions = new Map();
+	for (const name of [...names].sort()) {
+		const manifest = resolveFrom(`${name}/package.json`);
+		if (manifest === null) continue;
+		const version = fromProject(manifest).version;
+		if (version) versions.set(name, String(version));
+	}
+	return versions;
+};
+
+// {warning, fix} when the installed Remotion packages do not share one version, else null.
+// The fix pins every one of them to the lowest version installed of remotion's major: a
+// version the registry demonstrably has (the package lagging behind is installed at it;
+// Remotion publishes all its packages at each version), where the newest one (remotion's
+// own, often) may not exist for the others (npm's ETARGET).
+const mismatch = (versions, manager, remotionVersion) => {
+	const byVersion = new Map();
+	for (const [name, version] of versions) byVersion.set(version, [...(byVersion.get(version) ?? []), name]);
+	if (byVersion.size < 2) return null;
+	const ordered = [...byVersion.keys()].sort(compareVersions);
+	const target = ordered.find((v) => majorOf(v) === majorOf(remotionVersion));
+	const fix = installCommand(manager, [...versions.keys()], target);
+	const groups = ordered.reverse().map((v) => `${byVersion.get(v).join(', ')} ${v}`);
+	return {
+		fix,
+		warning: `Version mismatch (Remotion's CLI warns the same and renders): ${groups.join('; ')}; to give every Remotion package one version, run \`${fix}\``,
+	};
+};
+
+// -> {dir, remotionVersion, versionWarning, manager, has(name), check(...names), load(...names), packageDir(name)}
 export const openProject = (projectDir) => {
 	const dir = path.resolve(projectDir);
 	const pkgJson = path.join(dir, 'package.json');
@@ -91,13 +153,17 @@ export const openProject = (projectDir) => {
 		);
 	}
 	const has = (name) => resolveFrom(`${name}/package.json`) !== null;
-	// Every @remotion/* package must be the project's Remotion version: mixed versions
-	// fail in confusing ways deep inside a render.
+	const versions = installedVersions(dir, resolveFrom, fromProject);
+	// Mixed versions are what `npm install` gives whenever Remotion's packages are half
+	// published (remotion 4.0.541 beside @remotion/* 4.0.529): the project's own
+	// `remotion render` warns ("Version mismatch") and renders, so spoolrender does too.
+	// Only a major version apart is refused: those packages do not speak one protocol.
+	const versionProblem = mismatch(versions, manager, remotionVersion);
 	const checkVersion = (name) => {
-		const version = require(`${name}/package.json`).version;
-		if (version !== remotionVersion) {
+		const version = versions.get(name);
+		if (version !== undefined && majorOf(version) !== majorOf(remotionVersion)) {
 			throw new SetupError(
-				`${dir} has ${name} ${version} but remotion ${remotionVersion}: Remotion packages must share one version; run \`${installCommand(manager, ['remotion', name], remotionVersion)}\``,
+				`${dir} has ${name} ${version} but remotion ${remotionVersion}, a major version apart, which cannot render: run \`${versionProblem.fix}\``,
 			);
 		}
 	};
@@ -114,6 +180,9 @@ export const openProject = (projectDir) => {
 	return {
 		dir,
 		remotionVersion,
+		// The CLI's "Version mismatch" warning in one line (with the command that aligns
+		// every Remotion package), or null when all of them share one version.
+		versionWarning: versionProblem?.warning ?? null,
 		manager,
 		has,
 		check,

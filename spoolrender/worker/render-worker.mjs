@@ -260,7 +260,7 @@ const start = async () => {
 		}),
 	};
 	await host.launch();
-	return {serveUrl, remotionVersion: project.remotionVersion, browserPid: host.pid, ffprobe: ffprobeOf(project)};
+	return {serveUrl, remotionVersion: project.remotionVersion, versionWarning: project.versionWarning, browserPid: host.pid, ffprobe: ffprobeOf(project)};
 };
 
 const main = async () => {

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import {chunkOptions, validateChunk} from './chunks.mjs';
-import {InvalidSettings, classify, formatDetail, friendlyMessage} from './errors.mjs';
+import {InvalidSettings, classify, formatDetail, friendlyMessage, keepBrowserLog} from './errors.mjs';
 import {emit, logErr} from './protocol.mjs';
 
 // After the browser dies mid-render, Remotion 4.0.529 launches a replacement browser of
@@ -88,6 +88,7 @@ const frameProblem = (req, options, duration) => {
 // The composition of `req` with its props (calculateMetadata included), on the browser.
 const selectFor = async (ctx, req, job, options, gl) => {
 	const {renderer, serveUrl, host, args} = ctx;
+	job.gl = gl ?? ctx.host.chromiumOptions?.gl ?? null;
 	job.phase = 'browser';
 	await host.ensure(true, gl);
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
@@ -99,6 +100,7 @@ const selectFor = async (ctx, req, job, options, gl) => {
 		puppeteerInstance: host.browser,
 		browserExecutable: args.browserExecutable,
 		logLevel: args.logLevel,
+		onBrowserLog: keepBrowserLog(job),
 		...(options.timeoutInMilliseconds ? {timeoutInMilliseconds: options.timeoutInMilliseconds} : {}),
 	});
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
@@ -185,6 +187,7 @@ export const runRender = async (ctx, req, job) => {
 				cancelSignal,
 				overwrite: true,
 				logLevel: args.logLevel,
+				onBrowserLog: keepBrowserLog(job),
 			});
 		} else {
 			await renderer.renderMedia({
@@ -198,6 +201,7 @@ export const runRender = async (ctx, req, job) => {
 				cancelSignal,
 				overwrite: true,
 				logLevel: args.logLevel,
+				onBrowserLog: keepBrowserLog(job),
 				onStart: (d) => {
 					if (d && typeof d.frameCount === 'number') totalFrames = d.frameCount;
 				},

@@ -42,12 +42,14 @@ class Terminal:
         *,
         project: Path,
         link_node_modules: bool,
+        lockfile: bool = True,
         spoolrender: Path | None,
         wheel: Path | None = None,
         timeout: float,
     ) -> None:
         """~/my-video is a copy of the Remotion project ``project`` without its node_modules,
-        linked there instead with ``link_node_modules``; ``spoolrender`` (a console script),
+        linked there instead with ``link_node_modules``, and without its package-lock.json
+        unless ``lockfile`` (as Remotion's starters come: none ships one); ``spoolrender`` (a console script),
         if given, is first on PATH; ``wheel``, if given, is in the working directory."""
         self.root = root
         self.home = root / "home"
@@ -60,7 +62,8 @@ class Terminal:
         for directory in (self.home, self.cwd, self.spool.parent, bin_dir):
             directory.mkdir(parents=True)
         copy = self.home / PROJECT_NAME
-        shutil.copytree(project, copy, symlinks=True, ignore=shutil.ignore_patterns("node_modules"))
+        skipped = ["node_modules"] if lockfile else ["node_modules", "package-lock.json"]
+        shutil.copytree(project, copy, symlinks=True, ignore=shutil.ignore_patterns(*skipped))
         if link_node_modules:
             (copy / "node_modules").symlink_to(project / "node_modules", target_is_directory=True)
         if spoolrender is not None:
