@@ -110,10 +110,10 @@ const selectFor = async (ctx, req, job, options, gl) => {
 	});
 	const [selected, inspected] = await Promise.allSettled([selecting, selecting.catch(() => null).then(result)]);
 	const checked = inspected.value?.checked;
+	if (job.cancelled) throw new Error('Render was cancelled before it started');
 	if (checked?.issues?.length > 0) throw new InvalidProps(req.composition, checked.issues);
 	if (selected.status === 'rejected') throw selected.reason;
 	if (checked?.error) throw new InvalidProps(req.composition, [{path: 'props', message: checked.error}]);
-	if (job.cancelled) throw new Error('Render was cancelled before it started');
 	return selected.value;
 };
 

@@ -33,10 +33,11 @@ export const openOnBundle = async (args) => {
 	return {serveUrl, chromiumOptions, project, renderer, browser};
 };
 
-// Runs in the page (serialized: self-contained). For every <Composition>/<Still> element:
-// its JSON Schema for display (zod 4 converts itself; zod 3 has no converter in the page),
-// and, when `check` ({id, props}) is given, that composition's safeParse of its default
-// props with `check.props` over them, as Remotion merges them for the component.
+// Runs in the page (serialized: self-contained). Without `check`, for every
+// <Composition>/<Still> element its JSON Schema for display (zod 4 converts itself; zod 3
+// has no converter in the page); with `check` ({id, props}), that composition's safeParse
+// of its default props with `check.props` over them, as Remotion merges them for the
+// component.
 // Found through the root container's fiber (React 18 and 19 name it __reactContainer$*).
 const inspectInPage = (check) => {
 	const found = {};
@@ -94,7 +95,7 @@ const inspectInPage = (check) => {
 		const props = fiber.memoizedProps;
 		if (props && typeof props === 'object' && typeof props.id === 'string' &&
 			('component' in props || 'lazyComponent' in props) && !(props.id in found)) {
-			found[props.id] = convert(props.schema);
+			found[props.id] = check ? {} : convert(props.schema); // a check needs no JSON Schema
 			if (check && check.id === props.id) {
 				try {
 					checked = validate(props.schema, props.defaultProps);
