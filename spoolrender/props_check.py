@@ -38,7 +38,9 @@ def schema_problems(
     try:
         proc = subprocess.run(
             ["node", str(WORKER_DIR / "check-props.mjs"), "--project", str(project.resolve()),
-             "--serve-url", str(bundle), "--composition", composition, "--browser-executable", browser_executable],
+             "--serve-url", str(bundle), "--composition", composition, "--browser-executable", browser_executable,
+             # The page's own time limit, inside ours: its error says what did not come up.
+             "--timeout-ms", str(int(defaults.PROPS_CHECK_TIMEOUT_S * 1000 * 0.8))],
             cwd=project.resolve(), input=json.dumps(props).encode(), capture_output=True,
             timeout=defaults.PROPS_CHECK_TIMEOUT_S, check=False, start_new_session=True,
         )  # fmt: skip

@@ -1,7 +1,7 @@
 // spoolrender: check a job's props with its composition's own schema, in the bundle's page.
 //
 // Usage: node <package>/worker/check-props.mjs --project DIR --serve-url DIR
-//            --composition ID [--browser-executable PATH]        (the props: JSON on stdin)
+//            --composition ID [--browser-executable PATH] [--timeout-ms N]   (props: JSON on stdin)
 //
 // What `submit` runs on the project's cached bundle: the project's own @remotion/renderer
 // opens the composition (selectComposition, calculateMetadata for the default props: the
@@ -26,8 +26,9 @@ const main = async () => {
 			'--serve-url': 'serveUrl',
 			'--composition': 'composition',
 			'--browser-executable': 'browserExecutable',
+			'--timeout-ms': 'timeoutMs',
 		},
-		{project: null, serveUrl: null, composition: null, browserExecutable: '/usr/bin/chromium'},
+		{project: null, serveUrl: null, composition: null, browserExecutable: '/usr/bin/chromium', timeoutMs: '30000'},
 	);
 	if (!args.project || !args.serveUrl || !args.composition)
 		throw new Error('Usage: node check-props.mjs --project DIR --serve-url DIR --composition ID < props.json');
@@ -43,6 +44,8 @@ const main = async () => {
 			browserExecutable: args.browserExecutable,
 			chromiumOptions,
 			logLevel: 'error',
+			// Remotion's own default (30 s for the page to come up) is too short on a busy host.
+			timeoutInMilliseconds: Number(args.timeoutMs),
 		});
 		const inspected = await result();
 		if (inspected.error || inspected.checked?.error) throw new Error(inspected.error ?? inspected.checked.error);
