@@ -167,8 +167,10 @@ class Spool:
         id, else a unique one). With ``check`` (the default) an invalid job, or an id that
         is already queued, running or done (without ``rerun``), raises
         :class:`~spoolrender.errors.JobInvalid` listing every problem. With ``props_check``
-        too, a Remotion job's composition and props are checked against the cached listing
-        of :meth:`compositions` when the project is unchanged since it was made. A
+        too, a Remotion job's composition and still frame are checked against the cached
+        listing of :meth:`compositions` when the project is unchanged since it was made,
+        and its props with the composition's own zod schema in that bundle's page
+        (seconds: Node and Chromium start; ``spoolrender.props_check``). A
         Remotion job on a spool without a usable Remotion project is queued, and the
         reason it will fail is logged as a warning (logger ``spoolrender.submission``).
         """

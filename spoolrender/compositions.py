@@ -3,9 +3,11 @@ default props and the props JSON schema, read from the project's cached bundle.
 
 Listing opens Chromium on the bundle (``worker/compositions.mjs``), which takes seconds;
 the result is stored in the bundle directory (``compositions.json``), whose name is the
-bundle's content key, so it is valid exactly as long as the bundle is: ``submit`` can
-check props against it without starting Node, and falls silent when the project changed
-since it was listed (the runner's own validation still applies).
+bundle's content key, so it is valid exactly as long as the bundle is: ``submit`` checks
+a job's composition and still frame against it without starting Node, knows which
+compositions have a schema to call (``spoolrender.props_check``), and falls silent when
+the project changed since it was listed (the runner checks again before the first frame).
+The props JSON Schema is for display: props are checked with the zod schema itself.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 from spoolrender.bundle_cache import cached_bundle, ensure_bundle, last_json_object
 from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError, SpoolrenderError
-from spoolrender.props_schema import props_problems
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
 from spoolrender.suggest import did_you_mean
 
@@ -45,8 +46,9 @@ class Composition:
         fps: Frames per second.
         duration_in_frames: Its length, as ``calculateMetadata`` resolves it for the default props.
         default_props: The props a job's ``props:`` are merged over.
-        schema: The props JSON Schema (zod 4 schemas only), else None.
-        schema_note: Why there is no schema, when the composition has one.
+        schema: The props JSON Schema (zod 4 schemas only), for display, else None.
+        schema_note: Why there is no JSON Schema, when the composition has a schema.
+        has_schema: Whether it declares a schema props are checked with (zod 3 or 4).
     """
 
     id: str
@@ -57,6 +59,7 @@ class Composition:
     default_props: dict[str, Any] = field(default_factory=dict)
     schema: dict[str, Any] | None = None
     schema_note: str | None = None
+    has_schema: bool = False
 
     def __post_init__(self) -> None:
         if not self.id or self.width <= 0 or self.height <= 0 or self.fps <= 0 or self.duration_in_frames <= 0:
@@ -73,6 +76,11 @@ class Composition:
             default_props=dict(data.get("defaultProps") or {}),
             schema=data.get("schema") if isinstance(data.get("schema"), dict) else None,
             schema_note=str(data["schemaNote"]) if data.get("schemaNote") else None,
+            # A page that could not be read (null), or a listing older than the field: the
+            # check is tried, and says itself when there is no schema.
+            has_schema=data["hasSchema"]
+            if isinstance(data.get("hasSchema"), bool)
+            else data.get("schema") is not None or bool(data.get("schemaNote")),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -86,14 +94,8 @@ class Composition:
             "default_props": self.default_props,
             "props_schema": self.schema,
             "schema_note": self.schema_note,
+            "has_schema": self.has_schema,
         }
-
-    def props_problems(self, props: dict[str, Any]) -> list[str]:
-        """What is wrong with a job's ``props`` (Remotion merges them over the default
-        props, so those are checked together); empty without a schema."""
-        if self.schema is None:
-            return []
-        return props_problems(self.schema, {**self.default_props, **props})
 
 
 def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -> list[Composition]:
@@ -181,9 +183,9 @@ def cached_compositions(project: Path, cache_dir: Path) -> list[Composition] | N
 def submit_problems(
     compositions: list[Composition], composition: str, props: dict[str, Any], still_frame: int | None = None
 ) -> list[str]:
-    """A job's problems against a project's listing: an unknown composition, props that
-    break its schema, a still frame past its end. Phrased as job-file problems (``field
-    'props'``).
+    """A job's problems against a project's listing: an unknown composition, a still
+    frame past its end. Phrased as job-file problems (``field 'still'``); its props are
+    checked with the schema itself (``spoolrender.props_check``).
 
     The listing's duration is the one ``calculateMetadata`` gives the default props: a
     still frame is checked only when the job's props leave them as they are (other props
@@ -199,7 +201,7 @@ def submit_problems(
             f"field 'composition': {composition!r} is not a composition of the project (it has: {known})"
             + (f"; {hint}" if hint else "")
         ]
-    problems = [f"field 'props': {problem}" for problem in found.props_problems(props)]
+    problems: list[str] = []
     last = found.duration_in_frames - 1
     if still_frame is not None and still_frame > last and {**found.default_props, **props} == found.default_props:
         problems.append(
@@ -230,7 +232,7 @@ def describe(compositions: list[Composition]) -> str:
         if c.schema is not None:
             lines.extend("  " + line for line in _schema_lines(c.schema, c.default_props))
         elif c.schema_note:
-            lines.append(f"  props schema: none ({c.schema_note})")
+            lines.append(f"  props schema: {'not shown' if c.has_schema else 'none'} ({c.schema_note})")
         else:
             lines.append("  props schema: none (the composition declares no schema; props are not checked)")
         lines.append("")

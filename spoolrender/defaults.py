@@ -149,6 +149,12 @@ MEMORY_PER_JOB_MB = 1024  # a Node worker + Chromium + ffmpeg for 720p
 # --- renderers ----------------------------------------------------------------------
 DEFAULT_RENDERER = "remotion"
 BROWSER_EXECUTABLE = "/usr/bin/chromium"
+# How long `submit` waits for a composition's schema to be called in the cached bundle's
+# page (Node and Chromium start, the page loads): past it the job is queued with a warning.
+PROPS_CHECK_TIMEOUT_S = 120.0
+# Distinct run warnings (a project's mixed Remotion versions...) a runner keeps in its
+# beacon for `status`, newest first.
+RUNNER_WARNINGS_SHOWN = 5
 REMOTION_PROJECT = "../remotion"  # relative to the spool directory unless absolute (repo layout)
 OUTPUT_ROOT = "output"  # relative to the spool directory unless absolute
 

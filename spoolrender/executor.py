@@ -44,6 +44,7 @@ from spoolrender.records import (
     RETRY,
     SPLIT,
     SPOOL_IO,
+    WARNINGS_KEY,
     RunRecord,
     attempts_used,
     decide,
@@ -88,6 +89,7 @@ class RunEnd:
     duration: float | None
     error_kind: str | None = None  # the recorded error's kind (a run may end otherwise than asked)
     error_message: str | None = None  # and its message (the live display's last failures)
+    warnings: tuple[str, ...] = ()  # what the run went ahead despite (records.WARNINGS_KEY)
 
 
 class JobExecutor(SplitJobRuns):
@@ -531,6 +533,7 @@ class JobExecutor(SplitJobRuns):
             duration=None if record.started is None else record.ended - record.started,
             error_kind=None if record.error is None else record.error.get("kind"),
             error_message=None if record.error is None else record.error.get("message"),
+            warnings=tuple(str(w) for w in record.details.get(WARNINGS_KEY) or ()),
         )
         try:
             target = self._spool_write(

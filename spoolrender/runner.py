@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from spoolrender import __version__
+from spoolrender import __version__, defaults
 from spoolrender.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, probe_path, remove_beacon, write_beacon
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.chunks.naming import is_chunk_name
@@ -195,6 +195,9 @@ class Runner:
         ]
         self._free = list(range(self.capacity.slots))
         self._failures: collections.deque[FailureView] = collections.deque(maxlen=RECENT_FAILURES_SHOWN)
+        # Each warning this runner's runs went ahead despite (mixed Remotion versions...),
+        # with the job that last had it, newest last: told in the beacon for `status`.
+        self._warnings: dict[str, str] = {}
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
@@ -517,6 +520,11 @@ class Runner:
                 if end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
                     field = "chunks"
                 setattr(self.summary, field, getattr(self.summary, field) + 1)
+                for warning in end.warnings:
+                    self._warnings.pop(warning, None)
+                    self._warnings[warning] = claimed.job_id
+                while len(self._warnings) > defaults.RUNNER_WARNINGS_SHOWN:
+                    del self._warnings[next(iter(self._warnings))]
         if self._hooks is not None:
             self._hooks.wake()
         self._wake.set()
@@ -588,6 +596,10 @@ class Runner:
         except SpoolrenderError as exc:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
 
+    def _warnings_report(self) -> list[dict[str, str]]:
+        with self._lock:
+            return [{"message": message, "job": job} for message, job in reversed(self._warnings.items())]
+
     def _write_beacon(self, *, retried: bool = True) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless. It
         # is also this runner's probe of a failing spool: written, the trouble is over.
@@ -610,6 +622,7 @@ class Runner:
                     "version": __version__,
                     "updated": self.clock.wall(),
                     "spool_io": self._spool_io.report(),
+                    "warnings": self._warnings_report(),
                 },
             )
         except OSError as exc:

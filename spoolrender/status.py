@@ -46,7 +46,8 @@ REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them w
 # 3: counts.split and "split" (jobs rendered in chunks, waiting for them) added.
 # 4: "spool_io" (runners whose writes to the spool fail: full disk, read-only...) added.
 # 5: "retention" (keep_done and the other limits, the last purge: retention_lease.py) added.
-SCHEMA_VERSION = 5
+# 6: runners[].warnings (what a runner's runs went ahead despite: mixed Remotion versions) added.
+SCHEMA_VERSION = 6
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -380,6 +381,9 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         lines.append(paint(f"CLOCK host {p(host)}: its wall clock is {_age(offset)} {side} the spool's "
                            "(due times and blocks use the spool's clock)", "33"))  # fmt: skip
     online = [r for r in status["runners"] if r["online"]]
+    for r in online:  # what the runs went ahead despite (mixed Remotion versions...)
+        for w in r.get("warnings") or []:
+            lines.append(paint(f"WARNING host {p(r.get('host'))}: {p(w.get('message'))} (job {p(w.get('job'))})", "33"))
     if not online:
         waiting = sum(c.get(state, 0) for state in ("incoming", "retry", "split"))
         lines.append(paint(f"NO RUNNER ONLINE: {waiting} job(s) waiting; nothing runs until `spoolrender run` "

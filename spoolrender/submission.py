@@ -4,7 +4,8 @@ runner will, and dropping it into incoming/ atomically.
 A submission is checked in full before anything is written, and every problem is listed
 at once: the file's own fields (the runner's validation, :func:`~spoolrender.jobfile.job_fields`),
 its id against the spool (queued, running or done), and a Remotion job's composition and
-props against the project's cached listing. A job whose renderer cannot work on this
+still frame against the project's cached listing, its props with the composition's own
+schema in the cached bundle's page (``spoolrender.props_check``). A job whose renderer cannot work on this
 spool (a Remotion job without a usable Remotion project) is queued with a warning: the
 project may be set up before a runner claims it.
 """
@@ -21,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from spoolrender import defaults
+from spoolrender.bundle_cache import cached_bundle
 from spoolrender.compositions import cached_compositions, listing_failure, submit_problems
 from spoolrender.config import SpoolConfig
 from spoolrender.display import has_control_characters
@@ -29,6 +31,7 @@ from spoolrender.errors import JobInvalid, PublishError, SpoolrenderError
 from spoolrender.jobfile import is_candidate_name, job_fields
 from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.lookup import LIVE_STATES, find_job
+from spoolrender.props_check import PropsNotChecked, schema_problems
 from spoolrender.publish import output_taken_problem
 from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
 
@@ -91,15 +94,21 @@ def prepare(config: SpoolConfig, data: bytes, name: str, *, check: bool = True, 
         except PublishError:
             taken = None  # no output root yet (a runner makes it), or unreadable: the runner decides
         problems += [] if taken is None else [taken]
+    warnings: list[str] = []
     if props_check and values["renderer"] == "remotion" and values["composition"] is not None:
         still = values["still"]["frame"] if isinstance(values.get("still"), dict) else None
-        found = props_problems(config, values["project"], values["composition"], values["props"], still)
         # Props that are not a mapping were reported as such; a schema check of the
         # empty props used in their place would only add noise.
-        problems += [p for p in found if "field 'props'" not in wrong or not p.startswith("field 'props'")]
+        schema = "field 'props'" not in wrong
+        found, unchecked = props_problems(
+            config, values["project"], values["composition"], values["props"], still, schema=schema
+        )
+        problems += found
+        warnings += unchecked
     if problems:
         raise JobInvalid(problems, job_id=values["id"])
-    warnings = project_warnings(config, values["id"], values["project"]) if values["renderer"] == "remotion" else []
+    if values["renderer"] == "remotion":
+        warnings = project_warnings(config, values["id"], values["project"]) + warnings
     if props_check and values["renderer"] == "remotion":
         failed = listing_failure(config.project_dir(values["project"]), config.cache_dir)
         if failed is not None:
@@ -130,13 +139,33 @@ def write(submission: Submission) -> Path:
 
 
 def props_problems(
-    config: SpoolConfig, project: str | None, composition: str, props: dict[str, object], still_frame: int | None
-) -> list[str]:
-    """A Remotion job's composition, props and still frame against the project's cached
-    listing (``spoolrender compositions``). Without a listing of the project's current
-    content nothing is checked here: submit never bundles or starts a browser."""
-    listing = cached_compositions(config.project_dir(project), config.cache_dir)
-    return [] if listing is None else submit_problems(listing, composition, dict(props), still_frame)
+    config: SpoolConfig,
+    project: str | None,
+    composition: str,
+    props: dict[str, object],
+    still_frame: int | None,
+    *,
+    schema: bool = True,
+) -> tuple[list[str], list[str]]:
+    """A Remotion job's composition and still frame against the project's cached listing
+    (``spoolrender compositions``), and (with ``schema``) its props with the composition's
+    own schema in the cached bundle's page: (problems, warnings). Without a listing of the
+    project's current content nothing is checked here: submit never bundles."""
+    directory = config.project_dir(project)
+    listing = cached_compositions(directory, config.cache_dir)
+    if listing is None:
+        return [], []
+    problems = submit_problems(listing, composition, dict(props), still_frame)
+    found = next((c for c in listing if c.id == composition), None)
+    bundle = cached_bundle(directory, config.cache_dir)
+    if not schema or found is None or not found.has_schema or bundle is None:
+        return problems, []
+    try:
+        bad = schema_problems(directory, bundle, config.browser_executable, composition, dict(props))
+    except PropsNotChecked as exc:
+        why = f"props not checked with {composition}'s schema: {exc} (the runner checks them before the first frame)"
+        return problems, [why]
+    return [f"field 'props': {problem}" for problem in bad] + problems, []
 
 
 def project_warnings(config: SpoolConfig, job_id: str, project: str | None) -> list[str]:

@@ -35,7 +35,7 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> tuple[SpoolLayout, Path,
 
 
 def run(
-    *args: str, layout: SpoolLayout, timeout: float = 120, stdin: bytes | None = None
+    *args: str, layout: SpoolLayout, timeout: float = 300, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         spoolrender_cmd(*args, "--spool", str(layout.root)),
@@ -98,15 +98,14 @@ def job(composition: str, props: dict[str, Any]) -> bytes:
 def test_submit_refuses_props_the_schema_rejects(listed: tuple[SpoolLayout, Path, dict[str, Any]]) -> None:
     layout, cache, _ = listed
     assert (cache / "bundles").is_dir() and list((cache / "bundles").glob(f"*/{LISTING_FILE}"))
+    # Its zod 4 z.object is called in the bundle's page: "colour", a key it does not know
+    # (it strips it), is no problem, though its JSON Schema says additionalProperties: false.
     bad = {"items": [{"label": "Mon", "value": -3}], "colour": "#fff", "seconds": 0}
     proc = run("submit", "-", "--name", "bad.yaml", layout=layout, stdin=job("DataRecap", bad))
     assert proc.returncode == 1
-    for expected in (
-        "props.items[0].value: must be at least 0",
-        "props.colour: not a prop of this composition",
-        "props.seconds: must be greater than 0",
-    ):
+    for expected in ("field 'props': props.items[0].value: Too small", "field 'props': props.seconds: Too small"):
         assert expected in proc.stderr, proc.stderr
+    assert "colour" not in proc.stderr
     assert not (layout.incoming / "bad.yaml").exists()
     # A still past the end the listing knows (Tiny: 12 frames, its default props).
     late = yaml.safe_dump({"composition": "Tiny", "output": "late.png", "still": {"frame": 12}}).encode()
@@ -194,12 +193,8 @@ def test_schemas_that_cannot_be_converted_say_why(tmp_path: Path) -> None:
     assert by_id["Dated"]["schema_note"].startswith("the schema cannot be expressed as JSON Schema")
     assert by_id["Modern"]["props_schema"]["properties"]["n"]["type"] == "integer"
     assert by_id["Modern"]["fps"] == 25
-    # Without a schema nothing is refused; with one, the props are checked.
-    legacy = run("submit", "-", "--name", "l.yaml", layout=layout, stdin=job("Legacy", {"n": "x"}))
-    assert legacy.returncode == 0, legacy.stderr
-    modern = run("submit", "-", "--name", "m.yaml", layout=layout, stdin=job("Modern", {"n": 1.5}))
-    assert modern.returncode == 1
-    assert "field 'props': props.n: must be integer, not number" in modern.stderr
+    # Shown or not, a schema is called on the props (tests/test_props_validation.py).
+    assert by_id["Legacy"]["has_schema"] and by_id["Dated"]["has_schema"]
     shown = run("compositions", layout=layout)  # an enum prop is its values, not "string"
     assert '  pace: one of "fast", "slow", default "fast"' in shown.stdout, shown.stdout
 

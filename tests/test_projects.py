@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 import wave
 import zipfile
 import zlib
@@ -311,7 +312,16 @@ def test_mixed_remotion_versions_render_with_the_clis_warning(
     project = make_project(tmp_path / "mixed", STARTER, MIXED / "node_modules", deps)
     project_spool(spool, project, bundle_cache)
     drop(spool, "mixed.yaml", {"composition": "HelloWorld", "output": "mixed.mp4"})
-    drain(spool)
+    # A long-running runner: its beacon tells `status` what its runs went ahead despite.
+    runner = subprocess.Popen(spoolrender_cmd("run", "--spool", str(spool.root)), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        status = wait_for_runner_warning(spool, runner)
+        text = subprocess.run(spoolrender_cmd("status", "--spool", str(spool.root)), capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    finally:
+        runner.terminate()
+        runner.wait(timeout=120)
     assert near(pixel(first_frame(spool.root / "output" / "mixed.mp4", 64, 64), 64, 32, 32), GREEN)
     (warning,) = record(spool, "done", "mixed", "run-0001.json")["details"]["warnings"]
     installed = sorted(
@@ -325,6 +335,21 @@ def test_mixed_remotion_versions_render_with_the_clis_warning(
     shown = subprocess.run(spoolrender_cmd("show", "mixed", "--spool", str(spool.root)), capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert f"    warning: {warning}" in shown
+    (told,) = status["runners"][0]["warnings"]
+    assert told == {"message": warning, "job": "mixed"}
+    assert f"WARNING host {status['runners'][0]['host']}: {warning} (job mixed)" in text
+
+
+def wait_for_runner_warning(spool: SpoolLayout, runner: subprocess.Popen[bytes], timeout: float = 900) -> Any:
+    """`status --json` once a runner's beacon has a warning (rendering takes minutes here)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and runner.poll() is None:
+        status = json.loads(subprocess.run(spoolrender_cmd("status", "--json", "--spool", str(spool.root)),
+                                           capture_output=True, check=True).stdout)  # fmt: skip
+        if any(r.get("warnings") for r in status["runners"]):
+            return status
+        time.sleep(0.5)  # a poll interval, not a wait for a condition
+    raise AssertionError(f"no runner warning in status within {timeout} s (runner exit {runner.poll()})")
 
 
 WEBGL = {

@@ -178,7 +178,7 @@ def test_permanent_remotion_errors_fail_with_remotions_message(rspool: SpoolLayo
     assert "Intentional failure: bad data" in throws["reason"] and "src/Failing.tsx:" in throws["reason"]
     badprops = record(rspool, "failed", "badprops", "failure.json")
     assert badprops["kind"] == "invalid-props"
-    assert badprops["reason"].startswith("Invalid props for DataRecap: items:")
+    assert badprops["reason"].startswith("Invalid props for DataRecap: props.items:")  # its schema, in the page
     # The full Node log of the attempt is kept beside the record.
     (entry,) = [e for e in entries(rspool, "failed") if e.startswith("throws.")]
     assert "Intentional failure" in (rspool.failed / entry / "run-0001.log").read_text()

@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip validation (the runner still validates)")
     p.add_argument(
         "--no-props-check", action="store_true",
-        help="do not check props against the composition's schema from the cached listing of "
-        "`spoolrender compositions` (the render still validates them)",
+        help="do not check the composition, still frame and props against the cached bundle "
+        "of `spoolrender compositions` (props with the composition's own zod schema, which "
+        "starts Chromium; the runner still checks them before the first frame)",
     )  # fmt: skip
     _add_common(p)
 

@@ -5,6 +5,7 @@ import path from 'node:path';
 import {chunkOptions, validateChunk} from './chunks.mjs';
 import {InvalidSettings, classify, formatDetail, friendlyMessage, keepBrowserLog} from './errors.mjs';
 import {emit, logErr} from './protocol.mjs';
+import {InvalidProps, inspectingBrowser} from './schemas.mjs';
 
 // After the browser dies mid-render, Remotion 4.0.529 launches a replacement browser of
 // its own and then hangs; we cancel the render after this grace.
@@ -93,18 +94,27 @@ const selectFor = async (ctx, req, job, options, gl) => {
 	await host.ensure(true, gl);
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
 	job.phase = 'select';
-	const composition = await renderer.selectComposition({
+	// The props are checked with the composition's own schema in the page selectComposition
+	// opens (schemas.mjs): before the first frame, and winning over whatever
+	// calculateMetadata made of props that break it.
+	const {wrapped, result} = inspectingBrowser(host.browser, {id: req.composition, props: req.inputProps ?? {}});
+	const selecting = renderer.selectComposition({
 		serveUrl,
 		id: req.composition,
 		inputProps: req.inputProps ?? {},
-		puppeteerInstance: host.browser,
+		puppeteerInstance: wrapped,
 		browserExecutable: args.browserExecutable,
 		logLevel: args.logLevel,
 		onBrowserLog: keepBrowserLog(job),
 		...(options.timeoutInMilliseconds ? {timeoutInMilliseconds: options.timeoutInMilliseconds} : {}),
 	});
+	const [selected, inspected] = await Promise.allSettled([selecting, selecting.catch(() => null).then(result)]);
+	const checked = inspected.value?.checked;
 	if (job.cancelled) throw new Error('Render was cancelled before it started');
-	return composition;
+	if (checked?.issues?.length > 0) throw new InvalidProps(req.composition, checked.issues);
+	if (selected.status === 'rejected') throw selected.reason;
+	if (checked?.error) throw new InvalidProps(req.composition, [{path: 'props', message: checked.error}]);
+	return selected.value;
 };
 
 // A "span" request: the frames the whole job renders (its frame_range, else every frame
@@ -243,7 +253,13 @@ export const runRender = async (ctx, req, job) => {
 export const reportFailure = async (ctx, req, job, err) => {
 	const {host, args, stats} = ctx;
 	const kind =
-		err instanceof InvalidSettings ? 'invalid-settings' : err?.kind === 'setup' ? 'setup' : classify(err, job);
+		err instanceof InvalidSettings
+			? 'invalid-settings'
+			: err instanceof InvalidProps
+				? 'invalid-props'
+				: err?.kind === 'setup'
+					? 'setup'
+					: classify(err, job);
 	if (kind === 'browser-crashed' || kind === 'out-of-memory') {
 		host.dead = true;
 		host.reapStrays('after the browser crashed', Boolean(ctx.running()));
