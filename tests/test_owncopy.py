@@ -438,3 +438,23 @@ def test_the_private_copy_is_no_more_readable_than_the_submitted_file(
     show = spoolrender_cmd("show", "private", "--json", "--spool", str(spool.root))
     shown = subprocess.run(show, capture_output=True, text=True)
     assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "done", shown
+
+
+def test_run_logs_are_no_more_readable_than_the_job(spool: SpoolLayout, start_runner: Start) -> None:
+    """Run logs were 0644 in 0755 job directories, whatever the job's mode: a command's
+    output (props, env) was readable by every local user. A log gets the private copy's
+    read bits (plus the runner's write bit): a 0600 job's log is 0600."""
+    job = yaml.safe_dump(command_job(content="a customer's props")).encode()
+    old = os.umask(0o077)
+    try:
+        drop(spool, "private.yaml", job)
+    finally:
+        os.umask(old)
+    drop(spool, "public.yaml", job)
+    os.chmod(spool.incoming / "public.yaml", 0o644)
+    assert start_runner("--drain").wait(timeout=120) == 0
+    for prefix, mode in (("private.", 0o600), ("public.", 0o644)):
+        entry, _ = _done_record(spool, prefix)
+        (log,) = entry.glob("run-*.log")
+        assert stat.S_IMODE(os.stat(log).st_mode) == mode, (prefix, oct(os.stat(log).st_mode))
+        assert stat.S_IMODE(os.stat(entry / "job.yaml").st_mode) == mode & 0o444
