@@ -353,8 +353,10 @@ def test_discards_for_an_upload_that_goes_on_are_capped(
 def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
     spool: SpoolLayout, start_runner: Start, tmp_path: Path
 ) -> None:
-    """Crash point discard-before-decide: the directory holds submitted.yaml and no copy;
-    recovery re-queues it (no attempt used) and its next claim copies the complete file."""
+    """Crash point discard-before-decide: the directory holds submitted.yaml, no copy and
+    no run record, like a claim killed before its copy: recovery gives the file back to
+    incoming/ (tests/reliability/test_crash_points.py), and its next claim copies the
+    complete file."""
     write_spool_config(spool, _config())
     killed = start_runner(env={"SPOOLRENDER_CRASH_AT": "discard-before-decide"}, log=tmp_path / "killed.log")
     (tmp_path / "go").touch()
@@ -373,7 +375,7 @@ def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
     done_dir, record = _done_record(spool, "crashed.")
     runs = record["runs"]
     assert isinstance(runs, list)
-    assert [(r["outcome"], r["attempt"]) for r in runs] == [("requeue", None), ("publishing", 1)]
+    assert [(r["outcome"], r["attempt"]) for r in runs] == [("publishing", 1)]
     assert (done_dir / "job.yaml").read_bytes() == original + rest
 
 
