@@ -460,3 +460,21 @@ def test_run_logs_are_no_more_readable_than_the_job(spool: SpoolLayout, start_ru
         (log,) = entry.glob("run-*.log")
         assert stat.S_IMODE(os.stat(log).st_mode) == mode, (prefix, oct(os.stat(log).st_mode))
         assert stat.S_IMODE(os.stat(entry / "job.yaml").st_mode) == mode & 0o444
+
+
+def test_a_claimer_stalled_before_its_copy_loses_the_claim_quietly(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    """A runner stopped between the claim rename and the copy for longer than the lease:
+    another runner gives the file back to incoming/ (recovery) and renders it. The stalled
+    one, woken, finds the file gone from its directory: a lost claim, not a crash."""
+    write_spool_config(spool, {**_config(), "settle_seconds": 0, "lease_seconds": 2, "heartbeat_seconds": 0.2})
+    stalled = start_runner(env={"SPOOLRENDER_PAUSE_AT": "claim-after-rename"}, log=tmp_path / "stalled.log")
+    _drop_tracked(spool, "alpha.yaml", b"renderer: command\ncommand: jobhash\noutput: alpha.txt\nprops: {}\n")
+    wait_for(lambda: stopped(stalled), timeout=60)
+    start_runner(log=tmp_path / "other.log")
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=120)
+    stalled.send_signal(signal.SIGCONT)
+    wait_for(lambda: "recovery took it back" in (tmp_path / "stalled.log").read_text(), timeout=60)
+    assert stalled.poll() is None, (tmp_path / "stalled.log").read_text()
+    assert entries(spool, "failed") == [] and len(entries(spool, "done")) == 1
