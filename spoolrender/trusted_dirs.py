@@ -230,10 +230,15 @@ def ensure_trusted_path(root: Path, *names: str) -> Path:
 
 
 def _open_repaired(parent: int, name: str, path: Path) -> int:
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
     try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        # Opened first, made only if missing: one syscall per job where it exists (it
+        # nearly always does), instead of a failing mkdir before every open.
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UntrustedDir(path, "is a symlink or not a directory") from exc
