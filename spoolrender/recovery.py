@@ -15,7 +15,7 @@ An entry without ``job.yaml`` and ``submitted.yaml`` is a claim abandoned before
 file was moved in. It is never deleted where it lies: a claimer that only stalled may
 complete its rename at any moment. It is first renamed into ``.spoolrender/abandoned/``
 (after which the claimer's rename fails with ENOENT and the file stays in incoming/), and
-a job file that made it in before that rename is re-queued to retry/, not deleted.
+a job file that made it in before that rename goes back to incoming/ (below), never deleted.
 
 An entry holding ``submitted.yaml`` but no ``job.yaml`` and no run record is a claim whose
 owner died (or stalled) between the claim rename and the private copy (spoolrender.owncopy):
@@ -221,12 +221,14 @@ class Recoverer:
         return True
 
     def _clear_parked(self, parked: Path) -> None:
-        """Re-queue the job file a parked claim caught, or delete the empty claim.
+        """Give back, re-queue or delete what a parked claim caught.
 
-        Nothing can enter a parked directory (its running/ name is gone), so a parked
-        claim without ``job.yaml`` stays without one: deleting it loses nothing. One with
-        it is sent to retry/ under its uid, with a requeue record that uses no attempt;
-        of several runners doing this at once, the run file and the rename pick one.
+        Nothing can enter a parked directory by its running/ name (gone), so a parked claim
+        without a job file stays without one: deleting it loses nothing. One holding only
+        the submitted file (never checked against the scan) gives it back to incoming/
+        (:meth:`_give_back`); one with its copy is sent to retry/ under its uid, with a
+        requeue record that uses no attempt; of several runners doing this at once, the
+        run file and the rename pick one.
         """
         m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
         if m is None or not holds_job(parked):
