@@ -37,7 +37,7 @@ from spoolrender.config import SpoolConfig, load_config
 from spoolrender.durable import set_fsync
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
-from spoolrender.layout import RETRY_NAME, new_token
+from spoolrender.layout import RETRY_NAME, SpoolLayout, new_token
 from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, read_entry, show_document
 
 FINISHED_STATES = ("done", "failed")
@@ -299,7 +299,10 @@ class Job:
         nowhere, and one that moves while it is described is read again: read_entry.
         """
         snapshot = read_entry(
-            self.id, self._entries, lambda found, through: describe(self.spool.config, found[0], through)
+            self.id,
+            self._entries,
+            lambda found, through: describe(self.spool.config, found[0], through),
+            layout=SpoolLayout(self.spool.config.spool),
         )
         if snapshot is None:
             raise JobNotFound(self.id, f"job {self.id!r} is not in {self.spool.path} (purged?)")

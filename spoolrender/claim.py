@@ -183,8 +183,13 @@ def _move_in(
         if lock is not None:
             lock.release()
         if moved and not isinstance(exc, _NotScanned) and not _put_back(job, source, base):
+            if job.try_stat(defaults.SUBMITTED_FILENAME) is None:
+                # Gone from our directory: we stalled past the lease and recovery gave it
+                # back to incoming/ (recovery._give_back). The claim is lost, nothing to undo.
+                log.info("lost the claim of %s: recovery took it back while this runner stalled", candidate.name)
+                return None
             # The submitter's file is in our directory and cannot go back: the claim is
-            # left to recovery (its lock released), which re-queues it. Never deleted.
+            # left to recovery (its lock released), which gives it back. Never deleted.
             raise
         shutil.rmtree(job_dir, ignore_errors=True)
         if isinstance(exc, _NotScanned):

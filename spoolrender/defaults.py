@@ -135,6 +135,11 @@ HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "canc
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.
 JOB_READ_ATTEMPTS = 10
+# A job lookup that found nothing is repeated (a job can move against the listing order)
+# only if a directory a job can be in changed during it, or within this many seconds
+# before it: directory timestamps come from a coarse clock (ticks of 1-10 ms locally; an
+# NFS server's clock can lag ours by some milliseconds too).
+DIR_STAMP_MARGIN_SECONDS = 1.0
 
 # --- capacity -----------------------------------------------------------------------
 THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 cores

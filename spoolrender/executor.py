@@ -34,7 +34,7 @@ from spoolrender.hosts import record_failure
 from spoolrender.ids import reserve_id
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.layout import SpoolLayout
-from spoolrender.owncopy import continued_append, drop_copy, holds_job, others_may_write
+from spoolrender.owncopy import continued_append, drop_copy, holds_job, others_may_write, prepare_private_file
 from spoolrender.publish import fsync_file, output_taken_problem, prepare_scratch, remove_scratch, scratch_dir
 from spoolrender.queues import job_queue
 from spoolrender.records import (
@@ -316,7 +316,7 @@ class JobExecutor(SplitJobRuns):
             job_file=claim.job_dir / defaults.JOB_FILENAME,
             output=output,
             work_dir=scratch_dir(self._config.output_root, claim.key),
-            log=log_path(claim.job_dir, claim.run),
+            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir),
             threads=self._threads,
             attempt=attempt,
             props=props,

@@ -49,6 +49,7 @@ from spoolrender.hook_plan import (
     taken_dir,
 )
 from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.owncopy import prepare_private_file
 from spoolrender.transitions import backoff_delay
 
 log = logging.getLogger(__name__)
@@ -302,8 +303,12 @@ class HookDispatcher:
                     write_json_atomic(job_dir.through / state_filename(marker.run, marker.event), state)
                 except FileNotFoundError:
                     continue  # removed meanwhile (a purge)
-                with contextlib.suppress(OSError), open(job_dir.through / HOOKS_LOG, "a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
+                with contextlib.suppress(OSError):
+                    # A hook's line can quote what it was sent (the job's props): no wider
+                    # than the job's private copy (owncopy.private_file_mode).
+                    log_file = prepare_private_file(job_dir.through / HOOKS_LOG, job_dir.through)
+                    with open(log_file, "a", encoding="utf-8") as fh:
+                        fh.write(line + "\n")
                 return True
         return False
 

@@ -34,6 +34,7 @@ PATTERNS = {
 LIVE_STATES = ("running", "split", "retry", "incoming")
 
 T = TypeVar("T")
+DirStamp = tuple[int, int, int] | None  # a directory's (inode, mtime_ns, ctime_ns); None: missing
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,38 @@ def by_relevance(found: list[Located]) -> list[Located]:
     return live + finished[::-1]
 
 
+def state_dir_stamps(layout: SpoolLayout) -> list[DirStamp]:
+    """(inode, mtime, ctime) of every directory a job can be listed in: incoming/, its
+    queue directories, and the state directories (None for one that is missing). A job
+    moves by a rename, which changes the mtime and ctime of both directories it is in."""
+    with incoming_view(layout.incoming) as view:
+        stats: list[os.stat_result | None] = list(view.dir_stats())
+    for state in PATTERNS:
+        try:
+            stats.append(os.stat(layout.state_dir(state)))
+        except OSError:
+            stats.append(None)
+    return [None if st is None else (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) for st in stats]
+
+
+def _stood_still(
+    before: list[tuple[int, int, int] | None], after: list[tuple[int, int, int] | None], since: float
+) -> bool:
+    """Whether no job can have moved between the state directories while they were listed
+    (``since``: wall time before the first stamps). Unchanged stamps alone are not proof:
+    a directory's timestamps come from a coarse clock (a rename in the same tick as the
+    change before it leaves them equal), so a directory modified within
+    ``defaults.DIR_STAMP_MARGIN_SECONDS`` of the lookup counts as changed too."""
+    recent = int((since - defaults.DIR_STAMP_MARGIN_SECONDS) * 1e9)
+    return before == after and all(s is None or s[1] < recent for s in after)  # a rename sets both times
+
+
 def read_entry(
-    job_id: str, lookup: Callable[[], list[Located]], read: Callable[[list[Located], Path], T]
+    job_id: str,
+    lookup: Callable[[], list[Located]],
+    read: Callable[[list[Located], Path], T],
+    *,
+    layout: SpoolLayout | None = None,
 ) -> tuple[list[Located], T] | None:
     """``lookup()`` (a job's entries, current first), then ``read(entries, through)``, as one snapshot.
 
@@ -195,14 +226,21 @@ def read_entry(
     ``defaults.JOB_READ_ATTEMPTS`` times, and if it moved during every read the last one is
     returned: whole, in the state where it was opened. A lookup can miss a job that moves
     against the listing order (retry/ is listed after running/), so an empty lookup is
-    tried again too. None: never found (JobNotFound for the caller to word);
-    :class:`JobMoving`: found, but gone before each read could begin.
+    tried again too, unless (with ``layout``: the spool looked in) no directory a job can
+    be in changed during it: then nothing moved, and an unknown id is answered after one
+    lookup instead of ``JOB_READ_ATTEMPTS`` (seconds each at 100k done). None: never found
+    (JobNotFound for the caller to word); :class:`JobMoving`: found, but gone before each
+    read could begin.
     """
     seen = False
     last: tuple[list[Located], T] | None = None
     for _ in range(defaults.JOB_READ_ATTEMPTS):
+        since = time.time()
+        stamps = None if layout is None else state_dir_stamps(layout)
         found = lookup()
         if not found:
+            if layout is not None and _stood_still(stamps or [], state_dir_stamps(layout), since):
+                break  # a consistent picture: the job is in none of them
             continue
         seen = True
         try:
@@ -266,7 +304,9 @@ def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
         info["others"] = [describe(config, w) for w in found[1:]]
         return info
 
-    snapshot = read_entry(job_id, lambda: by_relevance(find_job(config, job_id)), read)
+    snapshot = read_entry(
+        job_id, lambda: by_relevance(find_job(config, job_id)), read, layout=SpoolLayout(config.spool)
+    )
     if snapshot is None:
         raise JobNotFound(job_id, f"no job with id {job_id!r} in {config.spool}{id_hint(config.spool, job_id)}")
     return snapshot[1]

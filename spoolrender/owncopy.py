@@ -131,6 +131,32 @@ def ensure_copy(job_dir: Path, max_bytes: int, *, uncached: bool = False) -> str
         return None
 
 
+def private_file_mode(job_dir: Path) -> int:
+    """The mode of a file the runner writes in ``job_dir`` that can repeat the job's content
+    (its run logs: a command's output echoes props and env; hooks.log): read and write for
+    the runner, and for group and others no more read bits than the private copy has
+    (0600 when there is no copy yet, or it cannot be read)."""
+    try:
+        st = os.stat(job_dir / defaults.JOB_FILENAME, follow_symlinks=False)
+    except OSError:
+        return stat.S_IRUSR | stat.S_IWUSR
+    return stat.S_IRUSR | stat.S_IWUSR | (stat.S_IMODE(st.st_mode) & _COPY_READ_BITS)
+
+
+def prepare_private_file(path: Path, job_dir: Path) -> Path:
+    """Create ``path`` (a run log, hooks.log) with private_file_mode, or narrow it to that
+    mode when it exists: whoever appends to it later (a renderer's ``open(log, "ab")``)
+    then cannot make it wider, whatever the umask. Never through a symlink."""
+    mode = private_file_mode(job_dir)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            os.fchmod(fd, mode)  # open() filtered it through the umask, or it existed wider
+    finally:
+        os.close(fd)
+    return path
+
+
 def drop_copy(job_dir: Path) -> None:
     """Remove the copy of an unsealed run that is discarded: its next claim copies the
     submitted file again, complete by then (recovery treats the directory as a claim

@@ -26,7 +26,14 @@ from typing import Any
 
 from spoolrender.durable import sync_fd
 from spoolrender.errors import PublishError, RenderError
-from spoolrender.trusted_dirs import TRUSTED_DIR_MODE, UNTRUSTED_DIR, UntrustedDir, ensure_trusted_path
+from spoolrender.trusted_dirs import (
+    FOREIGN_OUTPUT_TREE,
+    TRUSTED_DIR_MODE,
+    UNTRUSTED_DIR,
+    ForeignTree,
+    UntrustedDir,
+    ensure_trusted_path,
+)
 
 SCRATCH_DIR = ".spoolrender-tmp"
 SCRATCH_NAME_HEX = 32  # hex digits of a scratch directory's name (scratch_name)
@@ -115,9 +122,13 @@ def prepare_scratch(output_root: Path, job_key: str) -> Path:
     """An empty scratch directory for job ``job_key``, in a scratch tree that is the
     runner's alone (spoolrender.trusted_dirs): another user's ``.spoolrender-tmp/`` would
     let them replace a rendered file before it is published. Raises RenderError (kind
-    trusted_dirs.UNTRUSTED_DIR, transient: the operator removes the directory) or OSError."""
+    trusted_dirs.FOREIGN_OUTPUT_TREE, permanent: another user's tree the runner cannot move
+    aside; UNTRUSTED_DIR, transient: any other refusal) or OSError."""
     try:
         ensure_trusted_path(output_root, SCRATCH_DIR)
+    except ForeignTree as exc:
+        # Every job would fail the same way until an operator acts: at once, for good.
+        raise RenderError(str(exc), transient=False, kind=FOREIGN_OUTPUT_TREE) from exc
     except UntrustedDir as exc:
         raise RenderError(
             f"{exc}: refusing to render into it; remove it (the runner makes its own)",

@@ -37,6 +37,8 @@ OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET, SPLIT)
 NOT_AN_ATTEMPT = (REQUEUE, RESET, SPLIT)
 # The error kind of a run decided by a recoverer because its owner died (recovery.py).
 RUNNER_DIED = "runner-died"
+# The error kind of a claim whose runner died or stalled before it started the job (recovery.py).
+CLAIM_ABANDONED = "claim-abandoned"
 # The error kind of a run that ended (or could not be recorded) because the spool's
 # filesystem failed (full, read-only, ...: spoolrender.spool_io): requeued, no attempt used.
 SPOOL_IO = "spool-io"

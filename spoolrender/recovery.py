@@ -15,12 +15,20 @@ An entry without ``job.yaml`` and ``submitted.yaml`` is a claim abandoned before
 file was moved in. It is never deleted where it lies: a claimer that only stalled may
 complete its rename at any moment. It is first renamed into ``.spoolrender/abandoned/``
 (after which the claimer's rename fails with ENOENT and the file stays in incoming/), and
-a job file that made it in before that rename is re-queued to retry/, not deleted.
+a job file that made it in before that rename goes back to incoming/ (below), never deleted.
 
-An entry holding ``submitted.yaml`` but no ``job.yaml`` is a claim (or a discarded run)
-whose owner died before its private copy was committed (spoolrender.owncopy): nothing was
-rendered from it, so its run is decided as a ``requeue`` that uses no attempt, and its
-retry claim copies the submitted file.
+An entry holding ``submitted.yaml`` but no ``job.yaml`` and no run record is a claim whose
+owner died (or stalled) between the claim rename and the private copy (spoolrender.owncopy):
+the claim never checked that the file is the one the scan parsed (inode and sha256: its
+id, queue and priority came from that parse), and the file is the submitter's to rewrite
+meanwhile. So the claim did not happen: the entry is parked like an abandoned claim, and
+``submitted.yaml`` goes back to ``incoming/`` (its queue directory, if it came from one),
+as ``<id>.yaml`` (a name that gives the file the same default id), with
+``renameat2(RENAME_NOREPLACE)``; it is scanned and claimed again as what it is then. If
+that name is taken, it fails with the reason (kept as evidence). One that also holds run
+records is a discarded run of a checked claim (only the owner's continued upload may
+change it, see owncopy): decided as a ``requeue`` that uses no attempt, and its retry
+claim copies the submitted file.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from pathlib import Path
 from spoolrender import defaults
 from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
+from spoolrender.durable import sync_fd
 from spoolrender.errors import JobInvalid, PublishError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import (
@@ -53,7 +62,9 @@ from spoolrender.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.owncopy import holds_job
 from spoolrender.probe_dirs import PROBE_PREFIX
 from spoolrender.publish import SCRATCH_DIR, remove_scratch, remove_scratch_dir, scratch_name
+from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import (
+    CLAIM_ABANDONED,
     FAILED,
     REQUEUE,
     RETRY,
@@ -68,7 +79,7 @@ from spoolrender.records import (
     spool_io_requeues,
 )
 from spoolrender.spool_io import SpoolIOCondition, attempt_counted, is_spool_io
-from spoolrender.spooldir import DirHandle
+from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
 from spoolrender.transitions import backoff_delay, carry_out
 
 log = logging.getLogger(__name__)
@@ -166,9 +177,10 @@ class Recoverer:
         return None
 
     def recover(self, job_dir: Path, job_id: str, uid: str, token: str, why: str) -> bool:
-        if not holds_job(job_dir):  # lexists: a symlink is a job too
+        if not holds_job(job_dir) or _claim_unchecked(job_dir):  # lexists: a symlink is a job too
             # The owner died (or stalled) between preparing the claim and moving the file
-            # in: the job file is still in incoming/, or arrives right now.
+            # in (the job file is still in incoming/, or arrives right now), or before it
+            # checked and copied the file it moved in (it goes back to incoming/).
             crash_point("abandoned-claim-before-remove")
             parking = self._layout.private / ABANDONED_DIR
             parking.mkdir(exist_ok=True)
@@ -209,18 +221,23 @@ class Recoverer:
         return True
 
     def _clear_parked(self, parked: Path) -> None:
-        """Re-queue the job file a parked claim caught, or delete the empty claim.
+        """Give back, re-queue or delete what a parked claim caught.
 
-        Nothing can enter a parked directory (its running/ name is gone), so a parked
-        claim without ``job.yaml`` stays without one: deleting it loses nothing. One with
-        it is sent to retry/ under its uid, with a requeue record that uses no attempt;
-        of several runners doing this at once, the run file and the rename pick one.
+        Nothing can enter a parked directory by its running/ name (gone), so a parked claim
+        without a job file stays without one: deleting it loses nothing. One holding only
+        the submitted file (never checked against the scan) gives it back to incoming/
+        (:meth:`_give_back`); one with its copy is sent to retry/ under its uid, with a
+        requeue record that uses no attempt; of several runners doing this at once, the
+        run file and the rename pick one.
         """
         m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
         if m is None or not holds_job(parked):
             shutil.rmtree(parked, ignore_errors=True)
             return
         job_id, uid = m.group("id"), m.group("uid")
+        if _claim_unchecked(parked) and self._give_back(parked, job_id):
+            shutil.rmtree(parked, ignore_errors=True)  # only the claim's lock, heartbeat, queue
+            return
         run = next_run_number(parked)
         stalled = "claimed by a runner that stalled before starting it"
         record = self._requeue_record(parked, run, m.group("token"), stalled)
@@ -233,13 +250,61 @@ class Recoverer:
         log.warning("job %s: its claim was abandoned after the job file moved in; re-queued to %s/",
                     job_id, target.parent.name)  # fmt: skip
 
+    def _give_back(self, parked: Path, job_id: str) -> bool:
+        """Return the submitted file of an unchecked claim to where it was dropped, as
+        ``<job_id>.yaml``; False (and a failed/ entry with the reason) if that name is taken."""
+        try:
+            queue = (parked / QUEUE_FILENAME).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            queue = ""
+        name = f"{job_id}.yaml"
+        with contextlib.ExitStack() as held:
+            job = held.enter_context(DirHandle.open(parked))
+            incoming = held.enter_context(DirHandle.open(self._layout.incoming))
+            try:
+                where, base = held.enter_context(entry_dir(incoming, f"{queue}/{name}" if queue else name))
+            except (SpoolPathRefused, FileNotFoundError, NotADirectoryError):
+                queue = ""  # its queue directory is gone or no longer honoured: incoming/ itself
+                where, base = held.enter_context(entry_dir(incoming, name))
+            try:
+                # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
+                job.rename(defaults.SUBMITTED_FILENAME, where, base, replace=False)
+            except FileExistsError:
+                self._fail_taken(parked, job_id, name)
+                return False
+            # The file's new name durable before the parked entry (the only other place it
+            # was ever named) is deleted: a power cut must not lose the job.
+            sync_fd(where.fd)
+        log.warning("job %s: its claim stopped before the file was checked and copied; it went back "
+                    "to incoming/%s to be scanned again", job_id, f"{queue}/{name}" if queue else name)  # fmt: skip
+        return True
+
+    def _fail_taken(self, parked: Path, job_id: str, name: str) -> None:
+        """An unchecked claim whose name in incoming/ was taken again: failed, kept as evidence."""
+        m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
+        assert m is not None
+        message = (f"its claim stopped before the job file was checked against the scan, and its name "
+                   f"incoming/{name} was taken again; submit it again")  # fmt: skip
+        run = next_run_number(parked)
+        record = RunRecord(
+            run=run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=m.group("token"), ended=self._clock.wall(),
+            error={"kind": CLAIM_ABANDONED, "message": message, "transient": False},
+        )  # fmt: skip
+        if not decide(parked, record):
+            decided = read_run(parked, run)
+            if decided is None:
+                return
+            record = decided
+        carry_out(self._layout, self._config.output_root, parked, job_id, m.group("uid"), record)
+        log.warning("job %s: %s", job_id, message)
+
     def _requeue_record(self, job_dir: Path, run: int, token: str, message: str) -> RunRecord:
         """A claim that never started its job: back to retry/, due now, no attempt used."""
         now = self._clock.wall()
         _, priority = self._job_limits(job_dir)
         return RunRecord(
             run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=now, due=now,
-            error={"kind": "claim-abandoned", "message": message, "transient": True},
+            error={"kind": CLAIM_ABANDONED, "message": message, "transient": True},
             details={"priority": priority},
         )  # fmt: skip
 
@@ -344,6 +409,15 @@ def _stop_orphaned_render(hb: Heartbeat) -> None:
     except OSError:
         return
     log.info("killed process group %d left behind by dead runner pid %d", hb.pgid, hb.pid)
+
+
+def _claim_unchecked(job_dir: Path) -> bool:
+    """Whether ``job_dir`` holds a claimed file that no claim checked and copied: the
+    submitted file, no copy, and no run record (a discarded run has one: its claim was
+    checked), or only the ``claim-abandoned`` requeues an older version decided for it."""
+    if os.path.lexists(job_dir / defaults.JOB_FILENAME) or not os.path.lexists(job_dir / defaults.SUBMITTED_FILENAME):
+        return False
+    return all(r.outcome == REQUEUE and (r.error or {}).get("kind") == CLAIM_ABANDONED for r in read_runs(job_dir))
 
 
 def _file_signature(job_dir: Path) -> tuple[int | None, tuple[int, int, int] | None]:

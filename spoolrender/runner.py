@@ -58,6 +58,7 @@ from spoolrender.retention import RetentionWorker
 from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
+from spoolrender.trusted_dirs import shared_root_warning
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
 if TYPE_CHECKING:
@@ -228,6 +229,8 @@ class Runner:
                 time.sleep(delay)  # before run(): SIGTERM still ends the process at once
                 continue
             self._spool_io.succeeded()
+            if (shared := shared_root_warning(self.config.output_root)) is not None:
+                log.warning("%s", shared)
             return
 
     # --- control ---------------------------------------------------------------------

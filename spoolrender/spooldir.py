@@ -427,6 +427,10 @@ class IncomingView:
         where, base = self.where(name)
         return where.anchored(base)
 
+    def dir_stats(self) -> list[os.stat_result]:
+        """fstat of incoming/ and of each honoured queue directory (held open since the listing)."""
+        return [os.fstat(d.fd) for d in (self.incoming, *self._queues.values()) if d.fd >= 0]
+
     def close(self) -> None:
         for queue in self._queues.values():
             queue.close()

@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # The failure kind of a run that needs a directory it cannot trust (the scratch directory).
 UNTRUSTED_DIR = "untrusted-dir"
+# The failure kind of a run whose scratch tree in the output root is another user's and cannot
+# be moved aside (a non-root runner, a sticky output root it does not own): permanent, as
+# only an operator can fix it (its reason says how); `spoolrender retry` after the fix.
+FOREIGN_OUTPUT_TREE = "foreign-output-tree"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TRUSTED_DIR_MODE = 0o755
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
@@ -43,6 +47,63 @@ class UntrustedDir(SpoolrenderError):
         super().__init__(f"{path} {reason}")
         self.path = path
         self.reason = reason
+
+
+class ForeignTree(UntrustedDir):
+    """Another user's tree right in the output root, which the runner could not move aside."""
+
+
+def _stuck_reason(root: Path, root_st: os.stat_result, problem: str) -> str:
+    """Why a foreign tree in the output root cannot be moved aside, and the operator's fix."""
+    uid = os.geteuid()
+    mode = stat.S_IMODE(root_st.st_mode)
+    why = ""
+    if mode & stat.S_ISVTX and root_st.st_uid != uid:
+        why = f": the output root {root} is sticky (mode {mode:04o}) and owned by uid {root_st.st_uid}, not the runner"
+    return (
+        f"{problem}, and cannot be moved aside{why}. An operator must act: make the output root owned by the "
+        f"runner and not writable by others (chown {uid} {root}; chmod o-w,-t {root}), or remove that tree; "
+        "then `spoolrender retry` the job"
+    )
+
+
+def shared_root_warning(root: Path) -> str | None:
+    """What the start-up check says about an output root that other users can write to
+    (anyone may then make the runner's trees there first), or None."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & stat.S_IWOTH:
+        return None
+    uid = os.geteuid()
+    stuck = st.st_uid != uid and mode & stat.S_ISVTX and not _overrides_sticky()
+    return (
+        f"output root {root} is writable by others (mode {mode:04o}, owner uid {st.st_uid}): any local user can make "
+        "the runner's trees (.spoolrender-tmp/, .spoolrender-cache/, .spoolrender-chunks/) there first"
+        + (
+            "; the runner cannot move such a tree aside (sticky, not its own), so jobs fail as "
+            f"{FOREIGN_OUTPUT_TREE!r} until an operator removes it"
+            if stuck
+            else "; the runner moves such a tree aside"
+        )
+        + f". Make it owned by the runner (uid {uid}) and not writable by others: chown {uid} {root}; chmod o-w {root}"
+    )
+
+
+_CAP_FOWNER = 3  # linux/capability.h: the capability that lets a process rename in others' sticky dirs
+
+
+def _overrides_sticky() -> bool:
+    """Whether this process may rename another user's entry in a sticky directory it does
+    not own (CAP_FOWNER in its effective set: root, normally)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            caps = next(line for line in fh if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return os.geteuid() == 0
+    return bool(int(caps.split()[1], 16) >> _CAP_FOWNER & 1)
 
 
 def trust_problem(st: os.stat_result) -> str | None:
@@ -153,8 +214,13 @@ def ensure_trusted_path(root: Path, *names: str) -> Path:
                 child = _open_repaired(fd, name, path)
             except UntrustedDir as exc:
                 # Only the output root is shared: deeper directories are the runner's own.
-                if depth > 0 or not move_aside(fd, name, path, exc.reason):
+                if depth > 0:
                     raise
+                if not move_aside(fd, name, path, exc.reason):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if owner_problem(st) is None:
+                        raise  # the runner's or root's own (an operator's symlink): theirs to fix
+                    raise ForeignTree(path, _stuck_reason(root, os.fstat(fd), exc.reason)) from exc
                 child = _open_repaired(fd, name, path)
             os.close(fd)
             fd = child
@@ -164,10 +230,15 @@ def ensure_trusted_path(root: Path, *names: str) -> Path:
 
 
 def _open_repaired(parent: int, name: str, path: Path) -> int:
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
     try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        # Opened first, made only if missing: one syscall per job where it exists (it
+        # nearly always does), instead of a failing mkdir before every open.
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, TRUSTED_DIR_MODE, dir_fd=parent)
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UntrustedDir(path, "is a symlink or not a directory") from exc

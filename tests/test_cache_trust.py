@@ -256,3 +256,38 @@ def test_a_cached_command_never_sees_its_job_id_through_the_paths_it_is_given(sp
     served = (spool.root / "output" / "y.mp4").read_text()
     names = {part for line in served.split() for part in Path(line).parts}
     assert not any(n == "x" or n.startswith("x.") for n in names), f"job y was served job x's id: {served!r}"
+
+
+@NEEDS_ROOT
+def test_a_foreign_scratch_tree_that_cannot_be_moved_aside_fails_the_job_at_once_with_the_fix(
+    shared: SpoolLayout,
+) -> None:
+    """The output root sticky and not the runner's, so another user's .spoolrender-tmp/
+    cannot be renamed aside (a runner without CAP_FOWNER: a non-root runner's position):
+    the job retried as `untrusted-dir` and used its attempts, while only an operator can
+    act. It fails at once, as `foreign-output-tree`, with the path, the owner and the fix;
+    the runner warned at start; `spoolrender retry` works after the fix."""
+    output = shared.root / "output"
+    os.chown(output, 2, 2)  # uid 2 (bin): neither the runner's nor the member's
+    os.chmod(output, 0o1777)
+    as_nobody("import os, sys; os.mkdir(sys.argv[1]); os.chmod(sys.argv[1], 0o777)", str(output / ".spoolrender-tmp"))
+    drop(shared, "stuck.yaml", command_job())
+    no_fowner = ["setpriv", "--bounding-set=-fowner", "--inh-caps=-fowner"]
+    run = subprocess.run([*no_fowner, *spoolrender_cmd("run", "--drain", "--spool", str(shared.root))],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "is writable by others (mode 1777, owner uid 2)" in run.stderr, run.stderr
+    assert "the runner cannot move such a tree aside" in run.stderr, run.stderr
+    (entry,) = entries(shared, "failed")
+    failure = json.loads((shared.failed / entry / "failure.json").read_text())
+    assert failure["kind"] == "foreign-output-tree" and failure["attempts"] == 1, failure
+    for part in (str(output / ".spoolrender-tmp"), "uid 65534", "sticky (mode 1777)", f"chown 0 {output}"):
+        assert part in failure["reason"], failure["reason"]
+    shutil.rmtree(output / ".spoolrender-tmp")  # the operator's fix
+    os.chown(output, 0, 0)
+    os.chmod(output, 0o755)
+    retry = subprocess.run(
+        spoolrender_cmd("retry", "stuck", "--spool", str(shared.root)), capture_output=True, text=True
+    )
+    assert retry.returncode == 0, retry.stderr
+    drain(shared)
+    assert len(entries(shared, "done")) == 1 and entries(shared, "failed") == []

@@ -3,6 +3,7 @@ states: every read answers, from one state, never a FileNotFoundError or a mix o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,11 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import command_job
 
+from spoolrender import lookup
 from spoolrender.api import Spool
 from spoolrender.config import SpoolConfig
+from spoolrender.errors import JobNotFound
 from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.lookup import show_document
 from spoolrender.serve.api import job_detail
@@ -113,3 +117,32 @@ def test_serve_job_detail_reads_a_job_that_moves_between_states(
 def test_job_handle_reads_a_job_that_moves_between_states(spool: SpoolLayout, tmp_path: Path) -> None:
     handle = Spool(spool.root)
     read_while_moving(spool, tmp_path, lambda job_id: handle.job(job_id).show())
+
+
+def test_an_unknown_id_is_answered_after_one_lookup_when_nothing_moved(
+    spool: SpoolLayout, config: SpoolConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty lookup was repeated JOB_READ_ATTEMPTS times (about 7 s for `show` of an
+    unknown id at 100k done); it is repeated only if a directory a job can be in changed
+    during it, or just before it (a coarse clock): above, a moving job is still found."""
+    calls: list[str] = []
+    real = lookup.find_job
+
+    def counted(config: SpoolConfig, job_id: str, **kwargs: Any) -> list[lookup.Located]:
+        calls.append(job_id)
+        return real(config, job_id, **kwargs)
+
+    monkeypatch.setattr(lookup, "find_job", counted)
+    queue = spool.incoming / "q1"
+    queue.mkdir()
+    an_hour_ago = time.time() - 3600
+    for directory in (spool.incoming, queue, spool.running, spool.retry, spool.split, spool.done, spool.failed):
+        os.utime(directory, (an_hour_ago, an_hour_ago))
+    with pytest.raises(JobNotFound):
+        show_document(config, "nobody")
+    assert calls == ["nobody"]
+    os.utime(spool.done)  # modified just now: a job may have moved during the lookup
+    calls.clear()
+    with pytest.raises(JobNotFound):
+        show_document(config, "nobody")
+    assert len(calls) > 1

@@ -353,8 +353,10 @@ def test_discards_for_an_upload_that_goes_on_are_capped(
 def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
     spool: SpoolLayout, start_runner: Start, tmp_path: Path
 ) -> None:
-    """Crash point discard-before-decide: the directory holds submitted.yaml and no copy;
-    recovery re-queues it (no attempt used) and its next claim copies the complete file."""
+    """Crash point discard-before-decide: the directory holds submitted.yaml, no copy and
+    no run record, like a claim killed before its copy: recovery gives the file back to
+    incoming/ (tests/reliability/test_crash_points.py), and its next claim copies the
+    complete file."""
     write_spool_config(spool, _config())
     killed = start_runner(env={"SPOOLRENDER_CRASH_AT": "discard-before-decide"}, log=tmp_path / "killed.log")
     (tmp_path / "go").touch()
@@ -373,7 +375,7 @@ def test_runner_killed_between_dropping_a_discarded_copy_and_its_record(
     done_dir, record = _done_record(spool, "crashed.")
     runs = record["runs"]
     assert isinstance(runs, list)
-    assert [(r["outcome"], r["attempt"]) for r in runs] == [("requeue", None), ("publishing", 1)]
+    assert [(r["outcome"], r["attempt"]) for r in runs] == [("publishing", 1)]
     assert (done_dir / "job.yaml").read_bytes() == original + rest
 
 
@@ -438,3 +440,41 @@ def test_the_private_copy_is_no_more_readable_than_the_submitted_file(
     show = spoolrender_cmd("show", "private", "--json", "--spool", str(spool.root))
     shown = subprocess.run(show, capture_output=True, text=True)
     assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "done", shown
+
+
+def test_run_logs_are_no_more_readable_than_the_job(spool: SpoolLayout, start_runner: Start) -> None:
+    """Run logs were 0644 in 0755 job directories, whatever the job's mode: a command's
+    output (props, env) was readable by every local user. A log gets the private copy's
+    read bits (plus the runner's write bit): a 0600 job's log is 0600."""
+    job = yaml.safe_dump(command_job(content="a customer's props")).encode()
+    old = os.umask(0o077)
+    try:
+        drop(spool, "private.yaml", job)
+    finally:
+        os.umask(old)
+    drop(spool, "public.yaml", job)
+    os.chmod(spool.incoming / "public.yaml", 0o644)
+    assert start_runner("--drain").wait(timeout=120) == 0
+    for prefix, mode in (("private.", 0o600), ("public.", 0o644)):
+        entry, _ = _done_record(spool, prefix)
+        (log,) = entry.glob("run-*.log")
+        assert stat.S_IMODE(os.stat(log).st_mode) == mode, (prefix, oct(os.stat(log).st_mode))
+        assert stat.S_IMODE(os.stat(entry / "job.yaml").st_mode) == mode & 0o444
+
+
+def test_a_claimer_stalled_before_its_copy_loses_the_claim_quietly(
+    spool: SpoolLayout, start_runner: Start, tmp_path: Path
+) -> None:
+    """A runner stopped between the claim rename and the copy for longer than the lease:
+    another runner gives the file back to incoming/ (recovery) and renders it. The stalled
+    one, woken, finds the file gone from its directory: a lost claim, not a crash."""
+    write_spool_config(spool, {**_config(), "settle_seconds": 0, "lease_seconds": 2, "heartbeat_seconds": 0.2})
+    stalled = start_runner(env={"SPOOLRENDER_PAUSE_AT": "claim-after-rename"}, log=tmp_path / "stalled.log")
+    _drop_tracked(spool, "alpha.yaml", b"renderer: command\ncommand: jobhash\noutput: alpha.txt\nprops: {}\n")
+    wait_for(lambda: stopped(stalled), timeout=60)
+    start_runner(log=tmp_path / "other.log")
+    wait_for(lambda: len(entries(spool, "done")) == 1, timeout=120)
+    stalled.send_signal(signal.SIGCONT)
+    wait_for(lambda: "recovery took it back" in (tmp_path / "stalled.log").read_text(), timeout=60)
+    assert stalled.poll() is None, (tmp_path / "stalled.log").read_text()
+    assert entries(spool, "failed") == [] and len(entries(spool, "done")) == 1

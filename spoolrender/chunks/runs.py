@@ -31,6 +31,7 @@ from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.hosts import online_hosts
 from spoolrender.layout import final_name
+from spoolrender.owncopy import prepare_private_file
 from spoolrender.publish import fsync_file, prepare_scratch, remove_tree, scratch_dir
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
@@ -265,7 +266,7 @@ class SplitJobRuns:
             span=plan.span,
             output=scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX)),
             work_dir=scratch,
-            log=log_path(claim.job_dir, claim.run),
+            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir),
             threads=self._threads,
             props=props,
             settings=settings,

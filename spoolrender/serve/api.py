@@ -215,6 +215,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
             job_id,
             lambda: by_relevance(find_job(config, check_job_id(job_id))),
             lambda found, through: _detail(config, job_id, found, through),
+            layout=SpoolLayout(config.spool),
         )
     except JobMoving as exc:
         raise ApiError(503, str(exc)) from exc

@@ -102,3 +102,30 @@ def test_sigkill_at_each_step_of_a_split_job_loses_nothing(tmp_path: Path, point
     assert outcomes[-1] == "publishing" and outcomes.count("publishing") == 1, outcomes
     assert "split" in outcomes
     assert chunk_leftovers(layout, layout.root / "output") == []
+
+
+@pytest.mark.parametrize("then", [None, "retry-claim-before-copy"])
+def test_a_claim_killed_before_its_copy_gives_the_file_back_to_be_scanned_as_itself(
+    tmp_path: Path, then: str | None
+) -> None:
+    """SIGKILL between the claim rename and the private copy: the claim never compared the
+    file with what the scan parsed, and its submitter can rewrite it meanwhile (here: another
+    id, other props). Recovery re-queued it under the scanned id, and the retry claim (killed
+    before its copy too, ``then``) copied whatever the file held: published as ``alpha`` from
+    ``beta``'s bytes. Now the file goes back to incoming/ and is claimed again as itself."""
+    layout = make_spool(tmp_path)
+    job = {"renderer": "command", "command": "props", "props": {"content": "alpha video"}}
+    (layout.incoming / "alpha.yaml").write_text(yaml.safe_dump(job))
+    assert drain(layout, {"SPOOLRENDER_CRASH_AT": "claim-after-rename"}) == -9
+    (submitted,) = layout.running.glob("*/submitted.yaml")
+    with open(submitted, "r+b") as fh:  # in place: the submitter owns the inode
+        fh.truncate(0)
+        fh.write(yaml.safe_dump({**job, "id": "beta", "props": {"content": "beta video"}}).encode())
+    if then is not None:
+        drain(layout, {"SPOOLRENDER_CRASH_AT": then})  # reached only if the claim went on to retry/
+    _drain_until_done(layout)
+    result = audit(layout, {"beta"}, output_ok={"beta": b"beta video"})
+    assert result.ok, result.problems()
+    assert result.where == {"beta": ["done"]}, result.where
+    (entry,) = os.listdir(layout.done)
+    assert json.loads((layout.done / entry / "result.json").read_text())["runs"][0]["outcome"] == "publishing"
