@@ -124,7 +124,7 @@ def test_kubernetes_validate_catches_a_broken_manifest(old: str, new: str, messa
 INSECURE_RUNNERS = {
     "writable-root": ("readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "CKV_K8S_22"),
     "escalation": ("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "CKV_K8S_20"),
-    "root": ("runAsNonRoot: true\n        runAsUser: 10001", "runAsUser: 0", "CKV_K8S_23"),
+    "root": ("runAsNonRoot: true\n        runAsUser: 10001", "runAsUser: 0", "CKV_K8S_40"),
 }
 
 
