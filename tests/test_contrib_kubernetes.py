@@ -156,12 +156,11 @@ def test_manifests_pass_checkov_and_insecure_ones_do_not(tmp_path: Path) -> None
          "--quiet", "--compact"], capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode in (0, 1), result.stderr
-    results = json.loads(result.stdout)["results"]
-    failed = [(c["check_id"], c["file_path"]) for c in results["failed_checks"]]
+    report = json.loads(result.stdout)  # --quiet: the failed checks and the counts only
+    failed = [(c["check_id"], c["file_path"]) for c in report["results"]["failed_checks"]]
     shipped = [f for f in failed if f[1].startswith("/shipped/")]
     assert not shipped, shipped
-    passed = [c for c in results["passed_checks"] if c["file_path"].startswith("/shipped/")]
-    assert len(passed) > 100
+    assert report["summary"]["passed"] > 100 and report["summary"]["parsing_errors"] == 0, report["summary"]
     for name, (_, _, check) in INSECURE_RUNNERS.items():
         assert (check, f"/{name}/runner.yaml") in failed, (name, failed)
     # Each skip is in checkov.cfg with its reason.
