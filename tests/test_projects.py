@@ -41,8 +41,8 @@ pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="module")
-def bundle_cache(shared_bundle_cache: Path) -> Path:
-    return shared_bundle_cache
+def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bundle-cache")
 
 
 def png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
