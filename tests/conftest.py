@@ -85,21 +85,6 @@ FAST: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="session")
-def shared_bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One Remotion bundle cache for the whole test run, every pytest-xdist worker's too (a
-    worker's basetemp is ``popen-gwN`` under the run's): the first test that needs a project's
-    bundle builds it, under the cache's build lock, and every other test reuses it. One lock
-    also means one webpack build at a time on remotion/node_modules/.cache, which two builds
-    at once must not share (spoolrender/worker/bundle.mjs)."""
-    base = tmp_path_factory.getbasetemp()
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        base = base.parent
-    cache = base / "bundle-cache"
-    cache.mkdir(exist_ok=True)
-    return cache
-
-
 @pytest.fixture
 def spool(tmp_path: Path) -> SpoolLayout:
     layout = init_spool(tmp_path / "spool")

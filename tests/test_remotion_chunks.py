@@ -49,15 +49,14 @@ def ignore_progress(fraction: float | None, stage: str | None = None) -> None:
 class Slot:
     """One runner slot's renderer; each request gets its own work directory."""
 
-    def __init__(self, root: Path, cache: Path, project: Path = REMOTION) -> None:
+    def __init__(self, root: Path, project: Path = REMOTION) -> None:
         layout = init_spool(root / "spool")
         (layout.root / "spoolrender.yaml").write_text(
-            yaml.safe_dump({"remotion_project": str(project), "cache_dir": str(cache)}), encoding="utf-8"
+            yaml.safe_dump({"remotion_project": str(project), "cache_dir": str(root / "cache")}), encoding="utf-8"
         )
         self.config = load_config(layout.root, environ={})
         self.renderer = RemotionRenderer(self.config)
         self.root = root
-        self.cache = cache
         self._n = itertools.count()
 
     def request(self, job: dict[str, Any], chunk: ChunkPart | None = None) -> RenderRequest:
@@ -121,8 +120,8 @@ def split_render(slot: Slot, job: dict[str, Any], count: int) -> Split:
 
 
 @pytest.fixture(scope="module")
-def slot(tmp_path_factory: pytest.TempPathFactory, shared_bundle_cache: Path) -> Iterator[Slot]:
-    s = Slot(tmp_path_factory.mktemp("chunks"), shared_bundle_cache)
+def slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slot]:
+    s = Slot(tmp_path_factory.mktemp("chunks"))
     yield s
     s.renderer.close()
 
@@ -351,7 +350,7 @@ export const Root = () => (
     not (OTHER / "node_modules" / ".spoolrender-installed").is_file(),
     reason=f"Remotion {OTHER_VERSION} missing: run scripts/setup.sh --test",
 )
-def test_a_users_project_joins_with_its_own_remotion(tmp_path: Path, shared_bundle_cache: Path) -> None:
+def test_a_users_project_joins_with_its_own_remotion(tmp_path: Path) -> None:
     # Shaped like Remotion's starters (remotion and @remotion/cli listed), another version.
     project = tmp_path / "starter"
     for rel, text in STARTER_WITH_SOUND.items():
@@ -362,7 +361,7 @@ def test_a_users_project_joins_with_its_own_remotion(tmp_path: Path, shared_bund
     deps = {"remotion": OTHER_VERSION, "@remotion/cli": OTHER_VERSION, "react": "19.2.0", "react-dom": "19.2.0"}
     (project / "package.json").write_text(json.dumps({"name": "starter", "private": True, "dependencies": deps}))
     (project / "node_modules").symlink_to(OTHER / "node_modules")
-    slot = Slot(tmp_path / "slot", shared_bundle_cache, project)
+    slot = Slot(tmp_path / "slot", project)
     try:
         result = split_render(slot, {"composition": "Sound", "props": {}}, 2)
     finally:

@@ -32,9 +32,9 @@ pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="session")
-def bundle_cache(shared_bundle_cache: Path) -> Path:
-    # One cache for the whole run: the first test bundles, the others reuse it.
-    return shared_bundle_cache
+def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One cache for the whole session: the first test bundles, the others reuse it.
+    return tmp_path_factory.mktemp("bundle-cache")
 
 
 @pytest.fixture
