@@ -14,4 +14,8 @@ echo "==> mkdocs build --strict"
 site="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$site"   # the env var: no theme banner
 rm -rf "$site"
-echo "==> pytest"; python -m pytest "$@"
+# Four pytest-xdist workers on two cores: most tests wait on subprocesses (runners, renders,
+# sshd), not on the CPU. loadgroup: a module's users of a warm module fixture, and a docs
+# page's terminal, stay on one worker (tests/conftest.py). Later arguments win: `-n 0` runs
+# the suite in this process alone, `-n 2` on two workers.
+echo "==> pytest"; python -m pytest -n 4 --dist loadgroup "$@"

@@ -114,6 +114,11 @@ REMOTION_EXAMPLE_MARKS = [*REMOTION_MARKS, pytest.mark.slow]
 
 def _param(example: Example) -> object:
     marks = REMOTION_EXAMPLE_MARKS if example.kind is Kind.SHELL_REMOTION else []
+    if example.kind in RUN_KINDS:
+        # A page's terminal runs its blocks in order: under pytest-xdist, all on one worker
+        # (else each worker runs the page's earlier blocks again, in a terminal of its own).
+        page, remotion = _chain_key(example)
+        marks = [*marks, pytest.mark.xdist_group(f"docs:{page}:{'remotion' if remotion else 'shell'}")]
     return pytest.param(example, id=example.id, marks=marks)
 
 

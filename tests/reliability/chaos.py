@@ -28,6 +28,9 @@ from spoolrender.records import read_runs
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]
+# A drain takes a few seconds; the deadline only counts on a host far past its cores (a full
+# run on 4 pytest-xdist workers beside other developers: load average 95).
+DRAIN_TIMEOUT_S = 600
 CONFIG = {
     "settle_seconds": 0.2,
     "heartbeat_seconds": 0.2,
@@ -185,14 +188,16 @@ def run_chaos(
                 p.wait()
     # One last drain recovers anything the final SIGTERMs left in running/, and expires the
     # beacons of the SIGKILLed runners.
-    subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
+    subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=DRAIN_TIMEOUT_S)
     alarms = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
     # Temporary files of a beacon write cut short by a kill go once untouched for a lease:
     # drains (as cron would start them) until then.
     cleanup_deadline = time.monotonic() + 10 * float(CONFIG["lease_seconds"])
     while (leftovers := _leftovers(layout)) and time.monotonic() < cleanup_deadline:
         time.sleep(0.5)
-        subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=120)
+        subprocess.run(
+            [*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=DRAIN_TIMEOUT_S
+        )
     seconds = time.monotonic() - started
     result = audit(layout, set(expected), output_ok=expected, max_attempts=CONFIG["max_attempts"])
     died = 0
