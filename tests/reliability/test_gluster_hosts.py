@@ -1,0 +1,317 @@
+"""Several hosts on one spool on a replicated GlusterFS volume, with storage faults (issue 26).
+
+`gluster_lab.GlusterLab` (one lab and one `replica 3` volume for the whole module: up and
+down take 5-20 s): three brick hosts, client hosts with their own network, UTS, PID and
+mount namespaces, each running two `spoolrender run` processes on one FUSE mount with
+spoolrender's options (`spoolrender.glusterfs`). Each test has a spool of its own on the
+volume, its output root beside it; the test drops jobs and judges through an observer mount.
+
+- a client host partitioned mid-render for longer than the lease: its job recovered and
+  published elsewhere; once the link is back the late owner (whose FUSE client never told
+  it anything, and whose writes go through again) must not publish, move or record
+  anything: fencing by the exclusive run file, not by a lock;
+- a brick killed mid-run (claims go on over two bricks: the longest stall is printed), a
+  client host SIGKILLed whole and one frozen past the lease meanwhile, the brick restarted
+  and healed; then `spoolrender status` on every host agrees, and the healed brick holds
+  what the others hold.
+
+Every job is rendered and published exactly once (a file per render, named by job, host
+and pid), nothing partial or left behind (`invariants.audit`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from gluster_lab import GlusterHost, GlusterLab, missing
+from invariants import audit, render_orphans
+from netfs_lab import beacon_hosts, runner_argv, wait_until
+
+from spoolrender.errors import UnsupportedFilesystem
+from spoolrender.fscheck import check_filesystem
+from spoolrender.glusterfs import MOUNT_OPTIONS
+from spoolrender.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.layout import init_spool
+from spoolrender.publish import SCRATCH_DIR
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
+
+# Long enough that a FUSE client starved of CPU on a loaded machine never looks dead (every
+# heartbeat is several round trips through it), short enough to keep the module quick.
+LEASE = 8.0
+LONG = 5.0  # seconds a long job renders: long enough to be caught mid-render
+WAIT = 300.0  # generous deadlines: conditions, never timers
+HOSTS = ("host-a", "host-b", "host-c")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterLab]:
+    the_lab = GlusterLab(tmp_path_factory.mktemp("gluster"))
+    try:
+        yield the_lab
+    finally:
+        the_lab.close()
+    assert str(the_lab.work) not in Path("/proc/mounts").read_text(), "a mount outlived the lab"
+
+
+class Spool:
+    """A spool of one test on the lab's volume, its hosts, their logs."""
+
+    def __init__(self, lab: GlusterLab, tmp_path: Path) -> None:
+        self.lab = lab
+        self.base = lab.mountpoint / f"t-{secrets.token_hex(4)}"  # the observer's path = the hosts'
+        self.layout = init_spool(self.base / "spool")
+        self.renders = self.base / "renders"
+        self.renders.mkdir()
+        self.tmp_path = tmp_path
+        # One file per render, named by job, host and pid, holding the wall time the render
+        # started: counts renders without appends from several clients into one file.
+        marker = 'date +%s.%N > "$3/$2.$(hostname).$$"'
+        quick = ["sh", "-c", f'{marker} && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(self.renders)]
+        slow = ["sh", "-c", f'{marker} && sleep {LONG} && echo "$2 $(hostname)" > "$1"',
+                "sh", "{output}", "{job_id}", str(self.renders)]  # fmt: skip
+        config = {
+            "settle_seconds": 0.3, "heartbeat_seconds": 0.5, "lease_seconds": LEASE, "rescan_seconds": 0.5,
+            "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
+            "commands": {"quick": quick, "slow": slow},
+        }  # fmt: skip
+        (self.layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
+        self.hosts: dict[str, GlusterHost] = {}
+
+    def start(self, name: str) -> GlusterHost:
+        # Two runners on the host's one mount (the same-host lock shortcut needs one mount).
+        argv = ["sh", "-c", '"$@" & "$@" & wait', "sh", *runner_argv(self.layout.root)]
+        log = self.tmp_path / f"{name}.log"
+        self.hosts[name] = self.lab.host(name, argv, log)
+        return self.hosts[name]
+
+    def log(self, name: str) -> str:
+        return (self.tmp_path / f"{name}.log").read_text()
+
+    def drop(self, name: str, command: str) -> None:
+        # Written under a hidden name, renamed into place (as scp or rsync leave an upload).
+        tmp = self.layout.incoming / f".{name}.part"
+        tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command}))
+        os.rename(tmp, self.layout.incoming / f"{name}.yaml")
+
+    def done(self) -> int:
+        return len(os.listdir(self.layout.done))
+
+    def rendering(self, job_id: str) -> tuple[str, Heartbeat] | None:
+        for name in os.listdir(self.layout.running):
+            if name.startswith(f"{job_id}."):
+                hb = read_heartbeat(self.layout.running / name)
+                if hb is not None and hb.pgid is not None:
+                    return name, hb
+        return None
+
+    def renders_of(self) -> list[tuple[str, str, float]]:
+        """(job id, host, start time) of every render."""
+        found = []
+        for name in os.listdir(self.renders):
+            job_id, host, _pid = name.split(".")
+            found.append((job_id, host, float((self.renders / name).read_text())))
+        return found
+
+    def quiet(self) -> None:
+        """Every runner done with its scratch dirs: the audit judges a quiet spool."""
+        scratch = self.base / "spool" / "output" / SCRATCH_DIR
+        wait_until(lambda: not os.listdir(scratch), 60, "scratch dirs removed")
+
+    def records(self) -> dict[str, dict[str, object]]:
+        runs = {}
+        for name in os.listdir(self.layout.done):
+            record = json.loads((self.layout.done / name / "result.json").read_text())
+            runs[record["id"]] = record
+        return runs
+
+    def stop(self) -> None:
+        for host in self.hosts.values():
+            host.stop()
+
+
+def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str]) -> None:
+    per_job: dict[str, int] = {}
+    for job_id, _host, _at in spool.renders_of():
+        per_job[job_id] = per_job.get(job_id, 0) + 1
+    assert {j: n for j, n in per_job.items() if j in quick} == dict.fromkeys(quick, 1), per_job
+    assert render_orphans(str(spool.base)) == []
+    result = audit(spool.layout, quick | long_jobs, check_processes=False)
+    assert not result.lost and not result.duplicated and not result.partial_files, result.problems()
+    assert not result.bad_outputs and not result.attempt_violations, result.problems()
+    assert result.states["done"] == len(quick | long_jobs), result.states
+    hidden = [str(p) for p in spool.base.rglob(".fuse_hidden*")]
+    assert not hidden, hidden
+
+
+def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab, tmp_path: Path) -> None:
+    spool = Spool(lab, tmp_path)
+    quick = {f"j{i:03d}" for i in range(3)}
+    try:
+        for name in HOSTS:
+            spool.start(name)
+        wait_until(lambda: set(HOSTS) <= beacon_hosts(spool.layout), WAIT, "runners up")
+        for job_id in sorted(quick):
+            spool.drop(job_id, "quick")
+        wait_until(lambda: spool.done() == len(quick), WAIT, "quick jobs done")
+
+        spool.drop("late", "slow")
+        wait_until(lambda: spool.rendering("late"), 60, "late job rendering")
+        found = spool.rendering("late")
+        assert found is not None
+        late_entry, hb = found
+        owner = spool.hosts[hb.host]
+        owner.partition(False)
+        # Recovered after the lease by another host: the runner-died decision (the exclusive
+        # run file) is made and the job moved on. The link comes back within
+        # network.ping-timeout: the owner's client never noticed, its queued writes go through.
+        recovered = wait_until(lambda: late_entry not in os.listdir(spool.layout.running), WAIT, "recovered")
+        owner.partition(True)
+        wait_until(lambda: spool.done() == len(quick) + 1, WAIT, "late job done elsewhere")
+        # The late owner's render ends: it finds its job taken over and lets it go.
+        wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "late owner lets go")
+        # Back on the network, it claims again.
+        spool.drop("after", "quick")
+        wait_until(lambda: spool.done() == len(quick) + 2, WAIT, "a job after the partition done")
+        spool.quiet()
+    finally:
+        spool.stop()
+    check_exactly_once(spool, quick | {"after"}, {"late"})
+    record = spool.records()["late"]
+    runs = record["runs"]
+    assert isinstance(runs, list)
+    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
+    assert len(died) == 1 and died[0]["host"] != owner.name, runs
+    # The late owner recorded nothing: its run (its token) was decided by another host, and
+    # no record is its own (another runner of its host may have rendered the retry).
+    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    # Its render ran (it started before the cut) but was never published: two renders of
+    # the job, one output (check_exactly_once: no duplicate, nothing partial).
+    starts = [host for job_id, host, _ in spool.renders_of() if job_id == "late"]
+    assert owner.name in starts and len(starts) == 2, starts
+    print(f"\nglusterfs partition: late owner {owner.name} cut off; its job recovered after {recovered:.1f} s")
+
+
+def host_status(host: GlusterHost, spool: Spool) -> dict[str, int]:
+    """`spoolrender status --json` run on ``host`` (in its namespaces, through its mount)."""
+    argv = ["nsenter", "-t", str(host.init_pid), "-m", "-u", "-n", "-p",
+            sys.executable, "-m", "spoolrender.cli", "status", "--json", "--spool", str(spool.layout.root)]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=WAIT).stdout
+    counts = json.loads(out)["counts"]
+    assert isinstance(counts, dict)
+    return counts
+
+
+def test_brick_killed_and_healed_while_hosts_die_and_freeze(lab: GlusterLab, tmp_path: Path) -> None:
+    spool = Spool(lab, tmp_path)
+    quick = {f"j{i:03d}" for i in range(30)}
+    figures: dict[str, float] = {}
+    try:
+        for name in HOSTS:
+            spool.start(name)
+        wait_until(lambda: set(HOSTS) <= beacon_hosts(spool.layout), WAIT, "runners up")
+        for job_id in sorted(quick):
+            spool.drop(job_id, "quick")
+        wait_until(lambda: spool.done() >= 3, WAIT, "first jobs done")
+
+        # 1. A brick dies mid-run (SIGKILL of its glusterfsd): claims go on over two bricks.
+        killed_at = time.time()
+        lab.kill_brick(3)
+        # 2. Meanwhile a power cut: the host rendering a long job loses every process at once
+        #    (its FUSE client too).
+        spool.drop("killed", "slow")
+        wait_until(lambda: spool.rendering("killed"), WAIT, "killed job rendering")
+        found = spool.rendering("killed")
+        assert found is not None
+        killed_entry, hb = found
+        victim = spool.hosts[hb.host]
+        victim.kill()
+        figures["kill_recovered_s"] = wait_until(
+            lambda: killed_entry not in os.listdir(spool.layout.running), WAIT, "killed host's job recovered"
+        )
+        wait_until(lambda: spool.done() >= len(quick) // 2, WAIT, "half the jobs done on two bricks")
+        # 3. The brick comes back and heals while the runners work on.
+        restarted_at = time.time()
+        figures["brick_restart_s"] = lab.restart_bricks()
+        # 4. A VM pause past the lease on a surviving host.
+        spool.drop("frozen", "slow")
+        wait_until(lambda: spool.rendering("frozen"), WAIT, "frozen job rendering")
+        found = spool.rendering("frozen")
+        assert found is not None
+        frozen_entry, hb = found
+        frozen = spool.hosts[hb.host]
+        frozen.freeze()
+        figures["freeze_recovered_s"] = wait_until(
+            lambda: frozen_entry not in os.listdir(spool.layout.running), WAIT, "frozen host's job recovered"
+        )
+        wait_until(lambda: spool.done() == len(quick) + 2, WAIT, "every job done")
+        frozen.thaw()
+        wait_until(lambda: "took it over" in spool.log(frozen.name), WAIT, "thawed host lets go")
+        figures["heal_s"] = lab.heal()
+        # The killed host comes back (a reboot) so that every host can be asked.
+        spool.start(victim.name)
+        wait_until(lambda: victim.name in beacon_hosts(spool.layout), WAIT, "rebooted host up")
+        spool.quiet()
+        statuses = {name: host_status(host, spool) for name, host in spool.hosts.items() if host.proc.poll() is None}
+    finally:
+        spool.stop()
+    # status on every host, read through its own mount after healing, agrees.
+    assert len(statuses) == len(HOSTS), statuses
+    assert len({json.dumps(s, sort_keys=True) for s in statuses.values()}) == 1, statuses
+    check_exactly_once(spool, quick, {"killed", "frozen"})
+    records = spool.records()
+    for job_id, owner in (("killed", victim), ("frozen", frozen)):
+        runs = records[job_id]["runs"]
+        assert isinstance(runs, list)
+        died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
+        assert len(died) == 1 and died[0]["host"] != owner.name, runs
+        assert records[job_id]["host"] != owner.name
+    # The healed brick holds what the others hold (names under the test's directory).
+    rel = spool.base.relative_to(lab.mountpoint)
+    listings = [sorted(str(p.relative_to(lab.brick(i))) for p in (lab.brick(i) / rel).rglob("*")) for i in (1, 2, 3)]
+    assert listings[0] == listings[1] == listings[2], "the bricks differ after healing"
+    # The longest claim stall: the longest gap between render starts while the brick was down.
+    starts = sorted(at for _, _, at in spool.renders_of() if killed_at <= at <= restarted_at)
+    gaps = [b - a for a, b in itertools.pairwise([killed_at, *starts])]
+    figures["longest_claim_stall_brick_down_s"] = max(gaps)
+    figures["renders_while_brick_down"] = len(starts)
+    assert len(starts) >= 3, figures  # claims went on
+    print("\nglusterfs brick fault: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
+
+
+def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
+    lab: GlusterLab, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start-up probe on real GlusterFS mounts: the supported options pass quietly; a
+    mount without direct-io-mode is refused (another host's same-size rewrite would read
+    stale for good); a volume with its defaults passes with a warning per caching option,
+    each naming the option to change."""
+    caplog.set_level(logging.WARNING, logger="spoolrender.fscheck")
+    check_filesystem(lab.mountpoint / f"fsc-{secrets.token_hex(4)}", "spool")
+    assert [r.getMessage() for r in caplog.records] == []
+
+    cached_pages = tmp_path / "no-direct-io"
+    lab.mount(cached_pages, options=[o for o in MOUNT_OPTIONS if not o.startswith("direct-io-mode")])
+    with pytest.raises(UnsupportedFilesystem, match="Mount with -o direct-io-mode=enable"):
+        check_filesystem(cached_pages / f"fsc-{secrets.token_hex(4)}", "spool")
+
+    volume = f"defaults{secrets.token_hex(2)}"
+    lab.create_volume(volume, ())
+    defaults = tmp_path / "defaults"
+    lab.mount(defaults, volume=volume, options=())
+    check_filesystem(defaults, "output root")
+    warned = "\n".join(r.getMessage() for r in caplog.records)
+    assert "`gluster volume set VOLUME performance.stat-prefetch off`" in warned, warned
+    assert "performance.md-cache-timeout (1 s)" in warned, warned
+    assert "mount with -o attribute-timeout=0" in warned and "mount with -o entry-timeout=0" in warned, warned
