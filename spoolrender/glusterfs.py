@@ -89,11 +89,17 @@ class ClientView:
 
     @property
     def direct_io(self) -> bool:
+        """True if the kernel drops a file's cached pages at each open."""
         return self.flag("--direct-io-mode") in ("enable", "on", "yes", "true") or self.flag("--fopen-keep-cache") in (
             "off",
             "no",
             "false",
         )
+
+    @property
+    def volume(self) -> str:
+        """The volume's name (from ``--volfile-id``), for the commands the messages give."""
+        return (self.flag("--volfile-id") or "VOLUME").strip("/") or "VOLUME"
 
 
 def read_client(root: Path) -> ClientView:
@@ -125,14 +131,16 @@ def mount_problems(view: ClientView) -> tuple[list[str], list[str]]:
     for xlator, option in _CACHING_XLATORS.items():
         if xlator not in view.xlator_types:
             continue
-        delay = f" for up to performance.md-cache-timeout ({view.md_cache_timeout:g} s)" if md_cache else ""
         if xlator == "performance/md-cache":
-            what = f"another host's renames, unlinks and rewrites are seen late{delay}"
+            what = (
+                "another host's renames, unlinks and rewrites are seen up to performance.md-cache-timeout "
+                f"({view.md_cache_timeout:g} s) late"
+            )
         else:
             what = "another host's changes may be served from this client's cache"
         warnings.append(
             f"{what}: keep lease_seconds and settle_seconds well above that, or run "
-            f"`gluster volume set VOLUME {option} off`"
+            f"`gluster volume set {view.volume} {option} off`"
         )
     for flag, (option, default) in _KERNEL_TIMEOUTS.items():
         value = view.flag(flag)
