@@ -259,13 +259,16 @@ class GlusterLab:
         return time.monotonic() - start
 
     def heal(self) -> float:
-        """Start a heal (the self-heal daemon may not have noticed) and wait until no entry is
-        pending on any brick; returns the seconds it took."""
+        """Heal until no entry is pending on any brick; returns the seconds it took.
+
+        `volume heal` is asked again at every look: the self-heal daemon crawls the index
+        once per request (else every `cluster.heal-timeout`, 600 s), and entries marked after
+        a crawl began wait for the next one."""
         start = time.monotonic()
-        self.gluster("volume", "heal", self.volume)
 
         def healed() -> bool:
             try:
+                self.gluster("volume", "heal", self.volume)
                 summary = self.gluster("volume", "heal", self.volume, "info", "summary")
             except RuntimeError:
                 return False

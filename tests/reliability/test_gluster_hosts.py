@@ -101,8 +101,10 @@ class Spool:
 
     def drop(self, name: str, command: str) -> None:
         # Written under a hidden name, renamed into place (as scp or rsync leave an upload).
+        # Long jobs go first (priority), so that the fault finds them rendering soon.
         tmp = self.layout.incoming / f".{name}.part"
-        tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command}))
+        priority = 10 if command == "slow" else 0
+        tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command, "priority": priority}))
         os.rename(tmp, self.layout.incoming / f"{name}.yaml")
 
     def done(self) -> int:
@@ -258,11 +260,11 @@ def test_brick_killed_and_healed_while_hosts_die_and_freeze(lab: GlusterLab, tmp
         wait_until(lambda: spool.done() == len(quick) + 2, WAIT, "every job done")
         frozen.thaw()
         wait_until(lambda: "took it over" in spool.log(frozen.name), WAIT, "thawed host lets go")
-        figures["heal_s"] = lab.heal()
         # The killed host comes back (a reboot) so that every host can be asked.
         spool.start(victim.name)
         wait_until(lambda: victim.name in beacon_hosts(spool.layout), WAIT, "rebooted host up")
-        spool.quiet()
+        spool.quiet()  # the victims' scratch dirs swept: nothing of theirs left to heal
+        figures["heal_s"] = lab.heal()
         statuses = {name: host_status(host, spool) for name, host in spool.hosts.items() if host.proc.poll() is None}
     finally:
         spool.stop()
