@@ -268,6 +268,13 @@ def test_brick_killed_and_healed_while_hosts_die_and_freeze(lab: GlusterLab, tmp
         statuses = {name: host_status(host, spool) for name, host in spool.hosts.items() if host.proc.poll() is None}
     finally:
         spool.stop()
+    # The longest claim stall: the longest gap between render starts while the brick was down.
+    starts = sorted(at for _, _, at in spool.renders_of() if killed_at <= at <= restarted_at)
+    gaps = [b - a for a, b in itertools.pairwise([killed_at, *starts])]
+    figures["longest_claim_stall_brick_down_s"] = max(gaps)
+    figures["renders_while_brick_down"] = len(starts)
+    print("\nglusterfs brick fault: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
+    assert len(starts) >= 3, figures  # claims went on
     # status on every host, read through its own mount after healing, agrees.
     assert len(statuses) == len(HOSTS), statuses
     assert len({json.dumps(s, sort_keys=True) for s in statuses.values()}) == 1, statuses
@@ -277,7 +284,9 @@ def test_brick_killed_and_healed_while_hosts_die_and_freeze(lab: GlusterLab, tmp
         runs = records[job_id]["runs"]
         assert isinstance(runs, list)
         died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-        assert len(died) == 1 and died[0]["host"] != owner.name, runs
+        # One death per victim it met: the killed job's retry may have run on the host that
+        # was frozen next (two runners per host), and was recovered again from there.
+        assert died and all(r["host"] != owner.name for r in died), runs
         assert records[job_id]["host"] != owner.name
     # The healed brick holds what the others hold (names under the test's directory), once
     # what the hosts' last writes before they were stopped left pending is healed too.
@@ -285,13 +294,6 @@ def test_brick_killed_and_healed_while_hosts_die_and_freeze(lab: GlusterLab, tmp
     rel = spool.base.relative_to(lab.mountpoint)
     listings = [sorted(str(p.relative_to(lab.brick(i))) for p in (lab.brick(i) / rel).rglob("*")) for i in (1, 2, 3)]
     assert listings[0] == listings[1] == listings[2], "the bricks differ after healing"
-    # The longest claim stall: the longest gap between render starts while the brick was down.
-    starts = sorted(at for _, _, at in spool.renders_of() if killed_at <= at <= restarted_at)
-    gaps = [b - a for a, b in itertools.pairwise([killed_at, *starts])]
-    figures["longest_claim_stall_brick_down_s"] = max(gaps)
-    figures["renders_while_brick_down"] = len(starts)
-    assert len(starts) >= 3, figures  # claims went on
-    print("\nglusterfs brick fault: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
 
 
 def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
