@@ -38,6 +38,10 @@ if [ "${1:-}" = --test ]; then
   command -v sshfs >/dev/null 2>&1 || test_packages+=(sshfs)
   [ -x /usr/sbin/sshd ] || test_packages+=(openssh-server)
   command -v ip >/dev/null 2>&1 || test_packages+=(iproute2)
+  # tests/reliability/test_gluster_hosts.py: a replica-3 GlusterFS volume served by three
+  # glusterds in network namespaces, mounted by FUSE clients in others.
+  [ -x /usr/sbin/glusterd ] || test_packages+=(glusterfs-server)
+  [ -x /usr/sbin/mount.glusterfs ] || test_packages+=(glusterfs-client)
   # tests/test_uploads.py: real scp, sftp and rsync uploads into a real sshd on loopback.
   command -v scp >/dev/null 2>&1 || test_packages+=(openssh-client)
   command -v rsync >/dev/null 2>&1 || test_packages+=(rsync)

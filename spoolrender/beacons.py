@@ -183,7 +183,12 @@ def expire_runners(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> 
             for name in directory.names():
                 throwaway = name.startswith(PROBE_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
                 idle = _quiet_for(directory, name, fs_now) if throwaway else None
-                if idle is not None and idle > lease_seconds:
+                # An hour, not a lease: a host cut off from a GlusterFS volume mid-write
+                # leaves the bricks holding its lock on that file until they notice (~42 s),
+                # and an unlink queued behind that lock hung for good (10.3, issue 26). A
+                # silent probe may be a partitioned live runner's; a small file kept an hour
+                # costs nothing.
+                if idle is not None and idle > max(lease_seconds, defaults.PROBE_LEFTOVER_AGE_S):
                     with contextlib.suppress(OSError):
                         directory.unlink(name)
     if expired:

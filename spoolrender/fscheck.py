@@ -26,13 +26,14 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from spoolrender import glusterfs
 from spoolrender.errors import UnsupportedFilesystem
 from spoolrender.failpoints import crash_point
 from spoolrender.jobfile import read_job_bytes
 from spoolrender.netcache import fresh_attributes
 from spoolrender.probe_dirs import PROBE_PREFIX, make_probe_dir, remove_dead_probes
 from spoolrender.spool_io import condition, is_spool_io, spool_io_error, strerror
-from spoolrender.watch import filesystem_type
+from spoolrender.watch import filesystem_type, mount_of
 
 __all__ = ["PROBE_PREFIX", "check_filesystem"]
 
@@ -237,11 +238,25 @@ def _sees_other_writers(probe: Path) -> str | None:
     return None
 
 
+def _glusterfs_client(probe: Path) -> str | None:
+    # A GlusterFS client caches in its own translators too, where no revalidation of this
+    # host reaches: read its settings (spoolrender.glusterfs), refuse what breaks the
+    # protocol and warn about what delays other hosts' changes, naming the option.
+    root, fstype = mount_of(probe)
+    if fstype != glusterfs.FUSE_TYPE or root is None:
+        return None
+    refusals, warnings = glusterfs.mount_problems(glusterfs.read_client(root))
+    for warning in warnings:
+        log.warning("%s (GlusterFS mount %s): %s", probe.parent, root, warning)
+    return refusals[0] if refusals else None
+
+
 _CHECKS: tuple[Callable[[Path], str | None], ...] = (
     _exclusive_create,
     _rename_replaces,
     _link_is_exclusive,
     _symlink_is_exclusive,
+    _glusterfs_client,
     _sees_other_writers,
 )
 

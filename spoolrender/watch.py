@@ -38,15 +38,21 @@ NETWORK_FILESYSTEMS = frozenset(
 )  # fmt: skip
 
 
-def filesystem_type(path: Path) -> str:
-    """The fstype of the mount holding ``path`` (longest mountpoint prefix wins)."""
+def mount_of(path: Path) -> tuple[Path | None, str]:
+    """The mount point and fstype of the mount holding ``path`` (longest mountpoint prefix
+    wins); (None, "unknown") if none is listed."""
     real = os.path.realpath(path)
     best, fstype = "", "unknown"
     for part in psutil.disk_partitions(all=True):
         mp = part.mountpoint
         if (real == mp or real.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
             best, fstype = mp, part.fstype
-    return fstype
+    return (Path(best) if best else None), fstype
+
+
+def filesystem_type(path: Path) -> str:
+    """The fstype of the mount holding ``path``."""
+    return mount_of(path)[1]
 
 
 def is_network_filesystem(path: Path) -> bool:
