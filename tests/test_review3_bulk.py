@@ -1,0 +1,62 @@
+"""Review findings at the seams of the bulk actions (POST /bulk's ``filter``): what a
+"select all matching" over a search acts on, and a re-queued job's finished records.
+
+Through spoolrender.serve.bulk.bulk_request itself on a real spool in a temp dir (the
+server's HTTP layer adds only the token check, covered by tests/test_serve_bulk.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from browser.spools import finished_entries
+from conftest import command_job, drop, entries
+
+from spoolrender.config import SpoolConfig
+from spoolrender.layout import SpoolLayout
+from spoolrender.serve.browse import JobIndex
+from spoolrender.serve.bulk import bulk_request
+
+BROWSE_JS = Path(__file__).resolve().parents[1] / "spoolrender" / "web" / "browse.js"
+
+
+def bulk(config: SpoolConfig, body: dict[str, Any]) -> dict[str, Any]:
+    return bulk_request(config, JobIndex(config), json.dumps(body).encode(), "review3 test")
+
+
+def test_bulk_filter_narrows_by_composition_and_props(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """The dashboard's search by composition/props, then "select all N matching" and delete:
+    the request must carry those filters, or it acts on every failed job, not the N shown."""
+    finished_entries(spool, "failed", 3, float(int(time.time()) - 100), prefix="fail")
+    # fail-0000001 asked for another composition than the others.
+    job = spool.failed / "fail-0000001.000000000001" / "job.yaml"
+    job.write_text(yaml.safe_dump({"renderer": "remotion", "composition": "PromoReel", "props": {"lang": "de"}}))
+    plan = bulk(config, {"action": "delete", "dry_run": True, "filter": {"state": "failed", "composition": "promo"}})
+    assert [i["id"] for i in plan["acted"]] == ["fail-0000001"], plan
+    plan = bulk(config, {"action": "delete", "dry_run": True, "filter": {"props": '"lang": "de"'}})
+    assert [i["id"] for i in plan["acted"]] == ["fail-0000001"], plan
+    # The page's script sends what the search form narrowed the listing by (browse.js's
+    # bulkRequest; the browser test of the form is tests/test_dashboard_look.py).
+    pattern = r"for \(const key of (\[[^\]]*\])\) if \(query\[key\]\) filter\[key\] = query\[key\]"
+    keys = re.search(pattern, BROWSE_JS.read_text())
+    assert keys is not None and {"composition", "props"} <= set(re.findall(r'"(\w+)"', keys.group(1)))
+    assert len(entries(spool, "failed")) == 3
+
+
+def test_bulk_delete_keeps_the_records_of_a_job_queued_again(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """A done job submitted again with ``rerun: true`` keeps its finished record until the
+    re-run is done (spoolrender.bulk.plan: "cancel it first"), by ids and by a filter alike;
+    a re-run still waiting in incoming/ is as live as a running one."""
+    finished_entries(spool, "done", 2, float(int(time.time()) - 100), prefix="done")
+    drop(spool, "again.yaml", {**command_job(), "id": "done-0000000", "rerun": True})  # queued again
+    for request in ({"ids": ["done-0000000"]}, {"filter": {"state": "done"}}, {"filter": {"q": "done-0000000"}}):
+        plan = bulk(config, {"action": "delete", "dry_run": True, **request})
+        assert [i["id"] for i in plan["acted"]] in ([], ["done-0000001"]), (request, plan)
+        assert any("cancel it first" in i["text"] for i in plan["skipped"]), (request, plan)
+    done = bulk(config, {"action": "delete", "filter": {"state": "done"}})
+    assert [i["id"] for i in done["acted"]] == ["done-0000001"], done
+    assert [n.split(".")[0] for n in entries(spool, "done")] == ["done-0000000"]
