@@ -1,10 +1,10 @@
 """`spoolrender serve`'s bulk actions: ``POST /bulk`` and ``DELETE /jobs/{id}``.
 
 The request names an action (retry, cancel, delete) and the jobs: a list of ``ids``, or a
-``filter`` (the fields of ``GET /jobs``: state, q, kind, queue, since, until) meaning every
-job it matches, on every page. ``"dry_run": true`` answers what would happen (counts and
-each entry) and changes nothing: the dashboard shows that answer before it asks for a
-confirmation. What is done is :mod:`spoolrender.bulk`'s, shared with the command line.
+``filter`` (the fields of ``GET /jobs``: state, q, composition, props, kind, queue, since,
+until) meaning every job it matches, on every page. ``"dry_run": true`` answers what would
+happen (counts and each entry) and changes nothing: the dashboard shows that answer before
+it asks for a confirmation. What is done is :mod:`spoolrender.bulk`'s, shared with the command line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from spoolrender.serve.browse import Filters, JobIndex, name_id, state_listings
 from spoolrender.serve.readmodel import ApiError, check_job_id
 from spoolrender.suggest import id_hint
 
-FILTER_FIELDS = frozenset({"state", "q", "kind", "queue", "since", "until"})
+FILTER_FIELDS = frozenset({"state", "q", "composition", "props", "kind", "queue", "since", "until"})
 REQUEST_FIELDS = frozenset({"action", "ids", "filter", "dry_run"})
 
 
@@ -70,7 +70,7 @@ def _matching(config: SpoolConfig, index: JobIndex, given: Any) -> list[Target]:
     for key in ("since", "until"):
         if given.get(key) is not None and not isinstance(given[key], int | float):
             raise ApiError(400, f"filter.{key}: epoch seconds")
-    for key in ("q", "kind", "queue"):
+    for key in ("q", "composition", "props", "kind", "queue"):
         if given.get(key) is not None and not isinstance(given[key], str):
             raise ApiError(400, f"filter.{key}: a string")
     filters = Filters(
@@ -79,6 +79,8 @@ def _matching(config: SpoolConfig, index: JobIndex, given: Any) -> list[Target]:
         since=given.get("since"),
         until=given.get("until"),
         queue=given.get("queue") or None,
+        composition=given.get("composition") or None,
+        props=given.get("props") or None,
     )
     layout = SpoolLayout(config.spool)
     layout.check()

@@ -242,7 +242,7 @@ function bulkRequest(action, dryRun) {
   const request = { action, dry_run: dryRun };
   if (selection.matching) {
     const filter = {};
-    for (const key of ["state", "q", "kind", "queue"]) if (query[key]) filter[key] = query[key];
+    for (const key of ["state", "q", "composition", "props", "kind", "queue"]) if (query[key]) filter[key] = query[key];
     for (const key of ["since", "until"]) if (query[key]) filter[key] = Number(query[key]);
     request.filter = filter;
   } else {
