@@ -133,12 +133,13 @@ class BulkResult:
         }
 
 
-def locate(config: SpoolConfig, ids: Iterable[str]) -> tuple[list[Target], list[str]]:
+def locate(config: SpoolConfig, ids: Iterable[str], *, every_incoming: bool = False) -> tuple[list[Target], list[str]]:
     """Every entry of the jobs ``ids``, and the ids not found, from one listing per state.
 
     incoming/ files are read (an explicit ``id:`` may differ from the file name) only when
-    an id is not found in any other state: a bulk action over failed jobs never reads a
-    backlog of waiting files.
+    an id is not found in any other state, unless ``every_incoming`` (a delete: a finished
+    job queued again there keeps its records): a bulk retry or cancel of failed jobs never
+    reads a backlog of waiting files.
     """
     wanted = dict.fromkeys(ids)  # ordered, without repeats
     layout = SpoolLayout(config.spool)
@@ -151,7 +152,7 @@ def locate(config: SpoolConfig, ids: Iterable[str]) -> tuple[list[Target], list[
             m = pattern.fullmatch(name)
             if m is not None and m.group("id") in wanted:
                 targets.append(Target(m.group("id"), state, name))
-    unfound = set(wanted) - {t.job_id for t in targets}
+    unfound = set(wanted) if every_incoming else set(wanted) - {t.job_id for t in targets}
     if unfound:
         with incoming_view(layout.incoming) as view:  # queue directories too
             names = sorted(view.names)
@@ -244,6 +245,14 @@ def bulk_action(
     config: SpoolConfig, action: BulkAction, targets: Sequence[Target], missing: Sequence[str] = (), *,
     dry_run: bool, who: str,
 ) -> BulkResult:  # fmt: skip
-    """:func:`plan`, then (unless ``dry_run``) :func:`carry_out`."""
+    """:func:`plan`, then (unless ``dry_run``) :func:`carry_out`.
+
+    A delete first looks for the chosen jobs' live entries too: ``targets`` from a filter
+    (``state: done``) or from :func:`locate` name only what was chosen, and a job queued or
+    running again must keep its finished records (see :func:`plan`)."""
+    if action is BulkAction.DELETE and targets:
+        found, _ = locate(config, dict.fromkeys(t.job_id for t in targets), every_incoming=True)
+        chosen = set(targets)
+        targets = [*targets, *(t for t in found if t.state in LIVE_STATES and t not in chosen)]
     planned = plan(action, targets, missing)
     return planned if dry_run else carry_out(config, planned, who)
