@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from browser.spools import finished_entries
 from conftest import command_job, drop, entries
@@ -60,3 +61,22 @@ def test_bulk_delete_keeps_the_records_of_a_job_queued_again(spool: SpoolLayout,
     done = bulk(config, {"action": "delete", "filter": {"state": "done"}})
     assert [i["id"] for i in done["acted"]] == ["done-0000001"], done
     assert [n.split(".")[0] for n in entries(spool, "done")] == ["done-0000000"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review3: carry_out cancels by job id (control.cancel), so every live entry of the id is "
+    "cancelled, not only the entries the filter matched and the dry run showed",
+)
+def test_bulk_cancel_by_filter_stops_only_what_it_matched(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """A spool-group member drops a file naming someone's running job's id; the operator
+    cancels every waiting file (filter state=incoming, the dry run: "1 incoming"). The
+    running render of the other job must not be stopped."""
+    running = spool.running / "victim.0123456789ab.0123456789ab"
+    running.mkdir()
+    (running / "job.yaml").write_text(yaml.safe_dump(command_job()))
+    drop(spool, "flood.yaml", {**command_job(), "id": "victim"})
+    plan = bulk(config, {"action": "cancel", "dry_run": True, "filter": {"state": "incoming"}})
+    assert [(i["state"], i["entry"]) for i in plan["acted"]] == [("incoming", "incoming/flood.yaml")], plan
+    bulk(config, {"action": "cancel", "filter": {"state": "incoming"}})
+    assert not (running / "cancel").exists(), "the running job was asked to stop"
