@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from conftest import command_job, drop, entries
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import SpoolLayout
 from spoolrender.serve.browse import JobIndex
-from spoolrender.serve.bulk import bulk_request
+from spoolrender.serve.bulk import bulk_request, delete_job
+from spoolrender.serve.readmodel import ApiError
 
 BROWSE_JS = Path(__file__).resolve().parents[1] / "spoolrender" / "web" / "browse.js"
 
@@ -80,3 +82,22 @@ def test_bulk_cancel_by_filter_stops_only_what_it_matched(spool: SpoolLayout, co
     assert [(i["state"], i["entry"]) for i in plan["acted"]] == [("incoming", "incoming/flood.yaml")], plan
     bulk(config, {"action": "cancel", "filter": {"state": "incoming"}})
     assert not (running / "cancel").exists(), "the running job was asked to stop"
+
+
+def test_delete_that_cannot_remove_the_record_says_so(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """A finished record that cannot be removed (here an immutable file in it, as a render's
+    leftovers or an operator's `chattr` leave it): DELETE /jobs/ID must not answer "record
+    deleted" (200) for a record that is still there, half removed."""
+    finished_entries(spool, "failed", 1, float(int(time.time()) - 100), prefix="fail")
+    stuck = spool.failed / "fail-0000000.000000000000" / "stuck"
+    stuck.write_text("kept\n")
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root on ext4 or a like filesystem)")
+    try:
+        with pytest.raises(ApiError) as refused:
+            delete_job(config, "fail-0000000", "review3 test")
+        assert refused.value.status == 409 and "could not" in str(refused.value), refused.value
+        assert [i["text"] for i in bulk(config, {"action": "delete", "ids": ["fail-0000000"]})["acted"]] == []
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+    assert entries(spool, "failed") == ["fail-0000000.000000000000"]
