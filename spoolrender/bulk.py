@@ -236,7 +236,10 @@ def _delete(config: SpoolConfig, items: Sequence[BulkItem]) -> tuple[list[BulkIt
                 if not present:
                     gone.append(BulkItem(item.job_id, state, item.entry, "gone meanwhile"))
                     continue
-                forget_finished(layout, directory, state, name)
+                why = forget_finished(layout, directory, state, name)
+                if why is not None:
+                    gone.append(BulkItem(item.job_id, state, item.entry, f"could not delete its record: {why}"))
+                    continue
                 deleted.append(BulkItem(item.job_id, state, item.entry, "record deleted"))
     return deleted, gone
 

@@ -325,13 +325,14 @@ def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = 
     return removed
 
 
-def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name: str) -> None:
+def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name: str) -> str | None:
     """Delete one finished job's directory (``done/<name>`` or ``failed/<name>``): the one
     way purge and retention (spoolrender.retention) forget a job.
 
     A done job's id reservation (ids.py) goes with it, if it is still that job's: a purged
     job is forgotten, its id may be used again, and ids/ must not grow without bound
-    either. (reserve_id would take a purged holder's reservation over anyway.)
+    either. (reserve_id would take a purged holder's reservation over anyway.) Returns
+    why the entry could not be removed (None: removed); its id is then kept.
     """
     # Removed through the state directory's descriptor: never following a symlink anywhere,
     # iteratively (a tree of any depth). One entry that cannot be removed is reported and
@@ -339,10 +340,13 @@ def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name:
     try:
         directory.rmtree(name)
     except OSError as exc:
-        log.warning("could not remove %s/%s: %s", state, name, exc.strerror or exc)
+        why = exc.strerror or str(exc)
+        log.warning("could not remove %s/%s: %s", state, name, why)
+        return why
     m = FINAL_NAME.fullmatch(name)
     if state == "done" and m is not None:
         release_id(layout, m.group("id"), m.group("uid"))
+    return None
 
 
 # --- cancel -----------------------------------------------------------------------------
