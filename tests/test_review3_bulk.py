@@ -101,3 +101,21 @@ def test_delete_that_cannot_remove_the_record_says_so(spool: SpoolLayout, config
     finally:
         subprocess.run(["chattr", "-i", str(stuck)], check=True)
     assert entries(spool, "failed") == ["fail-0000000.000000000000"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review3: the dashboard confirms a dry run by sending the same filter again (browse.js "
+    "askBulk: planned = {...request, dry_run: false}), so jobs that matched meanwhile are acted on too",
+)
+def test_confirming_a_dry_run_acts_only_on_what_it_showed(spool: SpoolLayout, config: SpoolConfig) -> None:
+    """The dashboard's protocol as browse.js speaks it: a dry run by filter, the operator reads
+    "delete 2 job(s)" and confirms; a job that fails in between must not be deleted unseen."""
+    start = float(int(time.time()) - 100)
+    finished_entries(spool, "failed", 2, start, prefix="old")
+    request: dict[str, Any] = {"action": "delete", "filter": {"state": "failed"}}
+    shown = bulk(config, {**request, "dry_run": True})
+    assert shown["jobs"] == 2
+    finished_entries(spool, "failed", 1, start + 50, prefix="new")  # fails while the operator reads
+    done = bulk(config, {**request, "dry_run": False})  # what the confirm button sends
+    assert {i["id"] for i in done["acted"]} <= {i["id"] for i in shown["acted"]}, done
