@@ -51,6 +51,8 @@ from spoolrender.serve.readmodel import (
     check_job_id,
     final_id,
     find_entries,
+    private_mode,
+    refuse_private,
     result_summary,
 )
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
@@ -202,19 +204,30 @@ def _job_spec(config: SpoolConfig, where: Located, through: Path) -> tuple[dict[
     return {k: str(v) if isinstance(v, PurePath) else v for k, v in fields.items()}, []
 
 
-def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
+def _private_spec(where: Located, through: Path) -> bool:
+    """readmodel.is_private of the job file ``_job_spec`` read (through read_entry's snapshot)."""
+    try:
+        return private_mode(os.lstat(through if where.state == "incoming" else through / defaults.JOB_FILENAME))
+    except OSError:
+        return False  # nothing was read from it either
+
+
+def job_detail(config: SpoolConfig, job_id: str, *, see_private: bool = False) -> dict[str, Any]:
     """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more.
 
     Added: ``entry``, ``queue`` and ``requires`` (as in ``GET /jobs``),
     ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
+
+    ``private``: the job file is readable by its owner only (readmodel.is_private); unless
+    ``see_private`` (a request with the token), ``job`` is then null and ``job_problems`` left out.
     """
     try:
         snapshot = read_entry(
             job_id,
             lambda: by_relevance(find_job(config, check_job_id(job_id))),
-            lambda found, through: _detail(config, job_id, found, through),
+            lambda found, through: _detail(config, job_id, found, through, see_private),
             layout=SpoolLayout(config.spool),
         )
     except JobMoving as exc:
@@ -225,7 +238,7 @@ def job_detail(config: SpoolConfig, job_id: str) -> dict[str, Any]:
     return snapshot[1]
 
 
-def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Path) -> dict[str, Any]:
+def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Path, see_private: bool) -> dict[str, Any]:
     """The detail of entries ``found``, the current one read through ``through`` (read_entry)."""
     current = found[0]
     info = describe(config, current, through)
@@ -247,12 +260,15 @@ def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Pat
         if run.get("error")
     ]
     info["job"], problems = _job_spec(config, current, through)
+    info["scheduled_for"] = _scheduled_for(config, current, info["job"])
+    info["private"] = _private_spec(current, through)
+    if info["private"] and not see_private:
+        info["job"], problems = None, []  # its props and fields are the owner's (and the token's)
     if problems:
         info["job_problems"] = problems
     if info.get("split"):
         key = current.path.name if current.state == "split" else final_name(job_id, current.uid or "")
         info["chunk_table"] = chunk_table(SpoolLayout(config.spool), config.output_root, key, now=time.time())
-    info["scheduled_for"] = _scheduled_for(config, current, info["job"])
     info["log_url"] = f"/jobs/{job_id}/log" if info.get("logs") else None
     info["file_url"] = f"/jobs/{job_id}/file"
     output = (info.get("result") or {}).get("output") if current.state == "done" else None
@@ -297,9 +313,12 @@ def _queue_place(config: SpoolConfig, where: Located) -> dict[str, Any]:
     return {}
 
 
-def job_file(config: SpoolConfig, job_id: str) -> tuple[str, bytes]:
-    """``GET /jobs/{id}/file``: the job file as submitted (its bytes, never followed links)."""
+def job_file(config: SpoolConfig, job_id: str, *, see_private: bool = False) -> tuple[str, bytes]:
+    """``GET /jobs/{id}/file``: the job file as submitted (its bytes, never followed links);
+    a private one (readmodel.is_private) only if ``see_private``, else a 403."""
     for where in find_entries(config, job_id):
+        if not see_private:
+            refuse_private(where, "job file")
         try:
             # Through descriptors (lookup.read_job_file): a queue directory swapped for a
             # symlink since the listing is refused, never followed to another file.
@@ -347,17 +366,21 @@ def log_tail(
     tail_bytes: int,
     lines: int | None,
     start_at: int | None = None,
+    see_private: bool = False,
 ) -> LogTail:
     """``GET /jobs/{id}/log``: the end of the latest (or ``run``'s) render log of a job.
 
     With ``start_at``: what the log holds from that byte on (at most ``MAX_LOG_BYTES``,
     the newest), so a client can follow a growing log. The file is found by listing the
     job's directory (never from a request) and opened without following links; only a
-    regular file is read.
+    regular file is read. A private job's logs (readmodel.is_private) only if ``see_private``,
+    else a 403: a render's output often echoes its props.
     """
     for where in find_entries(config, job_id):
         if where.state == "incoming":
             continue
+        if not see_private:
+            refuse_private(where, "render logs")
         try:
             fd, name = _open_log(where, run)
         except (OSError, SpoolPathRefused):

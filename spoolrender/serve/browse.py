@@ -43,7 +43,7 @@ from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
 from spoolrender.lookup import Located, entry_holder
 from spoolrender.queues import QUEUE_FILENAME, list_incoming, name_problem, queue_dir_of, route
 from spoolrender.records import read_runs
-from spoolrender.serve.readmodel import ApiError
+from spoolrender.serve.readmodel import ApiError, is_private
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 MAX_QUERY_LENGTH = 200
@@ -66,6 +66,8 @@ class Filters:
     queue: str | None = None  # the job's queue (see :meth:`JobIndex.route`)
     composition: str | None = None  # a substring of the composition id, any case
     props: str | None = None  # a substring of the props' JSON text, any case
+    # Whether composition/props may match private jobs (readmodel.is_private): with the token only.
+    see_private: bool = False
 
     def __post_init__(self) -> None:
         for name, value in (("q", self.text), ("composition", self.composition), ("props", self.props)):
@@ -360,7 +362,12 @@ class JobIndex:
         if filters.queue is not None:
             chosen = [n for n in chosen if self.route(state, n).queue == filters.queue]
         if filters.by_content:
-            chosen = [n for n in chosen if self.content(state, n).matches(filters)]
+            chosen = [
+                n
+                for n in chosen
+                if (filters.see_private or not is_private(self._where(state, n)))
+                and self.content(state, n).matches(filters)
+            ]
         if filters.timed or state in STAMP_FILE:
             stamped = [(self.time(state, n), n) for n in chosen]
             if filters.timed:

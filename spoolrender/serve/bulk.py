@@ -81,6 +81,7 @@ def _matching(config: SpoolConfig, index: JobIndex, given: Any) -> list[Target]:
         queue=given.get("queue") or None,
         composition=given.get("composition") or None,
         props=given.get("props") or None,
+        see_private=True,  # POST /bulk needs the token (routes.post_bulk)
     )
     layout = SpoolLayout(config.spool)
     layout.check()

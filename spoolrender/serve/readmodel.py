@@ -9,6 +9,8 @@ a job is found by listing the state directories.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,16 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN
 from spoolrender.layout import FINAL_NAME
-from spoolrender.lookup import Located, by_relevance, find_job
+from spoolrender.lookup import Located, by_relevance, entry_holder, find_job
+from spoolrender.spooldir import SpoolPathRefused
 
+# A job whose job file no one but its owner may read (spoolrender.owncopy: the runner's copy
+# keeps only the submitted file's group/other read bits) is private to the token's holders.
+OTHERS_READ_BITS = stat.S_IRGRP | stat.S_IROTH
+PRIVATE_REASON = (
+    "its job file is readable by its owner only (mode without group or other read bits): "
+    "its job file, props and render logs are shown only with Authorization: Bearer <serve_token>"
+)
 # Which entry of a job (several for re-runs) a client means: a live one first.
 RESULT_KEYS = ("output", "bytes", "attempts", "duration_seconds", "finished")
 
@@ -68,3 +78,28 @@ def find_entries(config: SpoolConfig, job_id: str) -> list[Located]:
     if not found:
         raise ApiError(404, f"no job with id {job_id!r}")
     return by_relevance(found)
+
+
+def is_private(where: Located) -> bool:
+    """Whether the entry's job file (a waiting file itself, else its job directory's copy,
+    job.yaml) has no group or other read bit. One that cannot be looked at (moved on, no
+    copy yet, a swapped directory) is not read either: False, and its read says why."""
+    try:
+        with entry_holder(where) as (holder, name):
+            if where.state == "incoming":
+                return private_mode(holder.stat(name))
+            with holder.sub(name) as job_dir:
+                return private_mode(job_dir.stat(defaults.JOB_FILENAME))
+    except (OSError, SpoolPathRefused):
+        return False
+
+
+def private_mode(st: os.stat_result) -> bool:
+    """Whether a job file of ``st`` (not followed) is its owner's only: no group or other read bit."""
+    return not stat.S_IMODE(st.st_mode) & OTHERS_READ_BITS
+
+
+def refuse_private(where: Located, what: str) -> None:
+    """A 403 for ``what`` of a private job (:func:`is_private`), asked for without the token."""
+    if is_private(where):
+        raise ApiError(403, f"job {where.job_id!r} is private: {PRIVATE_REASON}; not its {what}", private=True)

@@ -84,6 +84,7 @@ class SpoolHandler(RequestHandler):
             queue=params.get("queue") or None,
             composition=params.get("composition") or None,
             props=params.get("props") or None,
+            see_private=self._has_token(),
         )
         page = list_jobs(
             self.site.config, state=state, limit=limit, offset=offset, filters=filters, index=self.site.index
@@ -91,7 +92,7 @@ class SpoolHandler(RequestHandler):
         self._send_json(200, page)
 
     def get_job(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, job_detail(self.site.config, args[0]))
+        self._send_json(200, job_detail(self.site.config, args[0], see_private=self._has_token()))
 
     def get_log(self, params: dict[str, str], args: list[str]) -> None:
         if "bytes" in params and "lines" in params:
@@ -102,7 +103,8 @@ class SpoolHandler(RequestHandler):
         start_at = int_param(params, "offset", 0, 0, 10**15) if "offset" in params else None
         if start_at is not None and ("bytes" in params or "lines" in params):
             raise ApiError(400, "give offset (follow the log) or bytes/lines (its end), not both")
-        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines, start_at=start_at)
+        tail_ = log_tail(self.site.config, args[0], run=run, tail_bytes=tail, lines=lines, start_at=start_at,
+                         see_private=self._has_token())  # fmt: skip
         headers = {
             "X-Spoolrender-Log": f"{tail_.entry}/{tail_.name}",
             "X-Spoolrender-Log-Size": str(tail_.size),
@@ -111,7 +113,7 @@ class SpoolHandler(RequestHandler):
         self._send(200, tail_.data, "text/plain; charset=utf-8", headers)
 
     def get_file(self, params: dict[str, str], args: list[str]) -> None:
-        entry, data = job_file(self.site.config, args[0])
+        entry, data = job_file(self.site.config, args[0], see_private=self._has_token())
         # text/plain and nosniff: a job file is shown, never run, whatever it contains.
         self._send(200, data, "text/plain; charset=utf-8", {"X-Spoolrender-Entry": entry})
 
@@ -279,6 +281,12 @@ class SpoolHandler(RequestHandler):
         self._authorize()
         data = self._body(defaults.BULK_MAX_BODY, "a bulk request: ")
         self._send_json(200, bulk_request(self.site.config, self.site.index, data, self._who()))
+
+    def _has_token(self) -> bool:
+        """Whether the request carries the right write token: it may read private jobs
+        (readmodel.is_private) too. A missing or wrong one only reads what others may."""
+        token = self.site.token
+        return token is not None and bool(bearer_matches(self.headers.get("Authorization"), token))
 
     def _who(self) -> str:
         """Who asked, as a cancel's record says it."""
