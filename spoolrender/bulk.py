@@ -3,8 +3,9 @@
 The dashboard's bulk actions (``POST /bulk``, ``DELETE /jobs/ID`` of :mod:`spoolrender.serve`)
 and ``spoolrender purge ID...`` come here; every change is made by the one function the
 single-job commands use (:mod:`spoolrender.control`: ``retry_entries`` and
-``make_entries_due_now`` as ``retry``, ``cancel`` as ``cancel``, ``forget_finished`` as
-``purge`` and retention), so a bulk action never does anything a single one would not.
+``make_entries_due_now`` as ``retry``, ``cancel_entry`` as ``cancel`` (through
+``cancel_listed``: the entries listed only), ``forget_finished`` as ``purge`` and
+retention), so a bulk action never does anything a single one would not.
 
 A selection is a list of :class:`Target` entries (a job id and the entry it was found
 at), from ids (:func:`locate`: one listing of every state, not one search per id) or from
@@ -24,8 +25,7 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, forget_finished, make_entries_due_now, retry_entries
-from spoolrender.errors import SpoolrenderError
+from spoolrender.control import cancel_listed, forget_finished, make_entries_due_now, retry_entries
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.lookup import LIVE_STATES, PATTERNS, Located, incoming_id
@@ -57,6 +57,7 @@ EFFECTS: dict[BulkAction, dict[str, str]] = {
         "failed": "its record is deleted (the id may be used again)",
     },
 }
+MOVED_ON = "moved on meanwhile: left as it is"
 NOTHING_TO_DO = {
     BulkAction.RETRY: "nothing to retry (only failed or retry-waiting jobs)",
     BulkAction.CANCEL: "nothing to cancel (it is finished)",
@@ -201,18 +202,20 @@ def carry_out(config: SpoolConfig, planned: BulkResult, who: str) -> BulkResult:
         for item in planned.acted:
             text = changes.get(item.entry or "")
             if text is None:
-                gone.append(BulkItem(item.job_id, item.state, item.entry, "moved on meanwhile: left as it is"))
+                gone.append(BulkItem(item.job_id, item.state, item.entry, MOVED_ON))
             else:
                 acted.append(BulkItem(item.job_id, item.state, item.entry, text))
     elif action is BulkAction.CANCEL:
-        for job_id in dict.fromkeys(i.job_id for i in planned.acted):
-            first = next(i for i in planned.acted if i.job_id == job_id)
-            try:
-                lines = cancel(config, job_id, who)
-            except SpoolrenderError as exc:  # it finished meanwhile
-                gone.append(BulkItem(job_id, first.state, first.entry, str(exc)))
-                continue
-            acted += [BulkItem(job_id, first.state, first.entry, line) for line in lines]
+        # Only the entries listed, never every entry of their ids: a file dropped with a
+        # running job's `id:` must not make "cancel all incoming" stop that render.
+        layout = SpoolLayout(config.spool)
+        for item in planned.acted:
+            name = (item.entry or "").removeprefix(f"{item.state}/")
+            where = Located(item.job_id, item.state, layout.state_dir(item.state) / name, name)
+            lines = cancel_listed(config, where, who)
+            if not lines:  # claimed by a runner, finished or gone: not chased
+                gone.append(BulkItem(item.job_id, item.state, item.entry, MOVED_ON))
+            acted += [BulkItem(item.job_id, item.state, item.entry, line) for line in lines]
     else:
         acted, gone = _delete(config, planned.acted)
     return BulkResult(action, False, tuple(acted), planned.skipped + tuple(gone), planned.missing)

@@ -360,6 +360,44 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     directory; the owning runner, on any host, sees it at its next heartbeat, stops the
     render and fails the job. Returns what was done, one line per job found.
     """
+    done: list[str] = []
+    for _ in range(5):  # a claim lost to a runner means the job is running now: look again
+        pending = [w for w in find_job(config, job_id) if w.state in ("incoming", "retry", "running", "split")]
+        if not pending:
+            break
+        lost_race = False
+        for where in pending:
+            line = cancel_entry(config, where, who)
+            if line is not None:
+                done.append(line)
+            # A split job is in retry/ now (or running): look again for it.
+            lost_race = lost_race or line is None or where.state == "split"
+        if not lost_race:
+            break
+    if not done:
+        hint = "" if find_job(config, job_id, incoming=False) else id_hint(config.spool, job_id)
+        raise SpoolrenderError(f"no queued or running job with id {job_id!r}{hint}")
+    return done
+
+
+def cancel_listed(config: SpoolConfig, where: Located, who: str) -> list[str]:
+    """Cancel the one entry ``where`` as listed (a bulk cancel's plan), not every entry of
+    its id; follow only the move the cancel itself makes (a split job woken into retry/).
+    Empty: it moved on meanwhile (claimed, finished) and is left as it is."""
+    line = cancel_entry(config, where, who)
+    if line is None:
+        return []
+    done = [line]
+    if where.state == "split":
+        woken = [w for w in find_job(config, where.job_id, incoming=False) if w.state == "retry" and w.uid == where.uid]
+        # Not there: a runner claimed it first and fails it as cancelled itself (the mark).
+        done += [line for w in woken if (line := cancel_entry(config, w, who)) is not None]
+    return done
+
+
+def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
+    """One pass of :func:`cancel` over one entry: what was done, or None if it moved on
+    meanwhile (gone, or claimed by a runner first)."""
     # Imported here: the claim and transition machinery (and renderers, filelock) would
     # add a tenth of a second to every `spoolrender submit` and `status` start.
     from spoolrender.chunks.moves import parent_priority, wake_parent
@@ -370,67 +408,48 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     layout = SpoolLayout(config.spool)
     clock = SystemClock()
     message = f"cancelled by {who}"
-    done: list[str] = []
-    for _ in range(5):  # a claim lost to a runner means the job is running now: look again
-        pending = [w for w in find_job(config, job_id) if w.state in ("incoming", "retry", "running", "split")]
-        if not pending:
-            break
-        lost_race = False
-        for where in pending:
-            if where.state == "split":
-                # Waiting for its chunks: marked, then woken into retry/, where the next
-                # pass claims and fails it like any queued job (its chunks stop then).
-                try:
-                    priority = _mark_cancelled(where, message, parent_priority)
-                except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
-                    lost_race = True  # woken meanwhile; look again
-                    continue
-                wake_parent(layout, where.name, priority, spool_time(layout.private, "cancel"))
-                # A runner that claims it first fails it as cancelled itself, else the next
-                # pass here does; either way its chunks are stopped when it fails.
-                done.append(f"{where.entry}: cancel marked; its chunks stop when it is failed")
-                lost_race = True  # look again: it is in retry/ now (or running)
-                continue
-            if where.state == "running":
-                try:
-                    _mark_cancelled(where, message)
-                    done.append(f"{where.entry}: asked its runner to stop it")
-                except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
-                    lost_race = True  # it just moved on; look again
-                continue
-            uid = None
-            if where.state == "retry":
-                m = RETRY_NAME.fullmatch(where.path.name)
-                uid = m.group("uid") if m else None
-            # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
-            name = where.name
-            candidate = Candidate((0, 0, 0.0, name), name, where.state, job_id, uid)
-            heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
-            claimed = claim(layout, candidate, heartbeat, clock, max_job_bytes=config.max_job_bytes)
-            if claimed is None:
-                lost_race = True
-                continue
-            try:
-                record = RunRecord(
-                    run=claimed.run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=claimed.token,
-                    ended=clock.wall(), started=claimed.started, attempt=None,
-                    error={"kind": "cancelled", "message": message, "transient": False},
-                    details={"priority": job_priority(config, claimed.job_dir)},  # kept by a later retry
-                )  # fmt: skip
-                if decide(claimed.job_dir, record):
-                    target = carry_out(
-                        layout, config.output_root, claimed.job_dir, job_id, claimed.uid, record, config.hooks
-                    )
-                    done.append(f"{where.entry}: moved to {target.parent.name}/{target.name}")
-            finally:
-                heartbeat.remove(claimed.token)
-                claimed.release()
-        if not lost_race:
-            break
-    if not done:
-        hint = "" if find_job(config, job_id, incoming=False) else id_hint(config.spool, job_id)
-        raise SpoolrenderError(f"no queued or running job with id {job_id!r}{hint}")
-    return done
+    if where.state == "split":
+        # Waiting for its chunks: marked, then woken into retry/, where the next pass
+        # claims and fails it like any queued job (its chunks stop then).
+        try:
+            priority = _mark_cancelled(where, message, parent_priority)
+        except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
+            return None  # woken meanwhile
+        wake_parent(layout, where.name, priority, spool_time(layout.private, "cancel"))
+        # A runner that claims it first fails it as cancelled itself, else the next pass
+        # does; either way its chunks are stopped when it fails.
+        return f"{where.entry}: cancel marked; its chunks stop when it is failed"
+    if where.state == "running":
+        try:
+            _mark_cancelled(where, message)
+        except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
+            return None  # it just moved on
+        return f"{where.entry}: asked its runner to stop it"
+    uid = None
+    if where.state == "retry":
+        m = RETRY_NAME.fullmatch(where.path.name)
+        uid = m.group("uid") if m else None
+    # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
+    name = where.name
+    candidate = Candidate((0, 0, 0.0, name), name, where.state, where.job_id, uid)
+    heartbeat = HeartbeatWriter(clock, config.heartbeat_seconds, f"cancel-{os.getpid()}")
+    claimed = claim(layout, candidate, heartbeat, clock, max_job_bytes=config.max_job_bytes)
+    if claimed is None:
+        return None
+    try:
+        record = RunRecord(
+            run=claimed.run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=claimed.token,
+            ended=clock.wall(), started=claimed.started, attempt=None,
+            error={"kind": "cancelled", "message": message, "transient": False},
+            details={"priority": job_priority(config, claimed.job_dir)},  # kept by a later retry
+        )  # fmt: skip
+        if not decide(claimed.job_dir, record):
+            return None  # someone else decided this run meanwhile
+        target = carry_out(layout, config.output_root, claimed.job_dir, where.job_id, claimed.uid, record, config.hooks)
+        return f"{where.entry}: moved to {target.parent.name}/{target.name}"
+    finally:
+        heartbeat.remove(claimed.token)
+        claimed.release()
 
 
 def _mark_cancelled(where: Located, message: str, priority_of: Callable[[Path], int] = lambda _: 0) -> int:
