@@ -109,11 +109,6 @@ def test_delete_that_cannot_remove_the_record_says_so(spool: SpoolLayout, config
     assert entries(spool, "failed") == ["fail-0000000.000000000000"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review3: the dashboard confirms a dry run by sending the same filter again (browse.js "
-    "askBulk: planned = {...request, dry_run: false}), so jobs that matched meanwhile are acted on too",
-)
 def test_confirming_a_dry_run_acts_only_on_what_it_showed(spool: SpoolLayout, config: SpoolConfig) -> None:
     """The dashboard's protocol as browse.js speaks it: a dry run by filter, the operator reads
     "delete 2 job(s)" and confirms; a job that fails in between must not be deleted unseen."""
@@ -123,5 +118,13 @@ def test_confirming_a_dry_run_acts_only_on_what_it_showed(spool: SpoolLayout, co
     shown = bulk(config, {**request, "dry_run": True})
     assert shown["jobs"] == 2
     finished_entries(spool, "failed", 1, start + 50, prefix="new")  # fails while the operator reads
-    done = bulk(config, {**request, "dry_run": False})  # what the confirm button sends
-    assert {i["id"] for i in done["acted"]} <= {i["id"] for i in shown["acted"]}, done
+    (spool.failed / "old-0000000.000000000000").rename(spool.done / "old-0000000.000000000000")  # moved on
+    # What the confirm button sends (browse.js askBulk): the dry run's entries, not the filter again.
+    assert "entries: body.acted.map(({ id, state, entry }) => ({ id, state, entry }))" in BROWSE_JS.read_text()
+    listed = [{k: i[k] for k in ("id", "state", "entry")} for i in shown["acted"]]
+    done = bulk(config, {"action": "delete", "dry_run": False, "entries": listed})
+    assert [i["id"] for i in done["acted"]] == ["old-0000001"], done
+    assert [(i["id"], i["text"]) for i in done["skipped"]] == [
+        ("old-0000000", "moved on since the dry run: left as it is")
+    ]
+    assert sorted(entries(spool, "failed")) == ["new-0000000.000000000000"]

@@ -2,18 +2,22 @@
 
 The request names an action (retry, cancel, delete) and the jobs: a list of ``ids``, or a
 ``filter`` (the fields of ``GET /jobs``: state, q, composition, props, kind, queue, since,
-until) meaning every job it matches, on every page. ``"dry_run": true`` answers what would
+until) meaning every job it matches, on every page, or the ``entries`` a dry run answered
+(``[{"state", "entry", "id"}]``, its ``acted`` items). ``"dry_run": true`` answers what would
 happen (counts and each entry) and changes nothing: the dashboard shows that answer before
-it asks for a confirmation. What is done is :mod:`spoolrender.bulk`'s, shared with the command line.
+it asks for a confirmation, and the confirmation sends that answer's entries, so that only
+what the operator saw is acted on (one still listed as it was; the others are skipped, with
+why). What is done is :mod:`spoolrender.bulk`'s, shared with the command line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.bulk import BulkAction, Target, bulk_action, locate
+from spoolrender.bulk import BulkAction, BulkItem, Target, bulk_action, locate
 from spoolrender.config import SpoolConfig
 from spoolrender.layout import SpoolLayout
 from spoolrender.lookup import Located, incoming_id
@@ -22,11 +26,12 @@ from spoolrender.serve.readmodel import ApiError, check_job_id
 from spoolrender.suggest import id_hint
 
 FILTER_FIELDS = frozenset({"state", "q", "composition", "props", "kind", "queue", "since", "until"})
-REQUEST_FIELDS = frozenset({"action", "ids", "filter", "dry_run"})
+REQUEST_FIELDS = frozenset({"action", "ids", "filter", "entries", "dry_run"})
+SELECTIONS = ("ids", "filter", "entries")
 
 
 def bulk_request(config: SpoolConfig, index: JobIndex, data: bytes, who: str) -> dict[str, Any]:
-    """``POST /bulk``: the JSON body ``{"action", "ids" | "filter", "dry_run"}``, answered by
+    """``POST /bulk``: the JSON body ``{"action", "ids" | "filter" | "entries", "dry_run"}``, answered by
     :meth:`spoolrender.bulk.BulkResult.to_json`."""
     try:
         request = json.loads(data)
@@ -44,8 +49,13 @@ def bulk_request(config: SpoolConfig, index: JobIndex, data: bytes, who: str) ->
     dry_run = request.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise ApiError(400, "dry_run: true or false")
-    if ("ids" in request) == ("filter" in request):
-        raise ApiError(400, "give either ids (a list of job ids) or filter (as GET /jobs takes it), not both")
+    if sum(key in request for key in SELECTIONS) != 1:
+        raise ApiError(
+            400,
+            "give one of ids (a list of job ids), filter (as GET /jobs takes it) or entries "
+            "(a dry run's acted items), not both",
+        )
+    gone: list[BulkItem] = []
     if "ids" in request:
         ids = request["ids"]
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -53,11 +63,54 @@ def bulk_request(config: SpoolConfig, index: JobIndex, data: bytes, who: str) ->
         if len(ids) > defaults.BULK_MAX_JOBS:
             raise ApiError(413, f"ids: at most {defaults.BULK_MAX_JOBS} jobs in one request")
         targets, missing = locate(config, [check_job_id(i) for i in ids])
+    elif "entries" in request:
+        targets, missing = [], []
+        for target, why in _listed(config, request["entries"]):
+            if why is None:
+                targets.append(target)
+            else:
+                gone.append(BulkItem(target.job_id, target.state, target.entry, why))
     else:
         targets, missing = _matching(config, index, request["filter"]), []
         if len({t.job_id for t in targets}) > defaults.BULK_MAX_JOBS:
             raise ApiError(413, f"the filter matches more than {defaults.BULK_MAX_JOBS} jobs: narrow it")
-    return bulk_action(config, action, targets, missing, dry_run=dry_run, who=who).to_json()
+    result = bulk_action(config, action, targets, missing, dry_run=dry_run, who=who)
+    return dataclasses.replace(result, skipped=result.skipped + tuple(gone)).to_json()
+
+
+def _listed(config: SpoolConfig, given: Any) -> list[tuple[Target, str | None]]:
+    """The ``entries`` of a request, each with why it is no longer as the dry run listed it
+    (None: it is, and may be acted on)."""
+    shape = 'entries: a list of {"state": ..., "entry": "state/name", "id": ...} (a dry run\'s acted items)'
+    if not isinstance(given, list) or not all(isinstance(e, dict) for e in given):
+        raise ApiError(400, shape)
+    if len(given) > defaults.BULK_MAX_JOBS:
+        raise ApiError(413, f"entries: at most {defaults.BULK_MAX_JOBS} in one request")
+    layout = SpoolLayout(config.spool)
+    layout.check()
+    listing = {s: set(names) for s, names in state_listings(layout).items()}
+    found: list[tuple[Target, str | None]] = []
+    for item in given:
+        state, entry, job_id = item.get("state"), item.get("entry"), item.get("id")
+        if state not in defaults.STATE_DIRS or not isinstance(entry, str) or not entry.startswith(f"{state}/"):
+            raise ApiError(400, shape)
+        if job_id is not None and not isinstance(job_id, str):
+            raise ApiError(400, shape)
+        name = entry.removeprefix(f"{state}/")
+        # Only a name as listed is ever used (never a path from the request).
+        if name not in listing[state]:
+            found.append(
+                (Target(job_id or name_id(state, name), state, name), "moved on since the dry run: left as it is")
+            )
+            continue
+        now = (
+            incoming_id(config, Located("", state, layout.incoming / name, name))
+            if state == "incoming"
+            else name_id(state, name)
+        )
+        why = None if job_id in (None, now) else f"its job file now names the id {now!r}: left as it is"
+        found.append((Target(now, state, name), why))
+    return found
 
 
 def _matching(config: SpoolConfig, index: JobIndex, given: Any) -> list[Target]:

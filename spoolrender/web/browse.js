@@ -272,7 +272,9 @@ async function askBulk(action) {
   go.textContent = body.jobs ? `${action} ${body.jobs} job(s)` : "nothing to do";
   go.disabled = body.jobs === 0;
   go.dataset.action = action;
-  planned = { ...request, dry_run: false };
+  // The confirmation acts on what this answer listed, never on the filter again: a job that
+  // matches only since (it failed meanwhile) is not acted on unseen.
+  planned = { action, dry_run: false, entries: body.acted.map(({ id, state, entry }) => ({ id, state, entry })) };
   renderBulk();
 }
 
