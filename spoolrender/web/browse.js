@@ -110,7 +110,7 @@ async function load() {
   const limit = PAGE;
   const qs = queryString({ limit: String(limit) });
   $("#json-link").setAttribute("href", `/jobs?${qs}`);
-  const { ok, body } = await fetchJSON(`/jobs?${qs}`);
+  const { ok, body } = await fetchJSON(`/jobs?${qs}`, { headers: tokenHeaders() });
   const problem = $("#problem");
   problem.hidden = ok;
   if (!ok) {

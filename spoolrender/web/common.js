@@ -187,9 +187,16 @@ function storedToken() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
+// Reads carry the token too, once one was typed: a private job's file, logs and props
+// (its job file readable by its owner only) are served only with it.
+function tokenHeaders() {
+  const token = storedToken();
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
 async function checkActions() {
   const token = storedToken();
-  const { ok, body } = await fetchJSON("/actions", token ? { headers: { Authorization: `Bearer ${token}` } } : {});
+  const { ok, body } = await fetchJSON("/actions", { headers: tokenHeaders() });
   actions.writes = Boolean(ok && body.writes);
   actions.reason = (body && body.reason) || "";
   actions.unlocked = actions.writes && body.token_ok === true;

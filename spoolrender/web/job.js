@@ -236,7 +236,7 @@ function renderOutput(info) {
 
 // Whether the job was found (a 404 says so, with close ids, and the page stops there).
 async function load() {
-  const { ok, status, body } = await fetchJSON(API);
+  const { ok, status, body } = await fetchJSON(API, { headers: tokenHeaders() });
   const problem = $("#problem");
   if (!ok) {
     problem.hidden = false;
@@ -272,7 +272,7 @@ function reloadSoon() {
 }
 
 async function loadJobFile() {
-  const response = await fetch(`${API}/file`);
+  const response = await fetch(`${API}/file`, { headers: tokenHeaders() });
   $("#jobfile").textContent = response.ok ? await response.text() : "(the job file cannot be read)";
 }
 
@@ -377,7 +377,7 @@ async function fetchLog(first) {
   const run = logRun;
   const query = first ? `run=${run}&bytes=65536` : `run=${run}&offset=${logOffset}`;
   try {
-    const response = await fetch(`${API}/log?${query}`);
+    const response = await fetch(`${API}/log?${query}`, { headers: tokenHeaders() });
     if (run !== logRun) return; // another run was chosen meanwhile
     if (response.ok) {
       const size = Number(response.headers.get("X-Spoolrender-Log-Size"));
