@@ -273,7 +273,8 @@ function reloadSoon() {
 
 async function loadJobFile() {
   const response = await fetch(`${API}/file`, { headers: tokenHeaders() });
-  $("#jobfile").textContent = response.ok ? await response.text() : "(the job file cannot be read)";
+  const refused = response.status === 403 ? "(a private job: its job file is shown with the serve token, top right)" : "(the job file cannot be read)";
+  $("#jobfile").textContent = response.ok ? await response.text() : refused;
 }
 
 // --- actions ------------------------------------------------------------------------------
