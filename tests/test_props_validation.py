@@ -41,6 +41,8 @@ const Scene = ({titleColor}: {titleColor: unknown}) => {
 const loose = z.object({label: z.string(), speed: z.number().default(1),
   code: z.string().refine(async (s) => s.length > 0, 'not empty')});
 const Loose = () => <AbsoluteFill style={{background: '#0000ff'}} />;
+// A refinement with a bug of its own: it throws (the CLI renders any props).
+const buggy = z.object({n: z.number().refine((n) => (null as unknown as number[]).includes(n))});
 const Phone = ({phoneColor}: {phoneColor: unknown}) => {
   if (typeof phoneColor !== 'string') throw new Error('a frame rendered with bad props');
   return <AbsoluteFill style={{background: phoneColor}} />;
@@ -53,6 +55,8 @@ export const Root = () => (
       durationInFrames={2} defaultProps={{phoneColor: '#00ff00', count: 1, device: 'pixel'}} />
     <Composition id="Loose" component={Loose} schema={loose} width={16} height={16} fps={10}
       durationInFrames={2} defaultProps={{label: 'x', code: 'a'}} />
+    <Composition id="Buggy" component={Loose} schema={buggy} width={16} height={16} fps={10}
+      durationInFrames={2} defaultProps={{n: 1}} />
   </>
 );
 """,
@@ -159,6 +163,7 @@ def test_the_runner_fails_bad_props_before_any_frame(listed: tuple[SpoolLayout, 
         drop(layout, f"bad-{composition}.yaml", job(composition, f"bad-{composition}.mp4", props))
     drop(layout, "scene-extra.yaml", job("Scene", "good.mp4", {"size": 5, "camera": {"fov": 90}, "more": True}))
     drop(layout, "loose-async.yaml", job("Loose", "loose.mp4", {"label": "y"}))  # an async refinement
+    drop(layout, "buggy.yaml", job("Buggy", "buggy.mp4"))  # a schema that throws: not checked, rendered
     drain(layout, expect=3)  # exit status 3: some jobs failed
     for composition, (_, paths) in BAD.items():
         failure = record(layout, "failed", f"bad-{composition}", "failure.json")
@@ -169,6 +174,6 @@ def test_the_runner_fails_bad_props_before_any_frame(listed: tuple[SpoolLayout, 
             assert path in failure["reason"], failure
         shown = run("show", f"bad-{composition}", layout=layout)
         assert shown.returncode == 0 and all(path in shown.stdout for path in paths), shown.stdout
-    assert [e.split(".")[0] for e in entries(layout, "done")] == ["loose-async", "scene-extra"]
+    assert [e.split(".")[0] for e in entries(layout, "done")] == ["buggy", "loose-async", "scene-extra"]
     outputs = sorted(p.name for p in (layout.root / "output").iterdir() if not p.name.startswith("."))
-    assert outputs == ["good.mp4", "loose.mp4"]  # the bad jobs' outputs never existed
+    assert outputs == ["buggy.mp4", "good.mp4", "loose.mp4"]  # the bad jobs' outputs never existed
