@@ -2,9 +2,11 @@
 
 The groups are tests/conftest.py's (a module's users of its own module fixture) and the
 docs pages' (one terminal per page). xdist tells its scheduler a test's group by renaming
-the test's node id (``<id>@<group>``); pytest 9.2 keeps node ids elsewhere, so the renaming
-is lost and loadgroup spreads every test as ``--dist load`` does (pytest-dev/pytest-xdist
-#1386): nothing fails, each worker builds the warm bundles, workers and sshds again.
+the test's node id (``<id>@<group>``) in its own collection hook. Two ways that was lost,
+and loadgroup spread every test as ``--dist load`` does (nothing fails; each worker builds
+the warm bundles, render workers and sshds again): pytest 9.2 keeps node ids where xdist
+3.8 does not rename them (pytest-dev/pytest-xdist#1386: pytest pinned below 9.2), and
+xdist's hook ran before tests/conftest.py's had added the module groups (now tryfirst).
 A real pytest with two real workers runs the repository's own conftest here.
 """
 
