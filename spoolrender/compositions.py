@@ -253,8 +253,8 @@ def _schema_lines(schema: dict[str, Any], default_props: dict[str, Any]) -> list
         kind = kind or sub.get("type") or ("one of " + json.dumps(sub["const"]) if "const" in sub else "any")
         extras = [f"{k} {sub[k]}" for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
                                             "minLength", "maxLength", "minItems", "maxItems") if k in sub]  # fmt: skip
-        if name in default_props:
-            flag = f"default {json.dumps(default_props[name], ensure_ascii=False)[:40]}"
+        if name in default_props or "default" in sub:  # the composition's default, else the schema's
+            flag = f"default {json.dumps(default_props.get(name, sub.get('default')), ensure_ascii=False)[:40]}"
         else:
             flag = "required" if name in required else "optional"
         lines.append(f"  {name}: {kind if isinstance(kind, str) else '|'.join(kind)}, {flag}"

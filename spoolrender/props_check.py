@@ -3,7 +3,7 @@
 The schema is a zod object (zod 3 or 4) that lives only in the bundle's page, and may
 hold refinements no JSON Schema can express, so it is called where it lives: Node opens
 the project's cached bundle in Chromium (``worker/check-props.mjs``) and the page runs
-``schema.safeParse`` on the default props with the job's props over them, as Remotion
+``schema.safeParseAsync`` on the default props with the job's props over them, as Remotion
 Studio does. What the schema accepts is accepted (a plain ``z.object`` strips keys it
 does not know; they pass). The render worker runs the same check before the first frame,
 so this one only tells the person submitting sooner. It never bundles: without a cached

@@ -52,6 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(Path(spoolrender.__file__).parent, quiet=1)
 
 
+# tryfirst: before pytest-xdist's own hook, which turns the marks into groups (plugins
+# registered later run first, and xdist's worker plugin is registered after this conftest).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` (scripts/test.sh), keep a module's users of a module- or
     session-scoped fixture of that module on one pytest-xdist worker: such a fixture is a

@@ -65,7 +65,6 @@ and "Use your own Remotion project" (``pipx install ./spoolrender``) as shell-re
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -73,6 +72,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import REMOTION, REMOTION_MARKS, REPO
+from support.dist import build_dist
 from support.docs_examples import (
     RUN_KINDS,
     Example,
@@ -131,9 +131,8 @@ def _remotion_example(test: Callable[..., None]) -> Callable[..., None]:
 @pytest.fixture(scope="session")
 def spoolrender_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel of this checkout, as `python -m build --wheel` makes it (once per session)."""
-    dist = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
+    dist = tmp_path_factory.mktemp("wheel") / "dist"
+    build_dist(dist, "--wheel")  # from a copy: tests/test_projects.py may build at the same time
     (wheel,) = dist.glob("spoolrender-*.whl")
     return wheel
 

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REMOTION, REMOTION_MARKS, REPO, drop, entries, spoolrender_cmd, write_spool_config
+from support.dist import build_dist, build_traces
 
 from spoolrender.layout import SpoolLayout
 
@@ -460,8 +461,9 @@ def test_the_wheel_renders_a_users_project_outside_the_repository(tmp_path: Path
     """`python -m build`, then a fresh venv outside the repository with only the wheel
     installed (pip fetches its dependencies), rendering from a project made in a temp dir."""
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
+    traces = build_traces()
+    build_dist(dist)
+    assert build_traces() == traces  # built from a copy: a concurrent build shares nothing
     (wheel,) = dist.glob("spoolrender-*.whl")
     (sdist,) = dist.glob("spoolrender-*.tar.gz")
     with zipfile.ZipFile(wheel) as whl:

@@ -36,6 +36,13 @@ const Scene = ({titleColor}: {titleColor: unknown}) => {
   if (typeof titleColor !== 'string') throw new Error('a frame rendered with bad props');
   return <AbsoluteFill style={{background: titleColor}} />;
 };
+// A plain z.object (unknown keys stripped: accepted), a field with a schema default, and an
+// async refinement (safeParse throws on it; safeParseAsync, as zod's parseAsync, accepts).
+const loose = z.object({label: z.string(), speed: z.number().default(1),
+  code: z.string().refine(async (s) => s.length > 0, 'not empty')});
+const Loose = () => <AbsoluteFill style={{background: '#0000ff'}} />;
+// A refinement with a bug of its own: it throws (the CLI renders any props).
+const buggy = z.object({n: z.number().refine((n) => (null as unknown as number[]).includes(n))});
 const Phone = ({phoneColor}: {phoneColor: unknown}) => {
   if (typeof phoneColor !== 'string') throw new Error('a frame rendered with bad props');
   return <AbsoluteFill style={{background: phoneColor}} />;
@@ -46,6 +53,10 @@ export const Root = () => (
       durationInFrames={2} defaultProps={{titleColor: '#ff0000', size: 2, camera: {fov: 40}}} />
     <Composition id="Phone" component={Phone} schema={phone} width={16} height={16} fps={10}
       durationInFrames={2} defaultProps={{phoneColor: '#00ff00', count: 1, device: 'pixel'}} />
+    <Composition id="Loose" component={Loose} schema={loose} width={16} height={16} fps={10}
+      durationInFrames={2} defaultProps={{label: 'x', code: 'a'}} />
+    <Composition id="Buggy" component={Loose} schema={buggy} width={16} height={16} fps={10}
+      durationInFrames={2} defaultProps={{n: 1}} />
   </>
 );
 """,
@@ -116,6 +127,34 @@ def test_submit_accepts_what_the_schema_accepts(listed: tuple[SpoolLayout, dict[
         (layout.incoming / name).unlink()
 
 
+def block(listing: str, composition: str) -> str:
+    """``composition``'s lines of the `compositions` text."""
+    return listing.split(f"{composition}  ", 1)[1].split("\n\n", 1)[0]
+
+
+def test_listing_shows_what_a_job_may_give_not_zods_output_type(listed: tuple[SpoolLayout, dict[str, Any]]) -> None:
+    """A plain z.object accepts other props (it strips them) and a .default() field need
+    not be given: zod's default (output) JSON Schema says neither; its input one does."""
+    layout, _ = listed
+    shown = run("compositions", layout=layout)
+    assert shown.returncode == 0, shown.stderr
+    for composition in ("Scene", "Loose"):
+        assert "(no other props)" not in block(shown.stdout, composition), shown.stdout
+    assert "  speed: number, default 1" in block(shown.stdout, "Loose"), shown.stdout
+
+
+def test_submit_calls_an_async_refinement(listed: tuple[SpoolLayout, dict[str, Any]]) -> None:
+    """safeParse throws on an async refinement; the check must not give up (or refuse)."""
+    layout, _ = listed
+    good = run("submit", "-", "--name", "loose.yaml", layout=layout,
+               stdin=yaml.safe_dump(job("Loose", "l.mp4", {"speed": 2, "extra": 1})).encode())  # fmt: skip
+    assert good.returncode == 0 and "props not checked" not in good.stderr, good.stderr
+    (layout.incoming / "loose.yaml").unlink()
+    bad = run("submit", "-", "--name", "empty.yaml", layout=layout,
+              stdin=yaml.safe_dump(job("Loose", "e.mp4", {"code": ""})).encode())  # fmt: skip
+    assert bad.returncode == 1 and "field 'props': props.code: not empty" in bad.stderr, bad.stderr
+
+
 def test_the_runner_fails_bad_props_before_any_frame(listed: tuple[SpoolLayout, dict[str, Any]]) -> None:
     """Dropped straight into incoming/ (no submit): the runner calls the schema before the
     first frame; the good jobs (extra keys included) render."""
@@ -123,6 +162,8 @@ def test_the_runner_fails_bad_props_before_any_frame(listed: tuple[SpoolLayout, 
     for composition, (props, _) in BAD.items():
         drop(layout, f"bad-{composition}.yaml", job(composition, f"bad-{composition}.mp4", props))
     drop(layout, "scene-extra.yaml", job("Scene", "good.mp4", {"size": 5, "camera": {"fov": 90}, "more": True}))
+    drop(layout, "loose-async.yaml", job("Loose", "loose.mp4", {"label": "y"}))  # an async refinement
+    drop(layout, "buggy.yaml", job("Buggy", "buggy.mp4"))  # a schema that throws: not checked, rendered
     drain(layout, expect=3)  # exit status 3: some jobs failed
     for composition, (_, paths) in BAD.items():
         failure = record(layout, "failed", f"bad-{composition}", "failure.json")
@@ -133,6 +174,6 @@ def test_the_runner_fails_bad_props_before_any_frame(listed: tuple[SpoolLayout, 
             assert path in failure["reason"], failure
         shown = run("show", f"bad-{composition}", layout=layout)
         assert shown.returncode == 0 and all(path in shown.stdout for path in paths), shown.stdout
-    assert [e.split(".")[0] for e in entries(layout, "done")] == ["scene-extra"]
+    assert [e.split(".")[0] for e in entries(layout, "done")] == ["buggy", "loose-async", "scene-extra"]
     outputs = sorted(p.name for p in (layout.root / "output").iterdir() if not p.name.startswith("."))
-    assert outputs == ["good.mp4"]  # the bad jobs' outputs never existed
+    assert outputs == ["buggy.mp4", "good.mp4", "loose.mp4"]  # the bad jobs' outputs never existed

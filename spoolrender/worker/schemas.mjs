@@ -35,13 +35,14 @@ export const openOnBundle = async (args) => {
 
 // Runs in the page (serialized: self-contained). Without `check`, for every
 // <Composition>/<Still> element its JSON Schema for display (zod 4 converts itself; zod 3
-// has no converter in the page); with `check` ({id, props}), that composition's safeParse
+// has no converter in the page); with `check` ({id, props}), that composition's safeParse(Async)
 // of its default props with `check.props` over them, as Remotion merges them for the
 // component.
 // Found through the root container's fiber (React 18 and 19 name it __reactContainer$*).
-const inspectInPage = (check) => {
+const inspectInPage = async (check) => {
 	const found = {};
 	let checked = null;
+	let target = null; // the props of the checked composition's element
 	const roots = [];
 	for (const el of document.querySelectorAll('*')) {
 		for (const key of Object.keys(el)) {
@@ -53,7 +54,9 @@ const inspectInPage = (check) => {
 		const callable = typeof schema.safeParse === 'function';
 		if (typeof schema.toJSONSchema === 'function') {
 			try {
-				return {schema: schema.toJSONSchema(), schemaNote: null, hasSchema: callable};
+				// Input mode: what a job may give (zod's default output mode closes a plain z.object,
+				// which strips unknown keys, and requires fields that have a .default()).
+				return {schema: schema.toJSONSchema({io: 'input'}), schemaNote: null, hasSchema: callable};
 			} catch (err) {
 				return {
 					schema: null,
@@ -74,9 +77,13 @@ const inspectInPage = (check) => {
 	// zod's issue path (keys and indices) as props.a.b[0].
 	const where = (path) =>
 		(path ?? []).reduce((at, key) => (typeof key === 'number' ? `${at}[${key}]` : `${at}.${String(key)}`), 'props');
-	const validate = (schema, defaultProps) => {
+	// safeParseAsync where there is one (zod 3 and 4): a schema with an async refinement
+	// throws in safeParse ("Encountered Promise during synchronous parse") but accepts props.
+	const validate = async (schema, defaultProps) => {
 		if (!schema || typeof schema.safeParse !== 'function') return {hasSchema: false, issues: []};
-		const result = schema.safeParse({...(defaultProps ?? {}), ...(check.props ?? {})});
+		const merged = {...(defaultProps ?? {}), ...(check.props ?? {})};
+		const result =
+			typeof schema.safeParseAsync === 'function' ? await schema.safeParseAsync(merged) : schema.safeParse(merged);
 		if (result.success) return {hasSchema: true, issues: []};
 		const issues = result.error?.issues ?? [];
 		return {
@@ -96,16 +103,17 @@ const inspectInPage = (check) => {
 		if (props && typeof props === 'object' && typeof props.id === 'string' &&
 			('component' in props || 'lazyComponent' in props) && !(props.id in found)) {
 			found[props.id] = check ? {} : convert(props.schema); // a check needs no JSON Schema
-			if (check && check.id === props.id) {
-				try {
-					checked = validate(props.schema, props.defaultProps);
-				} catch (err) {
-					checked = {error: `the schema threw: ${err?.message ?? err}`};
-				}
-			}
+			if (check && check.id === props.id) target = props;
 		}
 		if (fiber.sibling) stack.push(fiber.sibling);
 		if (fiber.child) stack.push(fiber.child);
+	}
+	if (target !== null) {
+		try {
+			checked = await validate(target.schema, target.defaultProps);
+		} catch (err) {
+			checked = {error: `the schema threw: ${err?.message ?? err}`};
+		}
 	}
 	return {found, checked};
 };
