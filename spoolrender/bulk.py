@@ -159,7 +159,8 @@ def locate(config: SpoolConfig, ids: Iterable[str], *, every_incoming: bool = Fa
             names = sorted(view.names)
         for name in names:
             if is_candidate_name(PurePath(name).name):
-                job_id = incoming_id(config, Located("", "incoming", layout.incoming / name, name))
+                where = Located("", "incoming", layout.incoming / name, name)  # spooldir: message only
+                job_id = incoming_id(config, where)
                 if job_id in unfound:
                     targets.append(Target(job_id, "incoming", name))
     found = {t.job_id for t in targets}
@@ -211,7 +212,9 @@ def carry_out(config: SpoolConfig, planned: BulkResult, who: str) -> BulkResult:
         layout = SpoolLayout(config.spool)
         for item in planned.acted:
             name = (item.entry or "").removeprefix(f"{item.state}/")
-            where = Located(item.job_id, item.state, layout.state_dir(item.state) / name, name)
+            # The entry is reached by its state's directory and name (cancel_entry), the path is for messages.
+            state_dir = layout.state_dir(item.state)
+            where = Located(item.job_id, item.state, state_dir / name, name)  # spooldir: message only
             lines = cancel_listed(config, where, who)
             if not lines:  # claimed by a runner, finished or gone: not chased
                 gone.append(BulkItem(item.job_id, item.state, item.entry, MOVED_ON))

@@ -214,7 +214,8 @@ def test_runners_cancelled_retry_and_split_chunks(
         # The split job: cancel offered with the token, and a table of its chunks.
         page = open_unlocked(browser, server.url + "job?id=split-job")
         page.wait_for(
-            "[...document.querySelectorAll('#chunks tbody tr')].map(r => r.dataset.state).join() === 'done,running'"
+            "[...document.querySelectorAll('#chunks tbody tr')].map(r => r.dataset.state).join() === 'done,running'",
+            timeout=300,  # the split, then a chunk rendered and the next started: minutes on a loaded machine
         )
         chunks = page.evaluate("[...document.querySelectorAll('#chunks tbody tr')].map(r => r.textContent)")
         assert chunks[0].startswith(f"10{DASH}19 (20)") and chunks[1].startswith(f"220{DASH}39 (20)"), chunks

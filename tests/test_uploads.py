@@ -173,7 +173,9 @@ def _check(spool: SpoolLayout, uploads: list[Upload], results: Results) -> None:
         if runs != ["run-0001.json"]:
             problems.append(f"{upload.name}: claimed {len(runs)} times (a discarded early claim)")
         lag = record["started"] - exited
-        last_write = (job_dir / "job.yaml").stat().st_mtime
+        # The uploaded file itself (kept as evidence), not the runner's private copy job.yaml,
+        # which is written after the run starts.
+        last_write = (job_dir / "submitted.yaml").stat().st_mtime
         if record["started"] < last_write - 0.01:  # fs timestamps are per jiffy (4 ms)
             problems.append(f"{upload.name}: claimed {last_write - record['started']:.2f} s before its last write")
         if lag < -CLIENT_SLACK:

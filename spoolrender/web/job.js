@@ -22,6 +22,14 @@ function fact(term, value) {
 
 // The render cache's part in a done job (result.json's cache fields), or null; a hit links
 // the job whose render it published.
+// A run's error cut at a word (the whole text as the cell's title), then what the run went
+// ahead despite (mixed Remotion versions): the record's warnings.
+function reasonCell(error, run) {
+  const cell = error.kind ? clipped("td", { className: "reason" }, `${error.kind}: ${error.message || "?"}`, 200) : el("td", { className: "reason" });
+  cell.append(...((run.details || {}).warnings || []).map((w) => el("div", { className: "warning", text: `warning: ${w}` })));
+  return cell;
+}
+
 function cacheText(result) {
   if (result.cache === "hit") {
     const source = result.cache_source || {};
@@ -130,13 +138,7 @@ function render(info) {
       el("td", { className: "num" }, timeNode(run.ended)),
       el("td", { className: "num", text: run.started && run.ended ? duration(run.ended - run.started) : "–" }),
       el("td", {}, outcomeTag(run.outcome, info.state)),
-      el(
-        "td",
-        { className: "reason" },
-        ...(error.kind ? [clipped("span", {}, `${error.kind}: ${error.message || "?"}`, 400)] : []),
-        // What the run went ahead despite (mixed Remotion versions): the record's warnings.
-        ...((run.details || {}).warnings || []).map((w) => el("div", { className: "warning", text: `warning: ${w}` })),
-      ),
+      reasonCell(error, run),
     );
   });
   if (info.state === "running" && hb.run && !(info.runs || []).some((run) => run.run === hb.run)) {
