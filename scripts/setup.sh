@@ -70,20 +70,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# --test: checkov (tests/test_contrib_kubernetes.py, the security checks of contrib/kubernetes)
-# in a venv of its own: it pins ~90 packages of its own (boto3, pydantic, networkx ...),
-# which must not move what spoolrender and its tests run with.
-if [ "${1:-}" = --test ]; then
-  checkov_version=3.3.30
-  checkov_venv=.cache/checkov
-  if [ "$(cat "$checkov_venv/.spoolrender-installed" 2>/dev/null)" != "$checkov_version" ]; then
-    say "installing checkov $checkov_version into $checkov_venv"
-    python3 -m venv --clear "$checkov_venv"
-    "$checkov_venv/bin/python" -m pip install -q "checkov==$checkov_version"
-    echo "$checkov_version" > "$checkov_venv/.spoolrender-installed"
-  fi
-fi
-
 lock_hash="$(sha256sum remotion/package-lock.json | cut -c1-16)"
 if [ "$(cat remotion/node_modules/.spoolrender-lock 2>/dev/null)" != "$lock_hash" ]; then
   say "installing the Remotion project's npm packages (npm ci)"

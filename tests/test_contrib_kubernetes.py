@@ -1,8 +1,8 @@
 """contrib/kubernetes/: the manifests, checked by the tools a cluster's operator would use.
 
 kubernetes-validate (the API's own schemas, strict: an unknown field fails) against the
-oldest and the newest Kubernetes version the README names, checkov for the security
-basics (its skips, each with a reason, are in contrib/kubernetes/checkov.cfg), promtool
+oldest and the newest Kubernetes version the README names, checkov.cfg's skips each with a
+reason (checkov itself is run by hand, see contrib/kubernetes/README.md), promtool
 for the autoscaling rule, and the manifests' settings against spoolrender's own: its
 argument parser, its config loader, its defaults and metric names. The runners' probe runs
 against a real runner on a real spool. No cluster runs here: what only a cluster can show
@@ -11,7 +11,6 @@ against a real runner on a real spool. No cluster runs here: what only a cluster
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -40,8 +39,6 @@ CHECKOV_CONFIG = K8S / "checkov.cfg"
 # manifests use (PodDisruptionBudget.spec.unhealthyPodEvictionPolicy is GA in 1.31), the newest
 # kubernetes-validate knows.
 KUBERNETES_VERSIONS = ("1.31.0", "1.37.0")
-# Where scripts/setup.sh --test installs checkov: a venv of its own (its pins clash with ours).
-CHECKOV = REPO / ".cache" / "checkov" / "bin" / "checkov"
 INSTALLED = "/opt/spoolrender/.venv/bin/spoolrender"  # the image's spoolrender (README.md)
 IMAGE_SPOOL = "/srv/spoolrender/spool"
 # Between SIGTERM and SIGKILL of a cancelled render, and a margin to publish and move jobs.
@@ -120,14 +117,6 @@ def test_kubernetes_validate_catches_a_broken_manifest(old: str, new: str, messa
         kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
 
 
-# Insecure variants of runner.yaml that checkov must fail, with the check that catches each.
-INSECURE_RUNNERS = {
-    "writable-root": ("readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "CKV_K8S_22"),
-    "escalation": ("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "CKV_K8S_20"),
-    "root": ("runAsNonRoot: true\n        runAsUser: 10001", "runAsUser: 0", "CKV_K8S_40"),
-}
-
-
 def checkov_skips() -> dict[str, str]:
     """The skipped checks of checkov.cfg and the reason each carries (its comment)."""
     skips: dict[str, str] = {}
@@ -140,31 +129,11 @@ def checkov_skips() -> dict[str, str]:
     return skips
 
 
-@pytest.mark.slow  # one checkov run: importing checkov alone takes 20-60 s
-def test_manifests_pass_checkov_and_insecure_ones_do_not(tmp_path: Path) -> None:
-    if not CHECKOV.exists():
-        pytest.skip(f"{CHECKOV} missing (bash scripts/test.sh installs it via scripts/setup.sh --test)")
-    # One run over the manifests as shipped and the insecure variants, each in its own directory.
-    shutil.copytree(K8S, tmp_path / "shipped")
-    runner = (K8S / "runner.yaml").read_text()
-    for name, (old, new, _) in INSECURE_RUNNERS.items():
-        assert old in runner
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "runner.yaml").write_text(runner.replace(old, new))
-    result = subprocess.run(
-        [str(CHECKOV), "--config-file", str(CHECKOV_CONFIG), "--directory", str(tmp_path), "--output", "json",
-         "--quiet", "--compact"], capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert result.returncode in (0, 1), result.stderr
-    report = json.loads(result.stdout)  # --quiet: the failed checks and the counts only
-    failed = [(c["check_id"], c["file_path"]) for c in report["results"]["failed_checks"]]
-    shipped = [f for f in failed if f[1].startswith("/shipped/")]
-    assert not shipped, shipped
-    assert report["summary"]["passed"] > 100 and report["summary"]["parsing_errors"] == 0, report["summary"]
-    for name, (_, _, check) in INSECURE_RUNNERS.items():
-        assert (check, f"/{name}/runner.yaml") in failed, (name, failed)
-    # Each skip is in checkov.cfg with its reason.
+def test_checkov_skips_each_carry_a_reason() -> None:
+    """checkov itself is run by hand (contrib/kubernetes/README.md): its install alone costs
+    CI minutes of its 30. Its configuration is checked here: each skip names its reason."""
     assert checkov_skips()
+    assert all(len(r) > 20 for r in checkov_skips().values())
 
 
 def test_autoscaling_rule_passes_promtool() -> None:
