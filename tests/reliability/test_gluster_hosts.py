@@ -92,6 +92,15 @@ class Spool:
         self.hosts[name] = self.lab.host(name, argv, log)
         return self.hosts[name]
 
+    def render_quick_jobs(self, quick: set[str]) -> None:
+        """Runners on every client host, then ``quick`` dropped and waited for until done."""
+        for name in HOSTS:
+            self.start(name)
+        wait_until(lambda: set(HOSTS) <= beacon_hosts(self.layout), WAIT, "runners up")
+        for job_id in sorted(quick):
+            self.drop(job_id, "quick")
+        wait_until(lambda: self.done() == len(quick), WAIT, "quick jobs done")
+
     def log(self, name: str) -> str:
         return (self.tmp_path / f"{name}.log").read_text()
 
@@ -157,12 +166,7 @@ def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab
     spool = Spool(lab, tmp_path)
     quick = {f"j{i:03d}" for i in range(3)}
     try:
-        for name in HOSTS:
-            spool.start(name)
-        wait_until(lambda: set(HOSTS) <= beacon_hosts(spool.layout), WAIT, "runners up")
-        for job_id in sorted(quick):
-            spool.drop(job_id, "quick")
-        wait_until(lambda: spool.done() == len(quick), WAIT, "quick jobs done")
+        spool.render_quick_jobs(quick)
 
         spool.drop("late", "slow")
         wait_until(lambda: spool.rendering("late"), 60, "late job rendering")
@@ -254,12 +258,7 @@ def test_a_visibility_delay_three_times_the_default_is_handled_by_the_protocol(l
         spool = Spool(lab, tmp_path)
         quick = {f"j{i:03d}" for i in range(9)}
         try:
-            for name in HOSTS:
-                spool.start(name)
-            wait_until(lambda: set(HOSTS) <= beacon_hosts(spool.layout), WAIT, "runners up")
-            for job_id in sorted(quick):
-                spool.drop(job_id, "quick")
-            wait_until(lambda: spool.done() == len(quick), WAIT, "every job done")
+            spool.render_quick_jobs(quick)
             spool.quiet()
         finally:
             spool.stop()
