@@ -304,6 +304,16 @@ def test_serve_and_events_show_a_split_job_as_one_job_with_its_chunks_progress(
             stream.close()
         progress = [e.data["progress"] for e in events if e.kind == "progress" and e.data["state"] == "split"]
         assert progress == sorted(progress) and progress[-1] >= 0.75  # the chunks' frames, as they render
+        # A follower that comes after those chunks finished (a job page opened late, or one that
+        # reconnected) is told where the chunks are now: nothing else would tell it, the job
+        # stays in split/ and its last chunk hangs.
+        late = server.events("/events?job=long")
+        try:
+            initial = [late.next(), late.next()]
+        finally:
+            late.close()
+        assert [e.kind for e in initial] == ["state", "progress"], initial
+        assert initial[1].data["state"] == "split" and initial[1].data["chunks"]["done"] == 3
         assert all(e.data["id"] == "long" for e in events)
         status = server.get_json("/status")
         jsonschema.validate(status, SCHEMA)

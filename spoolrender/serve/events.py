@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.chunks.progress import split_info
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
@@ -321,4 +322,13 @@ def current_job_events(config: SpoolConfig, job_id: str) -> list[tuple[str, dict
         now, fs_now = spool_clock(layout)
         info = running_info(layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
         out.append(("progress", {**info, "state": "running"}))
+    elif current.state == "split":
+        # A split job's chunks move on while it stays in split/: a follower that subscribed
+        # after its page's first read (or reconnected) gets no state event for a chunk that
+        # finished in between, so it is told where the chunks are now (the page then reads
+        # its chunk table again). Without it the page shows a finished chunk as running until
+        # some other chunk's progress changes, which may be never.
+        now, _ = spool_clock(layout)
+        split = split_info(layout, config.output_root, current.path.name, now=now)
+        out.append(("progress", {**split, "state": "split"}))
     return out
