@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -335,16 +336,27 @@ def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list
 
 
 def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
-    """The human view: a summary line, then one table per section that has rows.
+    """The human view: a summary line, the notices (paused, blocked hosts, no runner...),
+    then one table per section that has rows.
 
     Every value that comes from the spool (ids, host names, reasons, the pause reason)
     is escaped: a file name or an error message must not drive the terminal or add a line.
     """
-    p = printable
 
     def paint(text: str, code: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour else text
 
+    lines = [f"spool {printable(status['spool'])}", _summary_line(status), *_notices(status, paint)]
+    for section in (_queues_section, _running_section, _retry_section, _split_section, _failures_section,
+                    _runners_section, _cannot_claim_section):  # fmt: skip
+        lines += section(status, paint)
+    return "\n".join(lines)
+
+
+Paint = Callable[[str, str], str]  # text, SGR code -> the text, coloured if asked
+
+
+def _summary_line(status: dict[str, Any]) -> str:
     c = status["counts"]
     # split/ (jobs rendered in chunks) only when it holds any: most spools never split.
     summary = "  ".join(
@@ -354,7 +366,13 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
     )
     if status["oldest_incoming_age_seconds"] is not None:
         summary += f"   oldest waiting {_age(status['oldest_incoming_age_seconds'])}"
-    lines = [f"spool {p(status['spool'])}", summary]
+    return summary
+
+
+def _notices(status: dict[str, Any], paint: Paint) -> list[str]:
+    """One line for each thing an operator should know before the tables."""
+    p = printable
+    lines = []
     if status.get("paused"):
         lines.append(paint(f"PAUSED: {p(status['paused'])} (`spoolrender resume` to claim again)", "33"))
     for b in status.get("blocked_hosts", []):
@@ -385,64 +403,100 @@ def format_status(status: dict[str, Any], *, colour: bool = False) -> str:
         for w in r.get("warnings") or []:
             lines.append(paint(f"WARNING host {p(r.get('host'))}: {p(w.get('message'))} (job {p(w.get('job'))})", "33"))
     if not online:
-        waiting = sum(c.get(state, 0) for state in ("incoming", "retry", "split"))
+        waiting = sum(status["counts"].get(state, 0) for state in ("incoming", "retry", "split"))
         lines.append(paint(f"NO RUNNER ONLINE: {waiting} job(s) waiting; nothing runs until `spoolrender run` "
                            "starts on a host of this spool", "31"))  # fmt: skip
     for u in status.get("unserved", []) if online else []:  # without runners, the line above says it
         needs = f" requiring {', '.join(u['requires'])}" if u["requires"] else ""
         lines.append(paint(f"UNSERVED: {u['count']} job(s) in queue {p(u['queue'])}{p(needs)}: {p(u['reason'])}", "31"))
-    if len(status.get("queues", {})) > 1 or any(q != "default" for q in status.get("queues", {})):
-        rows = [
-            [p(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
-            for name, q in status["queues"].items()
+    return lines
+
+
+def _queues_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    queues = status.get("queues", {})
+    if not (len(queues) > 1 or any(q != "default" for q in queues)):
+        return []  # one default queue: nothing to tell apart
+    rows = [
+        [printable(name), str(q["waiting"]), _age(q["oldest_age_seconds"]), str(q["runners"]), str(q["unserved"] or "")]
+        for name, q in queues.items()
+    ]
+    return ["", paint("QUEUES", "1"), *_table(["QUEUE", "WAITING", "OLDEST", "RUNNERS", "UNSERVED"], rows)]
+
+
+def _running_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    if not status["running"]:
+        return []
+    p = printable
+    rows = []
+    for r in status["running"]:
+        prog = "-" if r["progress"] is None else f"{r['progress'] * 100:.0f}%"
+        if r.get("stage") == WAITING_STAGE:
+            prog = "waiting"  # for an identical job's render (the render cache)
+        hb = f"{_age(r['heartbeat_age_seconds'])} ago" + (" STALE" if r["stale"] else "")
+        rows.append([p(r["id"]), p(r["host"] or "?"), p(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
+    table = _table(["ID", "HOST", "PID", "PROGRESS", "ETA", "HEARTBEAT"], rows)
+    return ["", paint("RUNNING", "1"), *(paint(t, "31") if t.endswith("STALE") else t for t in table)]
+
+
+def _retry_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    if not status["retry"]:
+        return []
+    rows = [
+        [
+            printable(r["id"]),
+            "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}",
+            str(r["priority"]),
         ]
-        lines += ["", paint("QUEUES", "1"), *_table(["QUEUE", "WAITING", "OLDEST", "RUNNERS", "UNSERVED"], rows)]
-    if status["running"]:
-        rows = []
-        for r in status["running"]:
-            prog = "-" if r["progress"] is None else f"{r['progress'] * 100:.0f}%"
-            if r.get("stage") == WAITING_STAGE:
-                prog = "waiting"  # for an identical job's render (the render cache)
-            hb = f"{_age(r['heartbeat_age_seconds'])} ago" + (" STALE" if r["stale"] else "")
-            rows.append([p(r["id"]), p(r["host"] or "?"), p(r["pid"] or "?"), prog, _age(r["eta_seconds"]), hb])
-        table = _table(["ID", "HOST", "PID", "PROGRESS", "ETA", "HEARTBEAT"], rows)
-        lines += ["", paint("RUNNING", "1"), *(paint(t, "31") if t.endswith("STALE") else t for t in table)]
-    if status["retry"]:
-        rows = [
-            [p(r["id"]), "now" if r["due_in_seconds"] <= 0 else f"in {_age(r['due_in_seconds'])}", str(r["priority"])]
-            for r in status["retry"][:20]
-        ]
-        lines += ["", paint("RETRY", "1"), *_table(["ID", "DUE", "PRIORITY"], rows)]
-        if len(status["retry"]) > 20:
-            lines.append(f"  ... and {len(status['retry']) - 20} more")
-    if status.get("split"):
-        rows = [
-            [p(s["id"]), describe_chunks(s["chunks"]) if s["chunks"] else "?",
-             "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%",
-             "join next" if s.get("joining") else _age(s["eta_seconds"])]
-            for s in status["split"]
-        ]  # fmt: skip
-        lines += ["", paint("SPLIT (rendering in chunks)", "1"), *_table(["ID", "CHUNKS", "PROGRESS", "ETA"], rows)]
-    if status["recent_failures"]:
-        rows = [
-            [p(f["id"]), p(f["kind"] or "?"), p(shorten(str(f["reason"] or "?"), REASON_WIDTH))]
-            for f in status["recent_failures"]
-        ]
-        lines += ["", paint("RECENT FAILURES", "1"), *(paint(t, "31") for t in _table(["ID", "KIND", "REASON"], rows))]
-    if status["runners"]:
-        rows = [
-            [p(r.get("host")), p(r.get("pid")), p(f"{r.get('busy')}/{r.get('slots')}"),
-             p(",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else "")),
-             f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
-            for r in status["runners"]
-        ]  # fmt: skip
-        lines += ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
-    else:
-        lines += ["", paint("RUNNERS", "1"), "  none: start one with `spoolrender run` (or `run --drain` from cron)"]
+        for r in status["retry"][:20]
+    ]
+    lines = ["", paint("RETRY", "1"), *_table(["ID", "DUE", "PRIORITY"], rows)]
+    if len(status["retry"]) > 20:
+        lines.append(f"  ... and {len(status['retry']) - 20} more")
+    return lines
+
+
+def _split_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    if not status.get("split"):
+        return []
+    rows = [
+        [printable(s["id"]), describe_chunks(s["chunks"]) if s["chunks"] else "?",
+         "-" if s["progress"] is None else f"{s['progress'] * 100:.0f}%",
+         "join next" if s.get("joining") else _age(s["eta_seconds"])]
+        for s in status["split"]
+    ]  # fmt: skip
+    return ["", paint("SPLIT (rendering in chunks)", "1"), *_table(["ID", "CHUNKS", "PROGRESS", "ETA"], rows)]
+
+
+def _failures_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    if not status["recent_failures"]:
+        return []
+    p = printable
+    rows = [
+        [p(f["id"]), p(f["kind"] or "?"), p(shorten(str(f["reason"] or "?"), REASON_WIDTH))]
+        for f in status["recent_failures"]
+    ]
+    return ["", paint("RECENT FAILURES", "1"), *(paint(t, "31") for t in _table(["ID", "KIND", "REASON"], rows))]
+
+
+def _runners_section(status: dict[str, Any], paint: Paint) -> list[str]:
+    if not status["runners"]:
+        return ["", paint("RUNNERS", "1"), "  none: start one with `spoolrender run` (or `run --drain` from cron)"]
+    p = printable
+    rows = [
+        [p(r.get("host")), p(r.get("pid")), p(f"{r.get('busy')}/{r.get('slots')}"),
+         p(",".join(r.get("queues") or ["*"]) + (f" [{','.join(r['tags'])}]" if r.get("tags") else "")),
+         f"{_age(r['seen_seconds_ago'])} ago" + ("" if r["online"] else " OFFLINE")]
+        for r in status["runners"]
+    ]  # fmt: skip
+    return ["", paint("RUNNERS", "1"), *_table(["HOST", "PID", "BUSY", "QUEUES [TAGS]", "LAST SEEN"], rows)]
+
+
+def _cannot_claim_section(status: dict[str, Any], paint: Paint) -> list[str]:
     # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
     # growing delay, listed here so that someone can fix or remove them.
+    online = [r for r in status["runners"] if r["online"]]
     blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
-    if blocked:
-        rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]
-        lines += ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]
-    return "\n".join(lines)
+    if not blocked:
+        return []
+    rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]
+    return ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]

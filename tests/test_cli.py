@@ -237,3 +237,14 @@ def _reads_stdin(pid: int) -> bool:
         return "pipe" in Path(f"/proc/{pid}/wchan").read_text()  # pipe_read, anon_pipe_read...
     except OSError:
         return False
+
+
+def test_every_command_of_the_parser_has_exactly_one_handler() -> None:
+    import argparse
+
+    from spoolrender.cli.commands import COMMANDS, OPS_COMMANDS
+    from spoolrender.cli.parser import build_parser
+
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(subparsers.choices) == set(COMMANDS) | set(OPS_COMMANDS)
+    assert not set(COMMANDS) & set(OPS_COMMANDS)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,80 +172,86 @@ OPS_COMMANDS = {"list": list_command, "retry": retry_command, "rerun": rerun_com
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    if args.command == "init":
-        return _init(args)
-    if args.command == "queue":
-        from spoolrender.layout import SpoolLayout
+    if args.command in OPS_COMMANDS:  # list, retry, rerun (ops_commands.py)
+        return OPS_COMMANDS[args.command](_config(args), args)
+    return COMMANDS[args.command](args)
 
-        _add_queues(SpoolLayout(_config(args).spool).incoming, args.names)
-        return EXIT_OK
-    if args.command == "submit":
-        return _submit(args)
-    if args.command == "compositions":
-        return _compositions(args)
-    if args.command == "run":
-        from spoolrender.runner import Runner
 
-        extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
-        config = _config(args, {**extra, "queues": comma_names(args.queues), "tags": comma_names(args.tags)})
-        runner = Runner(
-            config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
-            max_jobs=args.max_jobs, max_runtime=args.max_runtime,
-        )  # fmt: skip
-        runner.install_signal_handlers()
-        summary = _run_with_display(args, runner)
-        return _run_exit_status(args, summary, config.output_root)
-    if args.command == "status":
-        return _status(args)
-    if args.command == "show":
-        from spoolrender.lookup import format_description
+def _queue(args: argparse.Namespace) -> int:
+    from spoolrender.layout import SpoolLayout
 
-        document = _spool(args).show(args.id)
-        if args.json:
-            print(json.dumps(document, indent=2, default=str))
-        else:
-            print("\n\n".join(format_description(info) for info in (document, *document["others"])))
-        return EXIT_OK
-    if args.command == "cancel":
-        for line in _spool(args).cancel(args.id):
-            _say(line)
-        return EXIT_OK
-    if args.command == "pause":
-        marker = _spool(args).pause(args.reason)
-        _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
-        return EXIT_OK
-    if args.command == "unblock":
-        from spoolrender.hosts import unblock
-        from spoolrender.layout import SpoolLayout
+    _add_queues(SpoolLayout(_config(args).spool).incoming, args.names)
+    return EXIT_OK
 
-        layout = SpoolLayout(_config(args).spool)
-        layout.check()
-        was = unblock(layout, args.host)
-        print(f"host {printable(args.host)} " + ("unblocked: its runners claim again" if was else "was not blocked"))
-        return EXIT_OK
-    if args.command == "resume":
-        print("resumed" if _spool(args).resume() else "the spool was not paused")
-        return EXIT_OK
-    if args.command == "purge" and args.cache:
+
+def _run(args: argparse.Namespace) -> int:
+    from spoolrender.runner import Runner
+
+    extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
+    config = _config(args, {**extra, "queues": comma_names(args.queues), "tags": comma_names(args.tags)})
+    runner = Runner(
+        config, drain=args.drain, metrics_textfile=args.metrics_textfile, runner_name=args.runner_name,
+        max_jobs=args.max_jobs, max_runtime=args.max_runtime,
+    )  # fmt: skip
+    runner.install_signal_handlers()
+    summary = _run_with_display(args, runner)
+    return _run_exit_status(args, summary, config.output_root)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from spoolrender.lookup import format_description
+
+    document = _spool(args).show(args.id)
+    if args.json:
+        print(json.dumps(document, indent=2, default=str))
+    else:
+        print("\n\n".join(format_description(info) for info in (document, *document["others"])))
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    for line in _spool(args).cancel(args.id):
+        _say(line)
+    return EXIT_OK
+
+
+def _pause(args: argparse.Namespace) -> int:
+    marker = _spool(args).pause(args.reason)
+    _say(f"paused: no runner claims new jobs until `spoolrender resume` ({marker})")
+    return EXIT_OK
+
+
+def _resume(args: argparse.Namespace) -> int:
+    print("resumed" if _spool(args).resume() else "the spool was not paused")
+    return EXIT_OK
+
+
+def _unblock(args: argparse.Namespace) -> int:
+    from spoolrender.hosts import unblock
+    from spoolrender.layout import SpoolLayout
+
+    layout = SpoolLayout(_config(args).spool)
+    layout.check()
+    was = unblock(layout, args.host)
+    print(f"host {printable(args.host)} " + ("unblocked: its runners claim again" if was else "was not blocked"))
+    return EXIT_OK
+
+
+def _purge(args: argparse.Namespace) -> int:
+    if args.cache:
         if args.ids:
             raise SpoolrenderError("purge --cache takes no job ids (the render cache is not kept per job)")
         return _purge_cache(args)
-    if args.command == "purge" and args.ids:
+    if args.ids:
         return _purge_jobs(args)
-    if args.command == "purge":
-        if args.older_than is None:
-            raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
-        states = (args.state,) if args.state else ("done", "failed")
-        removed = _spool(args).purge(args.older_than, states, dry_run=args.dry_run)
-        for entry in removed:
-            _say(entry)
-        print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
-        return EXIT_OK
-    if args.command in OPS_COMMANDS:
-        return OPS_COMMANDS[args.command](_config(args), args)
-    if args.command == "serve":
-        return _serve(args)
-    raise AssertionError(args.command)  # pragma: no cover
+    if args.older_than is None:
+        raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
+    states = (args.state,) if args.state else ("done", "failed")
+    removed = _spool(args).purge(args.older_than, states, dry_run=args.dry_run)
+    for entry in removed:
+        _say(entry)
+    print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
+    return EXIT_OK
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -424,3 +431,21 @@ def _stop_on_signals() -> threading.Event:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, handle)
     return stop
+
+
+# Each command of cli/parser.py but the operator's list/retry/rerun (OPS_COMMANDS).
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "init": _init,
+    "queue": _queue,
+    "submit": _submit,
+    "compositions": _compositions,
+    "run": _run,
+    "status": _status,
+    "show": _show,
+    "cancel": _cancel,
+    "pause": _pause,
+    "resume": _resume,
+    "unblock": _unblock,
+    "purge": _purge,
+    "serve": _serve,
+}

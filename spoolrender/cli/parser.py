@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import TypeAlias
 
 from spoolrender import __version__
 from spoolrender.config import CONFIG_KEYS
@@ -43,6 +44,12 @@ The spool is ./spool unless --spool or SPOOLRENDER_SPOOL says otherwise.
 """
 
 
+# The help text is laid out by hand (examples, exit statuses): printed as written.
+RAW = argparse.RawDescriptionHelpFormatter
+# What add_subparsers() returns; a string: the class is generic only to type checkers.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spool", type=Path, default=None,
@@ -76,10 +83,28 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"spoolrender {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    raw = argparse.RawDescriptionHelpFormatter
+    add_init_parser(sub)
+    add_queue_parser(sub)
+    add_submit_parser(sub)
+    add_compositions_parser(sub)
+    add_run_parser(sub)
+    add_status_parser(sub)
+    add_show_parser(sub)
+    add_cancel_parser(sub)
+    add_pause_parser(sub)
+    add_resume_parser(sub)
+    add_unblock_parser(sub)
+    add_purge_parser(sub)
+    add_retry_parser(sub)
+    add_rerun_parser(sub)
+    add_list_parser(sub)
+    add_serve_parser(sub)
+    return parser
 
+
+def add_init_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "init", help="create a spool directory", formatter_class=raw,
+        "init", help="create a spool directory", formatter_class=RAW,
         description="Create a spool (or complete a partial one). Existing jobs and config are kept.",
         epilog=textwrap.dedent("""\
             examples:
@@ -102,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_common(p)
 
+
+def add_queue_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "queue", help="create queue directories (incoming/NAME/)", formatter_class=raw,
+        "queue", help="create queue directories (incoming/NAME/)", formatter_class=RAW,
         description="Create drop directories for named queues: incoming/NAME/, owned by the runner's user "
         "and the spool's group, mode 3775 like incoming/ (members drop files; nobody deletes or replaces "
         "another member's). Runners honour only such directories: one a member made with mkdir is theirs, "
@@ -120,8 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="+", metavar="NAME", type=_queue_name, help="queue name (a-z, 0-9, - and _)")
     _add_common(p)
 
+
+def add_submit_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "submit", help="queue job files atomically", formatter_class=raw,
+        "submit", help="queue job files atomically", formatter_class=RAW,
         description="Validate job files and drop them into incoming/ (each written under a hidden name, "
         "fsynced, then renamed: a runner never sees half a job). Every file is checked first, and every "
         "problem of every file is listed at once; the files are queued only if all of them pass, so a "
@@ -153,8 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_common(p)
 
+
+def add_compositions_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "compositions", help="list the Remotion project's compositions and their props", formatter_class=raw,
+        "compositions", help="list the Remotion project's compositions and their props", formatter_class=RAW,
         description="List the compositions of the Remotion project: id, size, fps, duration, default "
         "props, and the props JSON schema of compositions with a zod 4 schema (<Composition schema>). "
         "Bundles the project if its current content has no cached bundle, then opens the bundle in "
@@ -176,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object: {project, compositions: [...]}")
     _add_common(p)
 
+
+def add_run_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "run", help="render jobs from the spool", formatter_class=raw,
+        "run", help="render jobs from the spool", formatter_class=RAW,
         description="Claim and render jobs. Without --drain it runs until SIGTERM/SIGINT: the first "
         "signal stops claiming and lets running jobs finish (grace_seconds), then puts them back "
         "into retry/ without using an attempt; a second signal cancels at once.",
@@ -230,8 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_live_option(p)
     _add_common(p)
 
+
+def add_status_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "status", help="show the spool at a glance", formatter_class=raw,
+        "status", help="show the spool at a glance", formatter_class=RAW,
         description="Counts per state, the age of the oldest waiting job, running jobs (host, pid, progress, "
         "ETA, heartbeat age, STALE when past the lease), the retry queue with due times, recent failures "
         "with their reason, and the runners seen. Jobs rendered in chunks show once, under SPLIT, with "
@@ -255,8 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_common(p)
 
+
+def add_show_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "show", help="one job: state, attempts, errors, logs", formatter_class=raw,
+        "show", help="one job: state, attempts, errors, logs", formatter_class=RAW,
         description="Find a job by id in every state and show its state, attempts, each run's outcome and "
         "error, its result or failure, and the paths of its render logs. --json prints one object: the "
         "current entry, with `entries` (every entry of the id) and `others` (the other entries described).",
@@ -273,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_common(p)
 
+
+def add_cancel_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "cancel", help="cancel a queued or running job", formatter_class=raw,
+        "cancel", help="cancel a queued or running job", formatter_class=RAW,
         description="A waiting job (incoming/ or retry/) is moved to failed/ as cancelled at once. A running "
         "job is stopped by the runner that owns it, on whichever host, at its next heartbeat "
         "(heartbeat_seconds), then failed as cancelled. A job rendered in chunks is cancelled whole: its "
@@ -284,8 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="job id")
     _add_common(p)
 
+
+def add_pause_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "pause", help="stop claiming on every host", formatter_class=raw,
+        "pause", help="stop claiming on every host", formatter_class=RAW,
         description="Write a spool-wide pause marker: no runner on any host claims new jobs while it exists. "
         "Running jobs go on. `run --drain` on a paused spool exits 4 at once.",
         epilog='example:\n  spoolrender pause --reason "disk maintenance"\n',
@@ -293,14 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="paused by operator", help="shown by status and logs")
     _add_common(p)
 
+
+def add_resume_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "resume", help="let runners claim again", formatter_class=raw,
+        "resume", help="let runners claim again", formatter_class=RAW,
         description="Remove the pause marker.", epilog="example:\n  spoolrender resume\n",
     )  # fmt: skip
     _add_common(p)
 
+
+def add_unblock_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "unblock", help="let a blocked host claim again", formatter_class=raw,
+        "unblock", help="let a blocked host claim again", formatter_class=RAW,
         description="A host where many different jobs failed recently (host_block_jobs within "
         "host_block_window_seconds) is blocked: its runners claim one job at a time as a probe, every "
         "host_probe_seconds, for host_block_seconds; a probe job done lifts the block. A block never applies "
@@ -312,8 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("host", help="host name, as `status` shows it")
     _add_common(p)
 
+
+def add_purge_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "purge", help="forget old finished jobs, or empty the render cache", formatter_class=raw,
+        "purge", help="forget old finished jobs, or empty the render cache", formatter_class=RAW,
         description="Delete the records (job file, runs, logs) of jobs in done/ and failed/ that finished "
         "longer ago than DURATION. Outputs are never touched. A purged job's id may be used again.\n\n"
         "With --cache: empty the render cache instead (<output_root>/.spoolrender-cache/, shared by every "
@@ -345,12 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
     _add_common(p)
 
-    add_retry_parser(sub)
-    add_rerun_parser(sub)
-    add_list_parser(sub)
 
+def add_serve_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
-        "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=raw,
+        "serve", help="HTTP API, event stream, metrics and dashboard", formatter_class=RAW,
         description="Serve the spool over HTTP: GET /jobs, /jobs/ID, /jobs/ID/log and /status (JSON, the "
         "schema of `status --json`), /events (server-sent events: state changes and progress), /metrics "
         "(Prometheus), /history (the plots' samples), the done jobs' videos (/jobs/ID/output, seekable) and a "
@@ -392,7 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one sample of the spool's history (the dashboard's plots; kept 48 h in "
                         ".spoolrender/history/) per this many seconds (default 60)")  # fmt: skip
     _add_common(p)
-    return parser
 
 
 def _add_live_option(p: argparse.ArgumentParser) -> None:
@@ -404,7 +448,7 @@ def _add_live_option(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def add_list_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_list_parser(sub: Subparsers) -> None:
     from spoolrender.defaults import LIST_LIMIT, STATE_DIRS
 
     p = sub.add_parser(
@@ -438,7 +482,7 @@ def add_list_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_common(p)
 
 
-def add_retry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_retry_parser(sub: Subparsers) -> None:
     from spoolrender.defaults import HOPELESS_KINDS
 
     p = sub.add_parser(
@@ -474,7 +518,7 @@ def add_retry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     _add_common(p)
 
 
-def add_rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_rerun_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "rerun", help="render a done job again, as a new run of the same id", formatter_class=RAW,
         description="Queue a done job's own job file again, under its id and output, with rerun: true "
@@ -492,9 +536,6 @@ def add_rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("id", help="id of a done job")
     p.add_argument("--dry-run", action="store_true", help="print the job file that would be queued; queue nothing")
     _add_common(p)
-
-
-RAW = argparse.RawDescriptionHelpFormatter
 
 
 def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
