@@ -20,6 +20,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_atomic
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
 from spoolrender.heartbeat import HOSTNAME
+from spoolrender.id_hints import id_hint
 from spoolrender.ids import release_id
 from spoolrender.jobfile import job_fields, read_job_bytes
 from spoolrender.layout import (
@@ -33,7 +34,6 @@ from spoolrender.layout import (
 from spoolrender.lookup import Located, find_job, job_dir_of
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.suggest import id_hint
 
 log = logging.getLogger(__name__)
 

@@ -124,8 +124,11 @@ def list_names(directory: Path) -> list[str]:
         return []
 
 
-def init_spool(root: Path, *, group: str | None = None) -> SpoolLayout:
+def init_spool(root: Path, *, group: str | None = None, config_text: str | None = None) -> SpoolLayout:
     """Create (or complete) a spool at ``root``; existing jobs and config are left alone.
+    A spool without a config file gets ``config_text`` as its spoolrender.yaml (`init`'s
+    commented template, settings.config_template: the caller's, since settings depends on
+    this module), or none.
 
     Permissions: the spool is owned by the runner's user. ``incoming/`` is group-writable,
     setgid (new files keep the spool's group) and sticky (a submitter cannot delete or
@@ -161,11 +164,8 @@ def init_spool(root: Path, *, group: str | None = None) -> SpoolLayout:
             # bits are not reliably applied by mkdir at all.
             os.chmod(path, mode)
         config_path = layout.root / defaults.CONFIG_FILENAME
-        if not config_path.exists():
-            # Imported here: settings -> queues -> layout.
-            from spoolrender.settings import config_template
-
-            config_path.write_text(config_template(), encoding="utf-8")
+        if config_text is not None and not config_path.exists():
+            config_path.write_text(config_text, encoding="utf-8")
     except OSError as exc:
         raise SpoolLayoutError(f"cannot initialise spool at {layout.root}: {exc}") from exc
     return layout

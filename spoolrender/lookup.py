@@ -19,13 +19,13 @@ from spoolrender.config import SpoolConfig
 from spoolrender.display import printable
 from spoolrender.errors import JobInvalid, JobMoving, JobNotFound
 from spoolrender.heartbeat import read_heartbeat
+from spoolrender.id_hints import id_hint
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
 from spoolrender.queues import incoming_view
 from spoolrender.records import PUBLISHING, WARNINGS_KEY, attempts_used, read_runs
 from spoolrender.render_cache import describe_result
 from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
-from spoolrender.suggest import id_hint
 
 PATTERNS = {
     "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spoolrender.errors import SpoolrenderError
 from spoolrender.spooldir import IncomingView
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -118,37 +117,6 @@ def _subscription(beacon: dict[str, Any]) -> Subscription:
     return Subscription(tuple(str(q) for q in queues), frozenset(str(t) for t in beacon.get("tags") or ()))
 
 
-def listed_groups(incoming: Path, names: list[str], read_limit: int, max_bytes: int) -> list[dict[str, Any]]:
-    """Waiting jobs counted by route from a listing of incoming/, for when no runner reports them.
-
-    A job's queue is its queue directory, else its ``queue:`` field; its tags its
-    ``requires:``. Only the first ``read_limit`` files are read for those fields (status
-    must stay fast on a deep backlog); the others count under their directory's queue, or
-    the default one, without tags. Retry entries are left out: runners report those.
-    """
-    from spoolrender.jobfile import load_yaml_mapping, read_job_bytes  # only without runners
-
-    routes: list[tuple[Route, float]] = []
-    with incoming_view(incoming) as view:
-        listed = set(view.names)
-        for i, name in enumerate(n for n in names if n in listed):
-            st = view.stat(name)
-            if st is None:
-                continue  # claimed meanwhile
-            declared: Any = None
-            requires: Any = ()
-            if i < read_limit:
-                try:
-                    doc = load_yaml_mapping(read_job_bytes(view.anchored(name), max_bytes))
-                    declared, requires = doc.get("queue"), doc.get("requires") or ()
-                except (OSError, SpoolrenderError):
-                    pass  # unreadable or invalid: a runner fails it; counted where it was dropped
-            queue = queue_dir_of(name) or (declared if name_problem("queue", declared) is None else None)
-            tags = [requires] if isinstance(requires, str) else requires if isinstance(requires, list) else []
-            routes.append((route(queue, [t for t in tags if name_problem("tag", t) is None]), st.st_mtime))
-    return waiting_groups(routes)
-
-
 def _entry(queues: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
     return queues.setdefault(name, {"waiting": 0, "unserved": 0, "oldest_age_seconds": None, "runners": 0})
 
@@ -159,7 +127,7 @@ def queue_report(
     """Per-queue waiting counts and the jobs nobody online can serve, from runner beacons.
 
     The waiting counts come from the freshest online beacon (every runner sees the same
-    spool), else from ``listed`` (:func:`listed_groups`: before any runner started, or
+    spool), else from ``listed`` (:func:`spoolrender.listed_routes.listed_groups`: before any runner started, or
     while none is online). A queue's ``runners`` are the online runners that serve it,
     by its name or through ``*``; ``*`` itself is no queue and has no row. A group is
     unserved when no online runner's queues and tags admit it.

@@ -21,10 +21,10 @@ import yaml
 from spoolrender import defaults
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid, JobNotFound, SpoolrenderError
+from spoolrender.id_hints import id_hint
 from spoolrender.jobfile import load_yaml_mapping, read_job_bytes
 from spoolrender.lookup import by_relevance, find_job
 from spoolrender.queues import QUEUE_FILENAME
-from spoolrender.suggest import id_hint
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from spoolrender.layout import (
     list_names,
     priority_from_key,
 )
-from spoolrender.queues import incoming_view, listed_groups, queue_report
+from spoolrender.listed_routes import listed_groups
+from spoolrender.queues import incoming_view, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
 from spoolrender.run_progress import eta_seconds

@@ -19,8 +19,9 @@ from spoolrender.api import Spool
 from spoolrender.compositions import Composition, submit_problems
 from spoolrender.config import load_config
 from spoolrender.failed_select import select_failed
+from spoolrender.id_hints import spool_ids
 from spoolrender.layout import SpoolLayout
-from spoolrender.suggest import close_matches, did_you_mean, spool_ids
+from spoolrender.suggest import close_matches, did_you_mean
 
 # Transient failures wait ten minutes: a drain leaves them in retry/, whatever the machine's load.
 SLOW_RETRY = {"backoff_base_seconds": 600, "backoff_cap_seconds": 600}

@@ -23,7 +23,7 @@ def test_every_field_has_exactly_one_row_and_every_row_a_field() -> None:
 
 
 def test_init_writes_the_template_and_it_loads_to_the_defaults(tmp_path: Path) -> None:
-    spool = init_spool(tmp_path / "spool").root
+    spool = init_spool(tmp_path / "spool", config_text=config_template()).root
     text = (spool / defaults.CONFIG_FILENAME).read_text(encoding="utf-8")
     assert text == config_template()
     assert load_config(spool, environ={}) == SpoolConfig(spool=spool)

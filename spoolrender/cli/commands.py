@@ -89,7 +89,7 @@ def _purge_cache(args: argparse.Namespace) -> int:
 def _purge_jobs(args: argparse.Namespace) -> int:
     """`purge ID...`: those finished jobs' records, as the dashboard's delete (spoolrender.bulk)."""
     from spoolrender.bulk import BulkAction, bulk_action, locate
-    from spoolrender.suggest import id_hint
+    from spoolrender.id_hints import id_hint
 
     if args.older_than is not None or args.state is not None:
         raise SpoolrenderError("purge takes job ids or --older-than/--state, not both")
@@ -114,6 +114,7 @@ def _say(text: str) -> None:
 def _init(args: argparse.Namespace) -> int:
     from spoolrender import project_setup
     from spoolrender.layout import init_spool
+    from spoolrender.settings import config_template
 
     project: Path | None = None
     if args.remotion_project is not None:
@@ -121,7 +122,7 @@ def _init(args: argparse.Namespace) -> int:
         problem = project_setup.project_problem(project)
         if problem is not None:
             raise SpoolrenderError(f"--remotion-project: {problem}")
-    layout = init_spool(_spool_path(args), group=args.group)
+    layout = init_spool(_spool_path(args), group=args.group, config_text=config_template())
     print(f"spool ready at {printable(layout.root)}")
     _add_queues(layout.incoming, args.queue)
     configured = project_setup.configured_project(layout.root / CONFIG_FILENAME)

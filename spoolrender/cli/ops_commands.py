@@ -61,8 +61,8 @@ def retry_command(config: SpoolConfig, args: argparse.Namespace) -> int:
 
 def _retry_one_dry_run(config: SpoolConfig, job_id: str) -> int:
     from spoolrender.errors import JobNotFound
+    from spoolrender.id_hints import id_hint
     from spoolrender.lookup import find_job
-    from spoolrender.suggest import id_hint
 
     found = find_job(config, job_id, incoming=False)
     if not found:

@@ -27,6 +27,7 @@ from spoolrender.chunks.progress import chunk_table, split_info
 from spoolrender.config import SpoolConfig
 from spoolrender.control import cancel, pause, resume, retry
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
+from spoolrender.id_hints import close_ids, ids_hint
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, final_name, list_names, new_token
 from spoolrender.lookup import (
@@ -66,7 +67,6 @@ from spoolrender.status import (
     spool_clock,
 )
 from spoolrender.submission import submit
-from spoolrender.suggest import close_ids, ids_hint
 
 T = TypeVar("T")
 

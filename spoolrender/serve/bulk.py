@@ -19,11 +19,11 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.bulk import BulkAction, BulkItem, Target, bulk_action, locate
 from spoolrender.config import SpoolConfig
+from spoolrender.id_hints import id_hint
 from spoolrender.layout import SpoolLayout
 from spoolrender.lookup import Located, incoming_id
 from spoolrender.serve.browse import Filters, JobIndex, name_id, state_listings
 from spoolrender.serve.readmodel import ApiError, check_job_id
-from spoolrender.suggest import id_hint
 
 FILTER_FIELDS = frozenset({"state", "q", "composition", "props", "kind", "queue", "since", "until"})
 REQUEST_FIELDS = frozenset({"action", "ids", "filter", "entries", "dry_run"})
