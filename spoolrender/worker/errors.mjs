@@ -32,21 +32,28 @@ export const memoryLine = (text) =>
 export const WEBGL_RE =
 	/failed to create webgl context|Error creating WebGL context|Could not create a WebGL context|WebGL is not supported|WebGL context could not be created/i;
 
-// The line of the error or of the page's console (job.browserLog) that tells the WebGL
-// story, or null.
+// The line that tells the WebGL story of the failure `err`, or null: from the error
+// itself (message, stack: Three.js throws), or from the page's console lines of type error
+// during the job (job.browserErrors: CanvasKit's thrown "failed to create webgl context"
+// reaches us only as a logged error, while the render fails with an empty message). Never
+// from other console lines: a page that logs "WebGL not supported" while probing and
+// then falls back must not make an unrelated failure permanent (kind no-webgl, not
+// retried); what failed the frame is an error, a probe's remark is a log or a warning.
 export const webglLine = (err, job) =>
-	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserLog ?? [])]
+	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserErrors ?? [])]
 		.flatMap((t) => t.split('\n'))
 		.map((l) => l.trim())
 		.find((l) => WEBGL_RE.test(l)) ?? null;
 
 // onBrowserLog for Remotion: the page's last console lines, kept in holder.browserLog for
-// classifying a failure (a missing WebGL context, the URL a failed fetch asked for are
-// only said there), each with the URL it came from.
+// classifying a failure (the URL a failed fetch asked for is only said there), each with
+// the URL it came from; those of type error (console.error, Chromium's own error
+// entries) also in holder.browserErrors (webglLine).
 export const keepBrowserLog = (holder) => (log) => {
 	const where = (log?.stackTrace ?? []).map((f) => f?.url).filter((u) => /^https?:/.test(u ?? ''));
 	const line = String(log?.text ?? '') + (where.length > 0 ? ` (at ${where[0]})` : '');
 	holder.browserLog = [...(holder.browserLog ?? []).slice(-49), line];
+	if (log?.type === 'error') holder.browserErrors = [...(holder.browserErrors ?? []).slice(-49), line];
 };
 
 // A request of the page that failed without saying what it asked for (fetch's "Failed to
