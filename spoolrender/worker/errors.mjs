@@ -1,10 +1,11 @@
-// spoolrender: classify a failed render and say what happened in one line.
+// spoolrender: classify a failed render and say what happened in one line (and end the
+// one-shot scripts with it: runWorkerMain).
 //
 // Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
 // browser-crashed | no-space | out-of-memory | no-webgl | error (and setup for start-up failures;
 // invalid-settings, from render.mjs, for frames the composition does not have).
 
-import {firstLine, stripErrorPrefix} from './protocol.mjs';
+import {emit, firstLine, logErr, stripErrorPrefix} from './protocol.mjs';
 
 // The job asks for frames or options the composition cannot render (kind invalid-settings):
 // no retry can fix it.
@@ -149,4 +150,22 @@ export const friendlyMessage = ({kind, err, job, request, location, browserExecu
 		default:
 			return first;
 	}
+};
+
+// The end of a one-shot worker script (check-props.mjs, compositions.mjs): run `main`,
+// exit 0 when it resolves (Remotion's server can leave handles open), else emit the one
+// fatal line, whose message is describeFailure(err, first) (`first`: the error's first
+// line without its "Error:" prefix, '' when it has none), and exit 1.
+export const runWorkerMain = (main, describeFailure) => {
+	// A page that failed rejects its own close too (Target closed): logged, so that the
+	// real error is the one reported.
+	process.on('unhandledRejection', (err) => logErr('unhandled rejection:', err?.stack ?? err));
+	main().then(
+		() => process.exit(0),
+		(err) => {
+			const first = stripErrorPrefix(firstLine(err?.message ?? err));
+			emit({type: 'fatal', kind: err?.kind ?? 'error', message: describeFailure(err, first), detail: formatDetail(err, null)});
+			process.exit(1);
+		},
+	);
 };
