@@ -9,11 +9,10 @@ previous run).
 Build: ``bundle.mjs`` (shipped in this package) runs the project's own ``remotion
 bundle`` when @remotion/cli is installed, so remotion.config.ts counts, and stores the
 config's render defaults in the bundle. Under the project's build lock (:func:`build_lock`:
-two processes needing the same bundle build it once; the second waits and reuses it; and
-no two builds of one project run webpack at once, whichever bundle caches they fill), into a
-private temporary
-directory that is renamed into place only when the build succeeded, so a failed or killed
-build is never cached.
+two processes needing the same bundle build it once, the second waits and reuses it, and
+no two builds of one project run webpack at once, whichever bundle caches they fill), into
+a private temporary directory that is renamed into place only when the build succeeded,
+so a failed or killed build is never cached.
 """
 
 from __future__ import annotations
