@@ -81,7 +81,7 @@ BENCHMARKS = (
     ),
     Benchmark("render_cache", "P7 render cache", ("--repeats", "20", "--batch", "30", "--distinct", "6")),
     Benchmark("chunked_render", "P6 chunked render", ("--seconds", "20", "--rounds", "3", "--concurrencies", "1,2")),
-    Benchmark("cli_ratio", "spoolrender vs the CLI", ("--repeats", "2", "--shapes", "typescript-starter")),
+    Benchmark("cli_ratio", "spoolrender vs the CLI", ("--repeats", "3")),
 )
 GOAL = re.compile(r"^goal (?P<what>.+?): (?P<measured>.+) -> (?P<verdict>met|MISSED)$", re.MULTILINE)
 

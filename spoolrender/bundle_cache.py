@@ -8,10 +8,11 @@ previous run).
 
 Build: ``bundle.mjs`` (shipped in this package) runs the project's own ``remotion
 bundle`` when @remotion/cli is installed, so remotion.config.ts counts, and stores the
-config's render defaults in the bundle. Under a per-host filelock (two processes needing
-the same bundle build it once; the second waits and reuses it), into a private temporary
-directory that is renamed into place only when the build succeeded, so a failed or killed
-build is never cached.
+config's render defaults in the bundle. Under the project's build lock (:func:`build_lock`:
+two processes needing the same bundle build it once, the second waits and reuses it, and
+no two builds of one project run webpack at once, whichever bundle caches they fill), into
+a private temporary directory that is renamed into place only when the build succeeded,
+so a failed or killed build is never cached.
 """
 
 from __future__ import annotations
@@ -33,6 +34,33 @@ from spoolrender.renderers.remotion_project import WORKER_DIR, bundle_key, check
 log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT_S = 600
+# Beside webpack's own cache (node_modules/.cache/webpack), in the directory webpack writes.
+BUILD_LOCK_NAME = "spoolrender-bundle.lock"
+
+
+def build_lock(project: Path, bundles: Path) -> FileLock:
+    """The lock every build of ``project``'s bundle holds, in the project's
+    node_modules/.cache (by its real path), or in ``bundles`` when that cannot be written.
+
+    The lock belongs to the project, not to this bundle cache: what two builds must not
+    share is webpack's persistent cache, which Remotion's bundler keeps in
+    ``<project>/node_modules/.cache/webpack`` (the first directory up from the project
+    with a package.json: the project itself) whatever spoolrender's cache_dir is. A lock
+    under cache_dir let two spools (two configs, two caches) on one project run webpack
+    at once on that one cache. By its real path, so projects whose node_modules is one
+    tree (a symlink) share it, as they share webpack's cache. When the directory cannot be
+    made or written, webpack (run as this user) cannot write its cache there either, so
+    the only thing left to serialize is this cache's own one-build-per-content.
+    """
+    webpack_parent = (project / "node_modules").resolve() / ".cache"
+    try:
+        # What webpack would create at its first build anyway.
+        webpack_parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(webpack_parent / BUILD_LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        log.debug("no build lock in %s (%s): locking in %s", webpack_parent, exc, bundles)
+        return FileLock(bundles / ".build.lock", timeout=BUILD_TIMEOUT_S)
+    return FileLock(webpack_parent / BUILD_LOCK_NAME, timeout=BUILD_TIMEOUT_S)
 
 
 def bundle_dir(project: Path, cache_dir: Path) -> Path:
@@ -56,9 +84,10 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
     project = project.resolve()
     bundles, key = target.parent, target.name
     bundles.mkdir(parents=True, exist_ok=True)
-    # One lock for all builds on the host: one build per content however many runners
-    # and slots start at once, and never two webpack runs sharing node_modules/.cache.
-    with FileLock(bundles / ".build.lock", timeout=BUILD_TIMEOUT_S):
+    # The project's lock (build_lock says why it is not this cache's): one build per
+    # content however many runners and slots start at once, and never two webpack runs
+    # sharing the project's node_modules/.cache.
+    with build_lock(project, bundles):
         if (target / "index.html").is_file():
             return target  # built by someone else while we waited
         building = bundles / f".{key}.{new_token()}.building"

@@ -14,8 +14,8 @@
 //   {"type":"fatal","kind":"setup"|"error","message":FIRST_LINE,"detail":S}          exit 1
 
 import fs from 'node:fs';
-import {formatDetail} from './errors.mjs';
-import {emit, firstLine, logErr, parseArgs, stripErrorPrefix} from './protocol.mjs';
+import {runWorkerMain} from './errors.mjs';
+import {emit, parseArgs} from './protocol.mjs';
 import {inspectingBrowser, openOnBundle} from './schemas.mjs';
 
 const main = async () => {
@@ -56,19 +56,4 @@ const main = async () => {
 	}
 };
 
-// A page that failed rejects its own close too (Target closed): logged, so that the
-// real error is the one reported.
-process.on('unhandledRejection', (err) => logErr('unhandled rejection:', err?.stack ?? err));
-
-main().then(
-	() => process.exit(0), // Remotion's server can leave handles open
-	(err) => {
-		emit({
-			type: 'fatal',
-			kind: err?.kind ?? 'error',
-			message: stripErrorPrefix(firstLine(err?.message ?? err)) || 'checking the props failed',
-			detail: formatDetail(err, null),
-		});
-		process.exit(1);
-	},
-);
+runWorkerMain(main, (err, first) => first || 'checking the props failed');

@@ -17,8 +17,8 @@
 //    "hasSchema":B|null}]}                                                                exit 0
 //   {"type":"fatal","kind":"setup"|"error","message":FIRST_LINE,"detail":S}             exit 1
 
-import {formatDetail, keepBrowserLog, withFetchedUrl} from './errors.mjs';
-import {emit, firstLine, logErr, parseArgs, stripErrorPrefix} from './protocol.mjs';
+import {keepBrowserLog, runWorkerMain, withFetchedUrl} from './errors.mjs';
+import {emit, parseArgs} from './protocol.mjs';
 import {inspectingBrowser, openOnBundle} from './schemas.mjs';
 
 // The page's console during the listing (errors.mjs keepBrowserLog).
@@ -68,19 +68,4 @@ const main = async () => {
 	}
 };
 
-// A page that failed during the listing rejects its own close too (Target closed):
-// logged, so that the listing's real error is the one reported.
-process.on('unhandledRejection', (err) => logErr('unhandled rejection:', err?.stack ?? err));
-
-main().then(
-	() => process.exit(0), // Remotion's server can leave handles open
-	(err) => {
-		emit({
-			type: 'fatal',
-			kind: err?.kind ?? 'error',
-			message: withFetchedUrl(stripErrorPrefix(firstLine(err?.message ?? err)) || 'listing the compositions failed', err, pageLog),
-			detail: formatDetail(err, null),
-		});
-		process.exit(1);
-	},
-);
+runWorkerMain(main, (err, first) => withFetchedUrl(first || 'listing the compositions failed', err, pageLog));

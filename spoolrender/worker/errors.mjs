@@ -1,10 +1,11 @@
-// spoolrender: classify a failed render and say what happened in one line.
+// spoolrender: classify a failed render and say what happened in one line (and end the
+// one-shot scripts with it: runWorkerMain).
 //
 // Kinds: busy | composition-not-found | invalid-props | component-error | cancelled |
 // browser-crashed | no-space | out-of-memory | no-webgl | error (and setup for start-up failures;
 // invalid-settings, from render.mjs, for frames the composition does not have).
 
-import {firstLine, stripErrorPrefix} from './protocol.mjs';
+import {emit, firstLine, logErr, stripErrorPrefix} from './protocol.mjs';
 
 // The job asks for frames or options the composition cannot render (kind invalid-settings):
 // no retry can fix it.
@@ -32,21 +33,28 @@ export const memoryLine = (text) =>
 export const WEBGL_RE =
 	/failed to create webgl context|Error creating WebGL context|Could not create a WebGL context|WebGL is not supported|WebGL context could not be created/i;
 
-// The line of the error or of the page's console (job.browserLog) that tells the WebGL
-// story, or null.
+// The line that tells the WebGL story of the failure `err`, or null: from the error
+// itself (message, stack: Three.js throws), or from the page's console lines of type error
+// during the job (job.browserErrors: CanvasKit's thrown "failed to create webgl context"
+// reaches us only as a logged error, while the render fails with an empty message). Never
+// from other console lines: a page that logs "WebGL not supported" while probing and
+// then falls back must not make an unrelated failure permanent (kind no-webgl, not
+// retried); what failed the frame is an error, a probe's remark is a log or a warning.
 export const webglLine = (err, job) =>
-	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserLog ?? [])]
+	[String(err?.message ?? err ?? ''), String(err?.stack ?? ''), ...(job?.browserErrors ?? [])]
 		.flatMap((t) => t.split('\n'))
 		.map((l) => l.trim())
 		.find((l) => WEBGL_RE.test(l)) ?? null;
 
 // onBrowserLog for Remotion: the page's last console lines, kept in holder.browserLog for
-// classifying a failure (a missing WebGL context, the URL a failed fetch asked for are
-// only said there), each with the URL it came from.
+// classifying a failure (the URL a failed fetch asked for is only said there), each with
+// the URL it came from; those of type error (console.error, Chromium's own error
+// entries) also in holder.browserErrors (webglLine).
 export const keepBrowserLog = (holder) => (log) => {
 	const where = (log?.stackTrace ?? []).map((f) => f?.url).filter((u) => /^https?:/.test(u ?? ''));
 	const line = String(log?.text ?? '') + (where.length > 0 ? ` (at ${where[0]})` : '');
 	holder.browserLog = [...(holder.browserLog ?? []).slice(-49), line];
+	if (log?.type === 'error') holder.browserErrors = [...(holder.browserErrors ?? []).slice(-49), line];
 };
 
 // A request of the page that failed without saying what it asked for (fetch's "Failed to
@@ -142,4 +150,22 @@ export const friendlyMessage = ({kind, err, job, request, location, browserExecu
 		default:
 			return first;
 	}
+};
+
+// The end of a one-shot worker script (check-props.mjs, compositions.mjs): run `main`,
+// exit 0 when it resolves (Remotion's server can leave handles open), else emit the one
+// fatal line, whose message is describeFailure(err, first) (`first`: the error's first
+// line without its "Error:" prefix, '' when it has none), and exit 1.
+export const runWorkerMain = (main, describeFailure) => {
+	// A page that failed rejects its own close too (Target closed): logged, so that the
+	// real error is the one reported.
+	process.on('unhandledRejection', (err) => logErr('unhandled rejection:', err?.stack ?? err));
+	main().then(
+		() => process.exit(0),
+		(err) => {
+			const first = stripErrorPrefix(firstLine(err?.message ?? err));
+			emit({type: 'fatal', kind: err?.kind ?? 'error', message: describeFailure(err, first), detail: formatDetail(err, null)});
+			process.exit(1);
+		},
+	);
 };

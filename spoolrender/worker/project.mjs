@@ -63,45 +63,59 @@ const compareVersions = (a, b) => {
 	return x.pre < y.pre ? -1 : 1;
 };
 
-// name -> version of every Remotion package the project would load: remotion and each
-// @remotion/* in the node_modules of the project and its ancestors (workspaces hoist
-// there), plus the renderer, bundler and CLI wherever resolution finds them (pnpm).
-// The platform compositors are left out: they are @remotion/renderer's own pinned
-// dependencies and are fixed by installing the renderer.
-const installedVersions = (dir, resolveFrom, fromProject) => {
+const REMOTION_PACKAGE_RE = /^(remotion|@remotion\/(?!compositor-)[^/]+)$/;
+const DEPENDENCY_FIELDS = ['dependencies', 'devDependencies', 'optionalDependencies', 'peerDependencies'];
+
+// name -> version of every Remotion package the project itself resolves: remotion and
+// each @remotion/* in the project's own node_modules, those its package.json declares
+// (a workspace hoists them to the root's node_modules), and the renderer, bundler and
+// CLI, each as require() from the project finds it. Not what merely sits in an ancestor's
+// node_modules (another app's, a stray global install): the project loads none of it, and
+// the CLI's "Version mismatch" resolves from the project too. The platform compositors are
+// left out: they are @remotion/renderer's own pinned dependencies.
+const projectVersions = (dir, manifest, fromProject) => {
 	const names = new Set(['remotion', '@remotion/renderer', '@remotion/bundler', '@remotion/cli']);
-	for (let d = dir; ; d = path.dirname(d)) {
-		const scope = path.join(d, 'node_modules', '@remotion');
-		if (fs.existsSync(scope)) {
-			for (const entry of fs.readdirSync(scope)) {
-				if (!entry.startsWith('.') && !entry.startsWith('compositor-')) names.add(`@remotion/${entry}`);
-			}
+	for (const field of DEPENDENCY_FIELDS) {
+		for (const name of Object.keys(manifest[field] ?? {})) if (REMOTION_PACKAGE_RE.test(name)) names.add(name);
+	}
+	const scope = path.join(dir, 'node_modules', '@remotion');
+	if (fs.existsSync(scope)) {
+		for (const entry of fs.readdirSync(scope)) {
+			if (REMOTION_PACKAGE_RE.test(`@remotion/${entry}`)) names.add(`@remotion/${entry}`);
 		}
-		if (path.dirname(d) === d) break;
 	}
 	const versions = new Map();
 	for (const name of [...names].sort()) {
-		const manifest = resolveFrom(`${name}/package.json`);
-		if (manifest === null) continue;
-		const version = fromProject(manifest).version;
+		let version;
+		try {
+			version = fromProject(fromProject.resolve(`${name}/package.json`)).version;
+		} catch (err) {
+			if (!isNotFound(err) && err?.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED') throw err;
+			continue;
+		}
 		if (version) versions.set(name, String(version));
 	}
 	return versions;
 };
 
-// {warning, fix} when the installed Remotion packages do not share one version, else null.
-// The fix pins every one of them to the lowest version installed of remotion's major: a
-// version the registry demonstrably has (the package lagging behind is installed at it;
-// Remotion publishes all its packages at each version), where the newest one (remotion's
-// own, often) may not exist for the others (npm's ETARGET).
-const mismatch = (versions, manager, remotionVersion) => {
+// The one version the fix gives every Remotion package: the project's own `remotion`
+// command's (@remotion/cli, what `npx remotion render` runs; without it the renderer,
+// which renders), when it shares remotion's major. That version exists on the registry for
+// the CLI and for what it pins exactly (remotion, renderer, bundler, studio: npm installed
+// them at it), where remotion's own may be newer than any @remotion/* (a half-published
+// release: ETARGET) and the lowest installed may be one stray package's, years old.
+const fixVersion = (versionOf, remotionVersion) =>
+	[versionOf('@remotion/cli'), versionOf('@remotion/renderer')].find(
+		(v) => v != null && majorOf(v) === majorOf(remotionVersion),
+	) ?? remotionVersion;
+
+// {warning, fix} when the project's Remotion packages do not share one version, else null.
+const mismatch = (versions, manager, target) => {
 	const byVersion = new Map();
 	for (const [name, version] of versions) byVersion.set(version, [...(byVersion.get(version) ?? []), name]);
 	if (byVersion.size < 2) return null;
-	const ordered = [...byVersion.keys()].sort(compareVersions);
-	const target = ordered.find((v) => majorOf(v) === majorOf(remotionVersion));
 	const fix = installCommand(manager, [...versions.keys()], target);
-	const groups = ordered.reverse().map((v) => `${byVersion.get(v).join(', ')} ${v}`);
+	const groups = [...byVersion.keys()].sort(compareVersions).reverse().map((v) => `${byVersion.get(v).join(', ')} ${v}`);
 	return {
 		fix,
 		warning: `Version mismatch (Remotion's CLI warns the same and renders): ${groups.join('; ')}; to give every Remotion package one version, run \`${fix}\``,
@@ -153,17 +167,24 @@ export const openProject = (projectDir) => {
 		);
 	}
 	const has = (name) => resolveFrom(`${name}/package.json`) !== null;
-	const versions = installedVersions(dir, resolveFrom, fromProject);
+	// A package's version as spoolrender loads it (from the project, else from the CLI).
+	const versionOf = (name) => {
+		const manifest = resolveFrom(`${name}/package.json`);
+		return manifest === null ? null : (fromProject(manifest).version ?? null);
+	};
+	const versions = projectVersions(dir, JSON.parse(fs.readFileSync(pkgJson, 'utf8')), fromProject);
+	const target = fixVersion(versionOf, remotionVersion);
 	// Mixed versions are what `npm install` gives whenever Remotion's packages are half
 	// published (remotion 4.0.541 beside @remotion/* 4.0.529): the project's own
 	// `remotion render` warns ("Version mismatch") and renders, so spoolrender does too.
 	// Only a major version apart is refused: those packages do not speak one protocol.
-	const versionProblem = mismatch(versions, manager, remotionVersion);
+	const versionProblem = mismatch(versions, manager, target);
 	const checkVersion = (name) => {
-		const version = versions.get(name);
-		if (version !== undefined && majorOf(version) !== majorOf(remotionVersion)) {
+		const version = versionOf(name);
+		if (version !== null && majorOf(version) !== majorOf(remotionVersion)) {
+			const fix = versionProblem?.fix ?? installCommand(manager, [...new Set([...versions.keys(), name])].sort(), target);
 			throw new SetupError(
-				`${dir} has ${name} ${version} but remotion ${remotionVersion}, a major version apart, which cannot render: run \`${versionProblem.fix}\``,
+				`${dir} has ${name} ${version} but remotion ${remotionVersion}, a major version apart, which cannot render: run \`${fix}\``,
 			);
 		}
 	};
