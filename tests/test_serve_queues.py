@@ -112,15 +112,27 @@ def test_jobs_filter_by_queue(queued: tuple[SpoolLayout, Server]) -> None:
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs it)")
 def test_dashboard_per_queue(queued: tuple[SpoolLayout, Server]) -> None:
     _, server = queued
-    status = server.get_json("/status")
     with Chromium() as browser:
         page = browser.new_page(server.url)
         page.wait_for("document.body.dataset.ready === '1'")
-        rows = page.evaluate(
-            "Object.fromEntries([...document.querySelectorAll('#queues tbody tr')]"
-            ".map(r => [r.dataset.queue, [...r.cells].map(c => c.textContent)]))"
-        )
-        assert set(rows) == set(status["queues"])
+
+        seen: list[tuple[dict[str, list[str]], dict[str, Any]]] = []
+
+        def page_matches_status() -> bool:
+            # The counts come from the runner's beacon, which moves on while the page loads:
+            # compare the page with a status read after it, until both saw the same beacon.
+            rows = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('#queues tbody tr')]"
+                ".map(r => [r.dataset.queue, [...r.cells].map(c => c.textContent)]))"
+            )
+            status = server.get_json("/status")
+            seen.append((rows, status))
+            return set(rows) == set(status["queues"]) and all(
+                rows[name][1] == str(q["waiting"]) for name, q in status["queues"].items()
+            )
+
+        wait_for(page_matches_status, timeout=60)
+        rows, status = seen[-1]
         for name, q in status["queues"].items():
             assert rows[name][1] == str(q["waiting"]) and rows[name][3] == str(q["runners"])
             assert rows[name][4] == (str(q["unserved"]) if q["unserved"] else "")

@@ -222,4 +222,11 @@ def test_sshfs_hosts_render_the_chunks_of_split_jobs_on_every_host(tmp_path: Pat
     assert result.ok, result.problems()
     for name in os.listdir(layout.done):
         outcomes = [r["outcome"] for r in json.loads((layout.done / name / "result.json").read_text())["runs"]]
-        assert outcomes == ["split", "publishing"], outcomes
+        # Split once, joined once. Between the two, only more "split" runs, each of which
+        # queued a chunk again: a host whose sshfs view lagged (seen once in a loaded full
+        # run) either found a chunk neither waiting, running nor finished for a lease (the
+        # sweep wakes the job) or a finished chunk's files not there at the join; the first
+        # copy to finish is the chunk, and the audit above holds (published once, every frame
+        # in order). Never a retry, a failure or a second join.
+        assert outcomes[0] == "split" and outcomes[-1] == "publishing", outcomes
+        assert set(outcomes[1:-1]) <= {"split"}, outcomes
