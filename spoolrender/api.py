@@ -212,7 +212,8 @@ class Spool:
         raise JobNotFound(job_id, f"no job with id {job_id!r} in {self.path}")
 
     def show(self, job_id: str) -> dict[str, Any]:
-        """The ``show --json`` object of ``job_id``: state, attempts, runs, result or failure, logs."""
+        """The ``show --json`` object of ``job_id`` (job.schema.json): state, attempts, runs,
+        result or failure, logs."""
         return show_document(self.config, job_id)
 
     def cancel(self, job_id: str, *, by: str | None = None) -> list[str]:
@@ -314,7 +315,7 @@ class Job:
         return _job_status(*self._look())
 
     def show(self) -> dict[str, Any]:
-        """Everything ``show --json`` says about the job's current entry."""
+        """Everything ``show --json`` says about the job's current entry (job.schema.json's ``$defs/entry``)."""
         return self._look()[1]
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.2) -> JobResult:

@@ -33,6 +33,10 @@ PATTERNS = {
 # The entry of an id that a person means first: a live one (re-runs), then the newest finished.
 LIVE_STATES = ("running", "split", "retry", "incoming")
 
+# The version of the job-detail document (`show --json`, GET /jobs/ID: job.schema.json),
+# raised when a field is added; fields are never renamed or removed.
+JOB_SCHEMA_VERSION = 1
+
 T = TypeVar("T")
 DirStamp = tuple[int, int, int] | None  # a directory's (inode, mtime_ns, ctime_ns); None: missing
 
@@ -290,15 +294,17 @@ def _identity(where: Located) -> tuple[int, int] | None:
 
 
 def show_document(config: SpoolConfig, job_id: str) -> dict[str, Any]:
-    """The ``show --json`` object: the current entry described, plus every entry of the id.
+    """The ``show --json`` object (job.schema.json): the current entry described, plus every
+    entry of the id.
 
-    ``entries`` lists each entry of the id (state, entry), current first, as ``GET
-    /jobs/{id}`` does; ``others`` describes the entries other than the current one
-    (earlier runs of a re-rendered id), so nothing the former list form held is lost.
+    ``schema`` is :data:`JOB_SCHEMA_VERSION`. ``entries`` lists each entry of the id (state,
+    entry), current first, as ``GET /jobs/{id}`` does; ``others`` describes the entries other
+    than the current one (earlier runs of a re-rendered id), so nothing the former list form
+    held is lost.
     """
 
     def read(found: list[Located], through: Path) -> dict[str, Any]:
-        info = describe(config, found[0], through)
+        info = {"schema": JOB_SCHEMA_VERSION, **describe(config, found[0], through)}
         info.update(timing(config, found[0], through))
         info["entries"] = [{"state": w.state, "entry": w.entry} for w in found]
         info["others"] = [describe(config, w) for w in found[1:]]

@@ -31,6 +31,7 @@ from spoolrender.id_hints import close_ids, ids_hint
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
 from spoolrender.layout import RETRY_NAME, SpoolLayout, final_name, list_names, new_token
 from spoolrender.lookup import (
+    JOB_SCHEMA_VERSION,
     LIVE_STATES,
     Located,
     by_relevance,
@@ -213,9 +214,11 @@ def _private_spec(where: Located, through: Path) -> bool:
 
 
 def job_detail(config: SpoolConfig, job_id: str, *, see_private: bool = False) -> dict[str, Any]:
-    """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more.
+    """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more
+    (job.schema.json's ``$defs/served``; without ``others``).
 
-    Added: ``entry``, ``queue`` and ``requires`` (as in ``GET /jobs``),
+    Added: ``schema`` (:data:`~spoolrender.lookup.JOB_SCHEMA_VERSION`, as in ``show --json``),
+    ``entry``, ``queue`` and ``requires`` (as in ``GET /jobs``),
     ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),
     ``log_url``, and ``entries`` (every entry of the id, for re-runs).
@@ -241,7 +244,7 @@ def job_detail(config: SpoolConfig, job_id: str, *, see_private: bool = False) -
 def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Path, see_private: bool) -> dict[str, Any]:
     """The detail of entries ``found``, the current one read through ``through`` (read_entry)."""
     current = found[0]
-    info = describe(config, current, through)
+    info = {"schema": JOB_SCHEMA_VERSION, **describe(config, current, through)}
     info["entry"] = current.entry
     info["progress"], info["stage"], info["eta_seconds"], info["stale"] = None, None, None, None
     if current.state == "running":
