@@ -169,7 +169,10 @@ class GlusterLab:
             self._start_glusterd(i, stub)
         for i in range(2, SERVERS + 1):
             self.gluster("peer", "probe", f"{NET}.1{i}")
-        wait_until(lambda: self.gluster("pool", "list").count("Connected") >= SERVERS, 60, "peers connected")
+        # "Connected" in `pool list` comes before the peer handshake ends: `volume create` then
+        # fails with "Host ... is not in 'Peer in Cluster' state" (seen once on a loaded machine).
+        in_cluster = "State: Peer in Cluster (Connected)"
+        wait_until(lambda: self.gluster("peer", "status").count(in_cluster) >= SERVERS - 1, 120, "peers in cluster")
         self.create_volume(self.volume, volume_options)
         self.mountpoint.mkdir()
         self.mount(self.mountpoint)

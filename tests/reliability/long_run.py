@@ -101,7 +101,7 @@ def gluster_freezes(work: Path, runs: int) -> dict[str, object]:
     if why is not None:
         print(f"gluster freezes skipped: {why}", file=sys.stderr)
         return {"part": "gluster freezes", "frozen recovered": "skipped"}
-    work.mkdir()
+    (work / "lab").mkdir(parents=True)
     t0 = time.monotonic()
     recovered: list[float] = []
     held = 0

@@ -132,6 +132,13 @@ class Spool:
                     return name, hb
         return None
 
+    def render_started(self, job_id: str) -> bool:
+        """A render of ``job_id`` has written its start time (its marker is not empty)."""
+        for name in os.listdir(self.renders):
+            if name.startswith(f"{job_id}.") and (self.renders / name).read_text().strip():
+                return True
+        return False
+
     def renders_of(self) -> list[tuple[str, str, float]]:
         """(job id, host, start time) of every render."""
         found = []
@@ -303,6 +310,9 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
         assert found is not None
         entry, hb = found
         owner = spool.hosts[hb.host]
+        # Frozen mid-render, not between the marker's creation and its write (thawed, the
+        # owner kills its render at once: an empty marker).
+        wait_until(lambda: spool.render_started("frozen"), WAIT, "frozen job's render started")
         owner.freeze()
         recovered = wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, "job recovered")
         wait_until(lambda: spool.done() == len(quick) + 1, WAIT, "frozen host's job done elsewhere")
