@@ -16,8 +16,8 @@ volume, its output root beside it; the test drops jobs and judges through an obs
 - a slow upload written through another client host's mount, never claimed before the
   settle time has passed after its last write (issue 26 item 4);
 - a client host frozen whole mid-render (`frozen_host_case`): not a test of the suite, run
-  by tests/reliability/long_run.py --gluster-freezes N (a lock the frozen client holds keeps
-  its job until the thaw in about one run of three).
+  by tests/reliability/long_run.py --gluster-freezes N (in 1 of 9 runs a lock the frozen
+  client held kept its job until the thaw).
 
 Every job is rendered and published exactly once (a file per render, named by job, host
 and pid), nothing partial or left behind (`invariants.audit`).
@@ -296,9 +296,9 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
     exclusive run file and renders the job again. Thawed, the late owner finds its job taken
     over and lets it go: one output, no record of its own.
 
-    Not in the suite: in about one run of three the frozen client still holds a lock that the
-    recoverer's rename of the job's directory out of running/ waits for, until the thaw (the
-    job is late, never run twice). tests/reliability/long_run.py --gluster-freezes N runs it
+    Not in the suite: in 1 of 9 runs the frozen client still held a lock that the recoverer's
+    rename of the job's directory out of running/ waited for, until the thaw (the job late,
+    never run twice). tests/reliability/long_run.py --gluster-freezes N runs it
     N times on one lab and counts both outcomes."""
     spool = Spool(lab, tmp_path)
     quick = {"j000"}
