@@ -70,10 +70,12 @@ def _gsyncd() -> Path | None:
 class GlusterHost(Host):
     """A client host: the volume mounted in its own namespaces, then ``argv`` as its init."""
 
-    def __init__(self, lab: GlusterLab, name: str, argv: Sequence[str], log: Path, volume: str) -> None:
+    def __init__(self, lab: GlusterLab, name: str, argv: Sequence[str], log: Path, volume: str,
+                 mount_options: Sequence[str] | None = None) -> None:  # fmt: skip
         self.name = name
         self.netns = lab.node(f"c{len(lab.hosts) + 1}")
-        options = ",".join([*lab.mount_options, f"log-file={lab.work / f'{name}-fuse.log'}"])
+        chosen = lab.mount_options if mount_options is None else mount_options
+        options = ",".join([*chosen, f"log-file={lab.work / f'{name}-fuse.log'}"])
         script = (
             'hostname "$1" && shift && '
             # The observer's mount came along with the copy of the mount namespace: take it
@@ -125,7 +127,12 @@ class GlusterLab:
     def node(self, name: str) -> str:
         """A namespace on the bridge for node ``name`` (s1.., c1.., o), its address 10.200.0.X."""
         ns = f"{self.tag}-{name}"
-        number = {"s": 10, "c": 20, "o": 30}[name[0]] + int(name[1:] or "0")
+        # Client hosts from .101 on: a module's lab gets three of them per test, and with
+        # clients from .21 the tenth took the observer's .30 (its mounts then hung and failed
+        # with ENOTCONN once their ping-timeout ran out).
+        number = {"s": 10, "c": 100, "o": 30}[name[0]] + int(name[1:] or "0")
+        if name[0] == "c" and number > 254:
+            raise RuntimeError(f"no address left for client host {name} (10.200.0.101-254)")
         port = f"p{name}"
         self.netns.append(ns)
         _run("ip", "netns", "add", ns)
@@ -162,7 +169,10 @@ class GlusterLab:
             self._start_glusterd(i, stub)
         for i in range(2, SERVERS + 1):
             self.gluster("peer", "probe", f"{NET}.1{i}")
-        wait_until(lambda: self.gluster("pool", "list").count("Connected") >= SERVERS, 60, "peers connected")
+        # "Connected" in `pool list` comes before the peer handshake ends: `volume create` then
+        # fails with "Host ... is not in 'Peer in Cluster' state" (seen once on a loaded machine).
+        in_cluster = "State: Peer in Cluster (Connected)"
+        wait_until(lambda: self.gluster("peer", "status").count(in_cluster) >= SERVERS - 1, 120, "peers in cluster")
         self.create_volume(self.volume, volume_options)
         self.mountpoint.mkdir()
         self.mount(self.mountpoint)
@@ -278,9 +288,11 @@ class GlusterLab:
         wait_until(healed, 240, "volume healed")
         return time.monotonic() - start
 
-    def host(self, name: str, argv: Sequence[str], log: Path, *, volume: str | None = None) -> GlusterHost:
-        """A client host mounting ``volume`` (the lab's by default) at ``mountpoint``."""
-        return GlusterHost(self, name, argv, log, volume or self.volume)
+    def host(self, name: str, argv: Sequence[str], log: Path, *, volume: str | None = None,
+             mount_options: Sequence[str] | None = None) -> GlusterHost:  # fmt: skip
+        """A client host mounting ``volume`` (the lab's by default) at ``mountpoint``, with
+        ``mount_options`` (the lab's by default)."""
+        return GlusterHost(self, name, argv, log, volume or self.volume, mount_options)
 
     def close(self) -> None:
         for host in self.hosts:
