@@ -42,9 +42,15 @@ COMPOSITOR = REMOTION / "node_modules/@remotion/compositor-linux-x64-gnu"
 pytestmark = REMOTION_MARKS
 
 
-@pytest.fixture(scope="module")
-def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("bundle-cache")
+@pytest.fixture
+def bundle_cache(tmp_path: Path) -> Path:
+    """A test's own bundle cache. Not the module's: no two tests bundle the same project (the
+    bundle key holds each source file's mtime, and every test writes its project anew), so a
+    shared cache saved nothing, and as a module fixture it kept all seven tests, several
+    minutes each, on one pytest-xdist worker (tests/conftest.py's groups): the run's long pole."""
+    path = tmp_path / "bundle-cache"
+    path.mkdir()
+    return path
 
 
 def png(rgb: tuple[int, int, int], size: int = 8) -> bytes:
@@ -342,8 +348,17 @@ def test_mixed_remotion_versions_render_with_the_clis_warning(
 
 
 def wait_for_runner_warning(spool: SpoolLayout, runner: subprocess.Popen[bytes], timeout: float = 900) -> Any:
-    """`status --json` once a runner's beacon has a warning (rendering takes minutes here)."""
+    """`status --json` once a runner's beacon has a warning (rendering takes minutes here).
+
+    The runner records a run's warnings when the run ends: until the job is in done/ or failed/
+    (a directory listing), no `status` process is started: each is a Python start (0.15 s of
+    CPU, 1-2 s of wall time at load), and one every 0.5 s through a render of minutes took
+    CPU from every other worker."""
     deadline = time.monotonic() + timeout
+    while (
+        time.monotonic() < deadline and runner.poll() is None and not entries(spool, "done") + entries(spool, "failed")
+    ):
+        time.sleep(0.2)  # a poll interval, not a wait for a condition
     while time.monotonic() < deadline and runner.poll() is None:
         status = json.loads(subprocess.run(spoolrender_cmd("status", "--json", "--spool", str(spool.root)),
                                            capture_output=True, check=True).stdout)  # fmt: skip
