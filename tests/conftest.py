@@ -50,12 +50,20 @@ def pytest_configure(config: pytest.Config) -> None:
     half of one."""
     if not hasattr(config, "workerinput"):
         compileall.compile_dir(Path(spoolrender.__file__).parent, quiet=1)
+    # pytest-xdist's scheduler hands work units out in collection order, after sorting them
+    # by their number of tests (--loadscope-reorder, on by default): the 59 quick docs cases
+    # came first, and the longest single tests (a conformance case, the README's own-project
+    # block: minutes each) only after every group, where a worker that draws one late ends
+    # the run alone. The order is pytest_collection_modifyitems's below (the long ones
+    # first); the controller reads this option when it schedules.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 # tryfirst: before pytest-xdist's own hook, which turns the marks into groups (plugins
 # registered later run first, and xdist's worker plugin is registered after this conftest).
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` (scripts/test.sh), keep a module's users of a module- or
     session-scoped fixture of that module on one pytest-xdist worker: such a fixture is a
     warm resource (a Remotion bundle and render worker, an sshd, a server over a busy spool)
@@ -69,6 +77,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if any(d.scope in ("module", "session") and d.baseid == module for d in fixturedefs):
                 item.add_marker(pytest.mark.xdist_group(module))
                 break
+    if hasattr(config, "workerinput"):
+        items[:] = longest_first(items)
+
+
+def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the work units (an ``xdist_group``, else a test) likely to take longest
+    first: those with a test marked ``slow``, then those with one marked ``remotion``, then the
+    others; within a rank the units of more tests first, then collection order (a unit's
+    tests keep theirs). A worker that draws a long unit late ends the run alone
+    (pytest-xdist gives each worker up to three units ahead, in this order). Only on xdist
+    workers: a run in one process keeps pytest's order, so that a module's tests stay
+    together around its module fixtures."""
+    ranks: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for item in items:
+        unit = _unit(item)
+        rank = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("remotion") else 2
+        ranks[unit] = min(rank, ranks.get(unit, rank))
+        sizes[unit] = sizes.get(unit, 0) + 1
+    return sorted(items, key=lambda item: (ranks[_unit(item)], -sizes[_unit(item)]))  # stable
+
+
+def _unit(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return item.nodeid
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
 
 
 # Fast timings for tests: the protocol is the same, only the clocks run quicker.
