@@ -92,14 +92,15 @@ def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
     ranks: dict[str, int] = {}
     sizes: dict[str, int] = {}
     for item in items:
-        unit = _unit(item)
+        unit = unit_of(item)
         rank = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("remotion") else 2
         ranks[unit] = min(rank, ranks.get(unit, rank))
         sizes[unit] = sizes.get(unit, 0) + 1
-    return sorted(items, key=lambda item: (ranks[_unit(item)], -sizes[_unit(item)]))  # stable
+    return sorted(items, key=lambda item: (ranks[unit_of(item)], -sizes[unit_of(item)]))  # stable
 
 
-def _unit(item: pytest.Item) -> str:
+def unit_of(item: pytest.Item) -> str:
+    """The work unit pytest-xdist's loadgroup scheduler sees: the test's xdist_group, else the test."""
     mark = item.get_closest_marker("xdist_group")
     if mark is None:
         return item.nodeid
