@@ -17,6 +17,7 @@ so a failed or killed build is never cached.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -74,12 +75,20 @@ def _open_lock_file(path: Path) -> None:
     render group shares) sent every other member to their own cache's lock, so two users
     ran webpack at once on the one cache the lock is for. The directory's group and other
     write bits are given to the file (fchmod: the umask would take them off), by its owner
-    (a file an older version made is fixed by its owner's next build)."""
-    directory_mode = os.stat(path.parent).st_mode
-    mode = 0o644 | (directory_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    (a file an older version made is fixed by its owner's next build). Not in a sticky
+    directory: there filelock refuses a lock file of another owner than us or the
+    directory's (its owner could replace it during a hold), so such a file is refused here
+    (OSError: this cache's lock instead) rather than failing the build when acquired.
+    """
+    directory = os.stat(path.parent)
+    sticky = bool(directory.st_mode & stat.S_ISVTX)
+    mode = 0o644 if sticky else 0o644 | (directory.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        if os.fstat(fd).st_uid == os.geteuid() and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+        found = os.fstat(fd)
+        if sticky and found.st_uid not in (os.geteuid(), directory.st_uid):
+            raise PermissionError(errno.EACCES, "another user's lock file in a sticky directory", str(path))
+        if found.st_uid == os.geteuid() and stat.S_IMODE(found.st_mode) != mode:
             os.fchmod(fd, mode)
     finally:
         os.close(fd)

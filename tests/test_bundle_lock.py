@@ -103,3 +103,28 @@ def test_a_lock_file_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
     bundles.mkdir(parents=True)
     assert Path(build_lock(shared, bundles).lock_file) == bundles / ".build.lock"
     assert not elsewhere.exists()
+
+
+def test_another_users_lock_file_in_a_sticky_cache_is_not_taken() -> None:
+    # filelock refuses, when acquired, a lock file under a sticky directory owned by neither
+    # this user nor the directory's owner: the build must lock elsewhere, not fail.
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-lock-"))
+    try:
+        os.chmod(base, 0o755)
+        shared = project(base / "project")
+        (shared / "node_modules" / ".cache").mkdir()
+        os.chmod(shared / "node_modules" / ".cache", 0o1777)
+        code = "import sys; from pathlib import Path; from spoolrender.bundle_cache import build_lock; "
+        code += "print(build_lock(Path(sys.argv[1]), Path(sys.argv[2])).lock_file)"
+        theirs = base / "member-cache"
+        theirs.mkdir()
+        os.chown(theirs, MEMBER_UID, -1)
+        as_member(sys.executable, "-c", code, str(shared), str(theirs))  # the member's build made it
+        assert (shared / "node_modules" / ".cache" / BUILD_LOCK_NAME).stat().st_uid == MEMBER_UID
+        bundles = base / "cache" / "bundles"
+        bundles.mkdir(parents=True)
+        lock = build_lock(shared, bundles)
+        with lock:  # acquired: no PermissionError
+            assert Path(lock.lock_file) == bundles / ".build.lock"
+    finally:
+        shutil.rmtree(base)
