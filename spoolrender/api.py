@@ -365,10 +365,14 @@ class Job:
         record = info.get("result")
         if not isinstance(record, dict):
             raise SpoolrenderError(f"job {self.id!r} is done but its result.json is unreadable")
+        output, size = record.get("output"), record.get("bytes")
+        if not isinstance(output, str) or not isinstance(size, int):
+            # An object without them (edited by hand): this error, as an unreadable one, not a KeyError.
+            raise SpoolrenderError(f"job {self.id!r} is done but its result.json has no output and bytes")
         return JobResult(
             id=self.id,
-            output=Path(record["output"]),
-            bytes=int(record["bytes"]),
+            output=Path(output),
+            bytes=size,
             attempts=int(record.get("attempts") or 0),
             duration_seconds=record.get("duration_seconds"),
             record=record,

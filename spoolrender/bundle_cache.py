@@ -17,10 +17,12 @@ so a failed or killed build is never cached.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -50,17 +52,46 @@ def build_lock(project: Path, bundles: Path) -> FileLock:
     at once on that one cache. By its real path, so projects whose node_modules is one
     tree (a symlink) share it, as they share webpack's cache. When the directory cannot be
     made or written, webpack (run as this user) cannot write its cache there either, so
-    the only thing left to serialize is this cache's own one-build-per-content.
+    the only thing left to serialize is this cache's own one-build-per-content (so too
+    when the lock file there is a symlink: never followed, whoever planted it).
     """
     webpack_parent = (project / "node_modules").resolve() / ".cache"
     try:
         # What webpack would create at its first build anyway.
         webpack_parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(webpack_parent / BUILD_LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        _open_lock_file(webpack_parent / BUILD_LOCK_NAME)
     except OSError as exc:
         log.debug("no build lock in %s (%s): locking in %s", webpack_parent, exc, bundles)
         return FileLock(bundles / ".build.lock", timeout=BUILD_TIMEOUT_S)
     return FileLock(webpack_parent / BUILD_LOCK_NAME, timeout=BUILD_TIMEOUT_S)
+
+
+def _open_lock_file(path: Path) -> None:
+    """Make sure ``path`` exists and this user can lock it (OSError if not), writable by
+    whoever may write the directory it is in.
+
+    Whoever can write webpack's cache beside it must be able to take the lock: a lock file
+    of the first builder's 0644 in a group-writable node_modules/.cache (a project the
+    render group shares) sent every other member to their own cache's lock, so two users
+    ran webpack at once on the one cache the lock is for. The directory's group and other
+    write bits are given to the file (fchmod: the umask would take them off), by its owner
+    (a file an older version made is fixed by its owner's next build). Not in a sticky
+    directory: there filelock refuses a lock file of another owner than us or the
+    directory's (its owner could replace it during a hold), so such a file is refused here
+    (OSError: this cache's lock instead) rather than failing the build when acquired.
+    """
+    directory = os.stat(path.parent)
+    sticky = bool(directory.st_mode & stat.S_ISVTX)
+    mode = 0o644 if sticky else 0o644 | (directory.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        found = os.fstat(fd)
+        if sticky and found.st_uid not in (os.geteuid(), directory.st_uid):
+            raise PermissionError(errno.EACCES, "another user's lock file in a sticky directory", str(path))
+        if found.st_uid == os.geteuid() and stat.S_IMODE(found.st_mode) != mode:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def bundle_dir(project: Path, cache_dir: Path) -> Path:

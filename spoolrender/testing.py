@@ -148,6 +148,9 @@ class FakeRenderer(WholeRendersOnly):
     def __init__(self, default: Behaviour | None = None) -> None:
         self.default: Behaviour = default or Succeed()
         self._scripts: dict[str, list[Behaviour]] = {}
+        # The last behaviour a job's script gave: what its renders do once the script is
+        # used up. Apart from the script, so that script() adds behaviours after it.
+        self._repeating: dict[str, Behaviour] = {}
         self._runs: list[FakeRun] = []
         self._changed = threading.Condition()
         self.closed = 0
@@ -225,8 +228,11 @@ class FakeRenderer(WholeRendersOnly):
     def _start(self, request: RenderRequest) -> tuple[Behaviour, int]:
         job_id = request.spec.id
         with self._changed:
-            queued = self._scripts.get(job_id) or [self.default]
-            behaviour = queued.pop(0) if len(queued) > 1 else queued[0]  # the last one repeats
+            queued = self._scripts.get(job_id)
+            if queued:
+                behaviour = self._repeating[job_id] = queued.pop(0)
+            else:  # used up (the last one repeats), or never scripted
+                behaviour = self._repeating.get(job_id, self.default)
             self._runs.append(FakeRun(job_id, request.attempt, behaviour, "running", request))
             self._changed.notify_all()
             return behaviour, len(self._runs) - 1

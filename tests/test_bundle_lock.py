@@ -4,8 +4,13 @@ must never run webpack at once on its node_modules/.cache."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
+from conftest import MEMBER_UID, as_member
 from filelock import FileLock, Timeout
 
 from spoolrender.bundle_cache import BUILD_LOCK_NAME, build_lock
@@ -64,3 +69,62 @@ def test_without_a_writable_node_modules_the_cache_locks(tmp_path: Path) -> None
     lock = build_lock(broken, bundles)
     assert Path(lock.lock_file) == bundles / ".build.lock"
     assert blocked(lock, build_lock(broken, bundles))
+
+
+def test_every_user_who_can_write_the_webpack_cache_takes_its_lock() -> None:
+    # A project the render group shares: node_modules/.cache writable by every member. The
+    # first builder (root here) makes the lock file; another member (uid 65534) must lock
+    # that file too, not fall back to its own cache's lock and run webpack at once on the
+    # one cache. In a directory every uid can traverse (pytest's tmp is 0700).
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-lock-"))
+    try:
+        os.chmod(base, 0o755)
+        shared = project(base / "project")
+        (shared / "node_modules" / ".cache").mkdir(mode=0o777)
+        os.chmod(shared / "node_modules" / ".cache", 0o777)
+        first = build_lock(shared, base / "root-cache")
+        theirs = base / "member-cache"
+        theirs.mkdir()
+        os.chown(theirs, MEMBER_UID, -1)
+        code = "import sys; from pathlib import Path; from spoolrender.bundle_cache import build_lock; "
+        code += "print(build_lock(Path(sys.argv[1]), Path(sys.argv[2])).lock_file)"
+        seen = as_member(sys.executable, "-c", code, str(shared), str(theirs)).stdout.strip()
+        assert Path(seen) == Path(first.lock_file) == shared / "node_modules" / ".cache" / BUILD_LOCK_NAME
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_lock_file_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    shared = project(tmp_path / "project")
+    (shared / "node_modules" / ".cache").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (shared / "node_modules" / ".cache" / BUILD_LOCK_NAME).symlink_to(elsewhere)
+    bundles = tmp_path / "cache" / "bundles"
+    bundles.mkdir(parents=True)
+    assert Path(build_lock(shared, bundles).lock_file) == bundles / ".build.lock"
+    assert not elsewhere.exists()
+
+
+def test_another_users_lock_file_in_a_sticky_cache_is_not_taken() -> None:
+    # filelock refuses, when acquired, a lock file under a sticky directory owned by neither
+    # this user nor the directory's owner: the build must lock elsewhere, not fail.
+    base = Path(tempfile.mkdtemp(prefix="spoolrender-lock-"))
+    try:
+        os.chmod(base, 0o755)
+        shared = project(base / "project")
+        (shared / "node_modules" / ".cache").mkdir()
+        os.chmod(shared / "node_modules" / ".cache", 0o1777)
+        code = "import sys; from pathlib import Path; from spoolrender.bundle_cache import build_lock; "
+        code += "print(build_lock(Path(sys.argv[1]), Path(sys.argv[2])).lock_file)"
+        theirs = base / "member-cache"
+        theirs.mkdir()
+        os.chown(theirs, MEMBER_UID, -1)
+        as_member(sys.executable, "-c", code, str(shared), str(theirs))  # the member's build made it
+        assert (shared / "node_modules" / ".cache" / BUILD_LOCK_NAME).stat().st_uid == MEMBER_UID
+        bundles = base / "cache" / "bundles"
+        bundles.mkdir(parents=True)
+        lock = build_lock(shared, bundles)
+        with lock:  # acquired: no PermissionError
+            assert Path(lock.lock_file) == bundles / ".build.lock"
+    finally:
+        shutil.rmtree(base)

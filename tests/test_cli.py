@@ -14,6 +14,7 @@ from conftest import command_job, drop, entries, spoolrender_cmd, wait_for, writ
 
 from spoolrender.config import load_config
 from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.settings import config_template
 
 
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -34,7 +35,7 @@ def test_init_creates_layout_with_group_drop_permissions(tmp_path: Path) -> None
     assert not (root / "done").stat().st_mode & stat.S_IWGRP
     assert "settle_seconds" in (root / "spoolrender.yaml").read_text()
     (root / "spoolrender.yaml").write_text("max_attempts: 7\n")
-    init_spool(root)  # idempotent: keeps the operator's config
+    init_spool(root, config_text=config_template())  # idempotent: keeps the operator's config
     assert (root / "spoolrender.yaml").read_text() == "max_attempts: 7\n"
 
 

@@ -14,6 +14,7 @@ from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config, parse_scal
 from spoolrender.errors import ConfigError
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.setting_checks import COMMAND_PLACEHOLDERS
+from spoolrender.settings import config_template
 
 
 def write_config(root: Path, doc: dict[str, Any] | str) -> Path:
@@ -60,8 +61,9 @@ def test_defaults_without_config_file(tmp_path: Path) -> None:
 
 
 def test_fresh_spool_commented_config_gives_defaults(tmp_path: Path) -> None:
-    layout = init_spool(tmp_path / "fresh")
-    assert (layout.root / defaults.CONFIG_FILENAME).is_file()
+    # `spoolrender init`'s file (init_spool writes the text its caller gives: the CLI's is this).
+    layout = init_spool(tmp_path / "fresh", config_text=config_template())
+    assert (layout.root / defaults.CONFIG_FILENAME).read_text(encoding="utf-8") == config_template()
     assert load_config(layout.root, environ={}) == load_config(tmp_path / "fresh", environ={})
     assert load_config(layout.root, environ={}).lease_seconds == defaults.LEASE_S
 

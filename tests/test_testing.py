@@ -15,6 +15,8 @@ import pytest
 import spoolrender.testing
 from spoolrender import Spool
 from spoolrender.config import SpoolConfig
+from spoolrender.errors import RenderError, SpoolrenderError
+from spoolrender.renderers.base import CancelToken
 from spoolrender.runner import Runner
 from spoolrender.testing import Fail, FakeRenderer, Hang, ManualClock, Succeed, make_request, make_spool, running_runner
 
@@ -157,3 +159,32 @@ def test_make_request_and_the_manual_clock(tmp_path: Path) -> None:
     clock.advance(10)
     clock.jump_wall(-50)
     assert (clock.wall(), clock.monotonic()) == (60.0, 15.0)
+
+
+def ignore_progress(fraction: float | None, stage: str | None = None) -> None:
+    pass
+
+
+def test_behaviours_scripted_after_the_last_one_repeated_come_next(tmp_path: Path) -> None:
+    config = make_spool(tmp_path / "spool")
+    fake = FakeRenderer()
+    request = make_request(config, job("intro"), tmp_path / "render")
+    fake.script("intro", Fail("worker-crash"))
+    for _ in range(2):  # used up: the last one repeats
+        with pytest.raises(RenderError):
+            fake.render(request, ignore_progress, CancelToken())
+    fake.script("intro", Succeed())  # "added after any not yet used": the next render's
+    fake.render(request, ignore_progress, CancelToken())
+    fake.render(request, ignore_progress, CancelToken())
+    assert [r.outcome for r in fake.runs_of("intro")] == ["failed", "failed", "rendered", "rendered"]
+
+
+def test_a_done_job_whose_result_lacks_its_output_is_a_spoolrender_error(tmp_path: Path) -> None:
+    config = make_spool(tmp_path / "spool", QUICK)
+    job_handle = Spool(config.spool).submit(job("intro"), props_check=False)
+    with running_runner(config, FakeRenderer()):
+        job_handle.wait(timeout=60)
+    (entry,) = (config.spool / "done").iterdir()
+    (entry / "result.json").write_text('{"id": "intro"}')  # edited by hand: an object, not a result
+    with pytest.raises(SpoolrenderError, match="has no output and bytes"):
+        job_handle.result()

@@ -22,6 +22,7 @@ from spoolrender import defaults, submission
 from spoolrender.config import load_config
 from spoolrender.errors import ConfigError, JobInvalid, SpoolrenderError
 from spoolrender.layout import init_spool
+from spoolrender.settings import config_template
 
 
 class Kind(enum.Enum):
@@ -217,7 +218,7 @@ def job_problem(example: Example) -> str | None:
     """Validate the block as ``spoolrender submit`` does (the same function), in a spool
     configured by the page's most recent config block, else by ``spoolrender init``'s file."""
     with tempfile.TemporaryDirectory(prefix="docs-job-") as tmp:
-        layout = init_spool(Path(tmp) / "spool")
+        layout = init_spool(Path(tmp) / "spool", config_text=config_template())  # as `spoolrender init`
         if example.config is not None:
             (layout.root / defaults.CONFIG_FILENAME).write_text(example.config.text, encoding="utf-8")
         try:
