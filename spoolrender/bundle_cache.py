@@ -24,10 +24,12 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from spoolrender.errors import RenderError
 from spoolrender.layout import new_token
@@ -118,7 +120,7 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
     # The project's lock (build_lock says why it is not this cache's): one build per
     # content however many runners and slots start at once, and never two webpack runs
     # sharing the project's node_modules/.cache.
-    with build_lock(project, bundles):
+    with holding(build_lock(project, bundles)):
         if (target / "index.html").is_file():
             return target  # built by someone else while we waited
         building = bundles / f".{key}.{new_token()}.building"
@@ -148,6 +150,28 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
         # no bundle or a whole one.
         os.rename(building, target)
         return target
+
+
+@contextmanager
+def holding(lock: FileLock) -> Iterator[None]:
+    """``lock`` held for the block; a lock that cannot be had is the render's RenderError
+    (transient: retried later), never an internal error that leaves the job for recovery."""
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        # Another build of this project (any spool, any user) held it all along: a webpack
+        # run that hangs, or a build far slower than BUILD_TIMEOUT_S.
+        why = f"another build of this project held {lock.lock_file} for {lock.timeout:g} s"
+        raise RenderError(
+            f"bundling the Remotion project waited too long: {why}", transient=True, kind="bundle"
+        ) from exc
+    except OSError as exc:  # refused by filelock's checks, or an unwritable lock directory
+        why = f"cannot take the build lock {lock.lock_file}: {exc.strerror or exc}"
+        raise RenderError(f"bundling the Remotion project failed: {why}", transient=True, kind="bundle") from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def last_json_object(stdout: bytes) -> dict[str, Any]:

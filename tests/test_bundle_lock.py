@@ -128,3 +128,31 @@ def test_another_users_lock_file_in_a_sticky_cache_is_not_taken() -> None:
             assert Path(lock.lock_file) == bundles / ".build.lock"
     finally:
         shutil.rmtree(base)
+
+
+def test_a_build_lock_held_too_long_is_the_renders_transient_error(tmp_path: Path) -> None:
+    import pytest
+
+    from spoolrender.bundle_cache import holding
+    from spoolrender.errors import RenderError
+
+    path = tmp_path / "node_modules" / ".cache" / BUILD_LOCK_NAME
+    path.parent.mkdir(parents=True)
+    other_build = FileLock(path)  # flock is per open file: this process counts as another builder
+    late = FileLock(path, timeout=0.05)
+    with other_build, pytest.raises(RenderError, match=r"held .* for 0\.05 s") as waited, holding(late):
+        raise AssertionError("the block must not run without the lock")
+    assert waited.value.transient and waited.value.kind == "bundle"
+    with holding(FileLock(path, timeout=1)):  # free again: held for the block, released after it
+        assert held_elsewhere(path)
+    assert not held_elsewhere(path)
+
+
+def held_elsewhere(path: Path) -> bool:
+    probe = FileLock(path)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    probe.release()
+    return False
