@@ -26,8 +26,11 @@ from spoolrender.durable import write_atomic
 from spoolrender.errors import ClaimBlocked, ClaimLost, JobInvalid
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
+from spoolrender.held_dirs import HeldSpoolDirs
+from spoolrender.job_file_modes import private_file_mode
 from spoolrender.jobfile.reading import file_kind, read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
+from spoolrender.netcache import Attributes
 from spoolrender.owncopy import ensure_copy, job_dir_mode, submitted_owner, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
@@ -69,10 +72,19 @@ class Claim:
     # Free bytes of the output and spool filesystems (by st_dev) when this run started: did
     # a full disk stop it, or did it fill the disk itself (spool_io.filled_by_run)?
     room_at_start: dict[int, int] = field(default_factory=dict)
+    _file_mode: int | None = None  # file_mode(), once known
+    chunk_entry: bool | None = None  # a chunk of a split job (its chunk.json), once read
 
     @property
     def key(self) -> str:
         return self.job_dir.name
+
+    def file_mode(self) -> int:
+        """The mode of this run's log and record (job_file_modes.private_file_mode), read
+        once per run: the copy's mode is fixed once it is written, before the run starts."""
+        if self._file_mode is None:
+            self._file_mode = private_file_mode(self.job_dir)
+        return self._file_mode
 
     def release(self) -> None:
         if self.lock is not None:
@@ -89,6 +101,7 @@ def claim(
     *,
     max_job_bytes: int = defaults.MAX_JOB_BYTES,
     uncached: bool = False,
+    held: HeldSpoolDirs | None = None,
 ) -> Claim | None:
     """Try to take ``candidate``; None if another runner was faster (a normal outcome), or
     if the file claimed is not the one the scan decided on (it went back to incoming/).
@@ -97,20 +110,28 @@ def claim(
     once at the claim (``max_job_bytes``: the cap; ``uncached``: past a network
     filesystem's caches). A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a
     full disk...) propagates, with nothing of the claim left behind: the caller backs off.
+    ``held``: the runner's incoming/ and running/, held open (held_dirs.HeldDir), else
+    both are opened for this claim.
     """
     if candidate.source == "incoming":
-        return _claim_incoming(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
+        return _claim_incoming(layout, candidate, heartbeat, clock, max_job_bytes, uncached, held)
     return _claim_retry(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
 
 
 def _claim_incoming(
-    layout: SpoolLayout, candidate: Candidate, heartbeat: HeartbeatWriter, clock: Clock, max_bytes: int, uncached: bool
+    layout: SpoolLayout,
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    clock: Clock,
+    max_bytes: int,
+    uncached: bool,
+    dirs: HeldSpoolDirs | None,
 ) -> Claim | None:
     token = new_token()
     job_dir = layout.running / running_name(candidate.job_id, token, token)  # the first claim names the job
     with contextlib.ExitStack() as held:
         try:
-            incoming = held.enter_context(DirHandle.open(layout.incoming))
+            incoming = dirs.incoming.get() if dirs else held.enter_context(DirHandle.open(layout.incoming))
             # The directory the file is in, held open, never through a symlink (and a queue
             # directory only as spooldir honours it): a queue directory swapped for a link
             # after the listing cannot send the rename elsewhere.
@@ -118,7 +139,7 @@ def _claim_incoming(
         except (SpoolPathRefused, FileNotFoundError) as exc:
             log.info("not claiming incoming/%s: %s", candidate.name, exc)
             return None
-        running = held.enter_context(DirHandle.open(layout.running))
+        running = dirs.running.get() if dirs else held.enter_context(DirHandle.open(layout.running))
         # The directory, its lock and a first heartbeat exist *before* the job file is moved
         # in, so there is no moment at which running/ holds a job that no live lock covers.
         try:
@@ -176,8 +197,10 @@ def _move_in(
         os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source.fd, dst_dir_fd=running.fd)
         moved = True
         crash_point("claim-after-rename")
-        refusal = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
-        owner = submitted_owner(job_dir)
+        refusal, attrs = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
+        # The owner and mode of the inode just read (its fstat), not a second lstat by name:
+        # the file was renamed into our directory, which only the runner can change.
+        owner = submitted_owner(job_dir) if attrs is None else (attrs.uid, stat.S_IMODE(attrs.mode))
     except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
         heartbeat.remove(token)
         if lock is not None:
@@ -254,11 +277,12 @@ class _NotScanned(Exception):
 
 def _copy_claimed(
     candidate: Candidate, job: DirHandle, source: DirHandle, base: str, max_bytes: int, uncached: bool
-) -> str | None:
+) -> tuple[str | None, Attributes | None]:
     """Read the claimed file once, check it is the scan's, write the private copy.
 
     Returns why the job cannot run (no regular file, too big: it fails with that reason,
-    its file kept as evidence), or None. Raises _NotScanned when the file is another than
+    its file kept as evidence), or None; and the attributes of the file read (None if it
+    could not be). Raises _NotScanned when the file is another than
     the scan parsed: its id, queue and priority were the other file's, so nothing of them
     may be used for it; it goes back to incoming/ under its name, and is scanned afresh.
     """
@@ -279,11 +303,11 @@ def _copy_claimed(
             return (
                 "the job file was replaced between the scan and the claim, and its name in "
                 "incoming/ was taken again; submit it again"
-            )
+            ), attrs
         raise _NotScanned("the file was replaced after the scan read it")
     if attrs is not None and refusal is None:
         write_copy(job, data, attrs.mode)
-    return refusal
+    return refusal, attrs
 
 
 def _claim_retry(

@@ -110,20 +110,22 @@ def overwrite_in_place(path: Path, data: bytes) -> bool:
     return True
 
 
-def write_json_atomic(target: Path, obj: Any, *, durable: bool = True) -> None:
-    write_atomic(target, json_bytes(obj), durable=durable)
+def write_json_atomic(target: Path, obj: Any, *, durable: bool = True, mode: int = 0o644) -> None:
+    write_atomic(target, json_bytes(obj), durable=durable, mode=mode)
 
 
-def create_exclusive(target: Path, data: bytes) -> bool:
+def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
     """Create ``target`` with ``data`` only if no file of that name exists; True if we did.
 
     Used where two processes may both try to decide the same thing: exactly one create
     succeeds. Written via a temporary file and ``link()``, because link fails with EEXIST
     atomically even on NFS, where O_EXCL was historically unreliable, and the winner's
-    content is complete the moment the name appears.
+    content is complete the moment the name appears. ``mode`` through the umask, which can
+    only take bits away: at most as readable as ``mode`` (a private job's records are
+    readable by the runner only, job_file_modes.py), and no fchmod per record.
     """
     tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

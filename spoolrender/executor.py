@@ -197,7 +197,11 @@ class JobExecutor(SplitJobRuns):
             spec = parse_job(data, claim.source_name, self._config)
         except JobInvalid as exc:
             return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
-        if chunk_info(job_dir) is None and spec.id != claim.job_id:
+        # Read once: a chunk entry is made with its chunk.json, which never changes after
+        # (spoolrender.chunks.moves); a job's own entry never has one.
+        chunk = chunk_info(job_dir)
+        claim.chunk_entry = chunk is not None
+        if chunk is None and spec.id != claim.job_id:
             # Claimed as another job (its file replaced between a scan and a claim): nothing
             # of that job's id may be used for this one, nor this one published under it.
             message = (
@@ -218,7 +222,6 @@ class JobExecutor(SplitJobRuns):
         base["details"]["queue"] = queue
         if spec.requires:
             base["details"]["requires"] = list(spec.requires)
-        chunk = chunk_info(job_dir)
         if attempt > spec.max_attempts:
             return self._finish(
                 claim,
@@ -316,7 +319,7 @@ class JobExecutor(SplitJobRuns):
             job_file=claim.job_dir / defaults.JOB_FILENAME,
             output=output,
             work_dir=scratch_dir(self._config.output_root, claim.key),
-            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir),
+            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir, claim.file_mode()),
             threads=self._threads,
             attempt=attempt,
             props=props,
@@ -515,7 +518,7 @@ class JobExecutor(SplitJobRuns):
             record = replace(record, details={**record.details, CLOCK_OFFSET_KEY: round(offset, 3)})
         try:
             won = self._spool_write(claim, f"recording run {claim.run} of job {claim.job_id}",
-                                    lambda: decide(claim.job_dir, record))  # fmt: skip
+                                    lambda: decide(claim.job_dir, record, claim.file_mode()))  # fmt: skip
         except FileNotFoundError:
             won = False
         self._cache.decided(won and outcome == PUBLISHING)  # a staged render becomes an entry only now
@@ -541,7 +544,7 @@ class JobExecutor(SplitJobRuns):
                 f"moving job {claim.job_id} to {_STATE_OF[outcome]}/",
                 lambda: carry_out(
                     self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
-                    self._config.hooks,
+                    self._config.hooks, chunk_entry=claim.chunk_entry, file_mode=claim.file_mode(),
                 ),
             )  # fmt: skip
         except FileNotFoundError:

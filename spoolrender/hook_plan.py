@@ -20,6 +20,7 @@ from typing import Any
 
 from spoolrender.durable import write_json_atomic
 from spoolrender.hook_config import HOOK_EVENTS, HookSpec
+from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
@@ -85,7 +86,9 @@ def plan_hooks(
             for name in names
         },
     }
-    write_json_atomic(state_path, state)
+    # The state holds the payload (the run's error, the job's result): no more readable
+    # than the job (job_file_modes.py).
+    write_json_atomic(state_path, state, mode=private_file_mode(job_dir))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from spoolrender.hook_plan import (
     state_filename,
     taken_dir,
 )
+from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.owncopy import prepare_private_file
 from spoolrender.transitions import backoff_delay
@@ -299,14 +300,15 @@ class HookDispatcher:
             with open_job_dir(self._layout, marker.job_id, marker.uid) as job_dir:
                 if job_dir is None:
                     return False
+                mode = private_file_mode(job_dir.through)  # the payload's: no more readable than the job
                 try:
-                    write_json_atomic(job_dir.through / state_filename(marker.run, marker.event), state)
+                    write_json_atomic(job_dir.through / state_filename(marker.run, marker.event), state, mode=mode)
                 except FileNotFoundError:
                     continue  # removed meanwhile (a purge)
                 with contextlib.suppress(OSError):
                     # A hook's line can quote what it was sent (the job's props): no wider
-                    # than the job's private copy (owncopy.private_file_mode).
-                    log_file = prepare_private_file(job_dir.through / HOOKS_LOG, job_dir.through)
+                    # than the job's private copy (job_file_modes.private_file_mode).
+                    log_file = prepare_private_file(job_dir.through / HOOKS_LOG, job_dir.through, mode)
                     with open(log_file, "a", encoding="utf-8") as fh:
                         fh.write(line + "\n")
                 return True

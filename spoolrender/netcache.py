@@ -85,6 +85,7 @@ class Attributes:
     inode: int
     size: int
     mtime_ns: int
+    uid: int  # its owner: whose upload a claimed file is (owncopy.others_may_write)
 
     @property
     def signature(self) -> tuple[int, int, int]:
@@ -92,7 +93,7 @@ class Attributes:
 
     @classmethod
     def of(cls, st: os.stat_result) -> Attributes:
-        return cls(st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+        return cls(st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_uid)
 
 
 def fstat_fresh(fd: int) -> Attributes:
@@ -101,7 +102,7 @@ def fstat_fresh(fd: int) -> Attributes:
         buf = _Statx()
         if _statx(fd, b"", _AT_EMPTY_PATH | _AT_STATX_FORCE_SYNC, _STATX_BASIC_STATS, ctypes.byref(buf)) == 0:
             mtime = buf.stx_mtime.tv_sec * 1_000_000_000 + buf.stx_mtime.tv_nsec
-            return Attributes(buf.stx_mode, buf.stx_ino, buf.stx_size, mtime)
+            return Attributes(buf.stx_mode, buf.stx_ino, buf.stx_size, mtime, buf.stx_uid)
         err = ctypes.get_errno()
         if err not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a kernel without AT_EMPTY_PATH for statx
             raise OSError(err, os.strerror(err))

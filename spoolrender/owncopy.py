@@ -30,6 +30,7 @@ from spoolrender import defaults
 from spoolrender.durable import sync_fd
 from spoolrender.errors import JobInvalid
 from spoolrender.failpoints import crash_point
+from spoolrender.job_file_modes import copy_mode, private_file_mode
 from spoolrender.jobfile.reading import read_job_at
 from spoolrender.layout import new_token
 from spoolrender.seal import JobFileState
@@ -39,8 +40,8 @@ from spoolrender.writers import Writer, lease_probe
 log = logging.getLogger(__name__)
 
 # Read-only: not even the runner rewrites a copy. Readable by its owner (the runner), and by
-# group and others only as far as the submitted file was (copy_mode): a 0600 job stays private.
-_COPY_READ_BITS = stat.S_IRGRP | stat.S_IROTH
+# group and others only as far as the submitted file was (job_file_modes.copy_mode): a 0600
+# job stays private.
 # rwxr-xr-x: only the runner may create, rename or delete entries in a job directory. With
 # umask 002 mkdir would make it group-writable, and a group member could swap job.yaml.
 JOB_DIR_MODE = 0o755
@@ -56,12 +57,6 @@ def job_dir_mode(parent: os.stat_result) -> int:
 def holds_job(job_dir: Path) -> bool:
     """Whether a job directory holds its job: the copy, or the submitted file before it."""
     return any(os.path.lexists(job_dir / n) for n in (defaults.JOB_FILENAME, defaults.SUBMITTED_FILENAME))
-
-
-def copy_mode(submitted_mode: int) -> int:
-    """The mode of the copy of a file of mode ``submitted_mode``: 0400, plus the group and
-    other read bits the submitted file had (the copy never widens who may read a job)."""
-    return stat.S_IRUSR | (submitted_mode & _COPY_READ_BITS)
 
 
 def is_private_copy(st: os.stat_result) -> bool:
@@ -131,23 +126,13 @@ def ensure_copy(job_dir: Path, max_bytes: int, *, uncached: bool = False) -> str
         return None
 
 
-def private_file_mode(job_dir: Path) -> int:
-    """The mode of a file the runner writes in ``job_dir`` that can repeat the job's content
-    (its run logs: a command's output echoes props and env; hooks.log): read and write for
-    the runner, and for group and others no more read bits than the private copy has
-    (0600 when there is no copy yet, or it cannot be read)."""
-    try:
-        st = os.stat(job_dir / defaults.JOB_FILENAME, follow_symlinks=False)
-    except OSError:
-        return stat.S_IRUSR | stat.S_IWUSR
-    return stat.S_IRUSR | stat.S_IWUSR | (stat.S_IMODE(st.st_mode) & _COPY_READ_BITS)
-
-
-def prepare_private_file(path: Path, job_dir: Path) -> Path:
-    """Create ``path`` (a run log, hooks.log) with private_file_mode, or narrow it to that
-    mode when it exists: whoever appends to it later (a renderer's ``open(log, "ab")``)
-    then cannot make it wider, whatever the umask. Never through a symlink."""
-    mode = private_file_mode(job_dir)
+def prepare_private_file(path: Path, job_dir: Path, mode: int | None = None) -> Path:
+    """Create ``path`` (a run log, hooks.log) with private_file_mode (``mode``: that of
+    ``job_dir``, known already), or narrow it to that mode when it exists: whoever appends
+    to it later (a renderer's ``open(log, "ab")``) then cannot make it wider, whatever the
+    umask. Never through a symlink."""
+    if mode is None:
+        mode = private_file_mode(job_dir)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         if stat.S_IMODE(os.fstat(fd).st_mode) != mode:

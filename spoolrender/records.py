@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender.durable import create_exclusive
+from spoolrender.job_file_modes import private_file_mode
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ def read_runs(job_dir: Path) -> list[RunRecord]:
             runs.append(RunRecord.from_dict(json.loads(run_path(job_dir, n).read_bytes())))
         except FileNotFoundError:
             raise
+        except PermissionError:
+            _private(job_dir, n)
         except (OSError, ValueError, TypeError) as exc:
             log.warning("unreadable run record %s: %s", run_path(job_dir, n), exc)
     return runs
@@ -117,9 +120,18 @@ def read_run(job_dir: Path, run: int) -> RunRecord | None:
         return RunRecord.from_dict(json.loads(run_path(job_dir, run).read_bytes()))
     except FileNotFoundError:
         return None
+    except PermissionError:
+        _private(job_dir, run)
+        return None
     except (OSError, ValueError, TypeError) as exc:
         log.warning("unreadable run record %s: %s", run_path(job_dir, run), exc)
         return None
+
+
+def _private(job_dir: Path, run: int) -> None:
+    # A private job's records are the runner's user's alone (job_file_modes.py): `status`,
+    # `show` or serve run as another user see the job without them, which is no fault.
+    log.debug("run record %s: not readable by this user (a private job)", run_path(job_dir, run))
 
 
 def recorded_priority(runs: list[RunRecord]) -> int | None:
@@ -159,9 +171,13 @@ def next_run_number(job_dir: Path) -> int:
     return (numbers[-1] + 1) if numbers else 1
 
 
-def decide(job_dir: Path, record: RunRecord) -> bool:
+def decide(job_dir: Path, record: RunRecord, mode: int | None = None) -> bool:
     """Write the run's outcome if nobody has; True if this call decided it.
 
+    The record is no more readable than the job (job_file_modes.private_file_mode, or
+    ``mode`` when the caller knows it): its error message quotes what the render printed.
     FileNotFoundError propagates: the job directory moved, so it is not ours any more.
     """
-    return create_exclusive(run_path(job_dir, record.run), record.to_json())
+    if mode is None:
+        mode = private_file_mode(job_dir)
+    return create_exclusive(run_path(job_dir, record.run), record.to_json(), mode=mode)

@@ -48,6 +48,7 @@ from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, Spo
 from spoolrender.executor import JobExecutor, RendererFactory
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter, LivenessTracker
+from spoolrender.held_dirs import HeldSpoolDirs
 from spoolrender.host_blocks import BlockState, ProbeSlot, block_of
 from spoolrender.layout import SpoolLayout
 from spoolrender.metrics import RunnerMetrics
@@ -158,12 +159,16 @@ class Runner:
         self._closers = CloserTracker(on_change=self._writer_exited, settle_seconds=config.settle_seconds)
         # On a network filesystem job files are read past the client's caches (netcache.py).
         self._uncached = is_network_filesystem(config.spool)
+        # incoming/ and running/ held open for the runner's life (each use checks that the
+        # name still is the directory held: held_dirs.HeldDir), not opened per job.
+        self._held = HeldSpoolDirs(self.layout)
         self._scanner = SpoolScanner(
             self.layout,
             config,
             self.clock,
             local=not self._uncached,
             closers_alive=self._closers.alive,
+            held_incoming=self._held.incoming,
         )
         self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id, self._spool_io)
         # Observations shared by every process on this host, so that short cron drains
@@ -298,6 +303,7 @@ class Runner:
                 self._hooks.stop(force=self._force.is_set())
             watcher.stop()
             self._closers.stop()
+            self._held.close()
             self._heartbeat.stop()
             # Beacon (and the clock probes, the hooks thread's too: it has stopped) gone
             # before the last metrics: they must count this runner offline.
@@ -396,6 +402,7 @@ class Runner:
                 and self._probe_slot.take()
             )
             paused = not probing
+        self._held.recheck()  # the held incoming/ and running/ are checked once per pass (HeldDir)
         scan = self._scanner.scan(lambda: fs_now)
         self._waiting = scan.waiting
         for candidate in scan.candidates:
@@ -405,7 +412,8 @@ class Runner:
                 continue  # an upload still in progress: it waits in place
             try:
                 claimed = claim(self.layout, candidate, self._heartbeat, self.clock,
-                                max_job_bytes=self.config.max_job_bytes, uncached=self._uncached)  # fmt: skip
+                                max_job_bytes=self.config.max_job_bytes, uncached=self._uncached,
+                                held=self._held)  # fmt: skip
             except ClaimBlocked as exc:
                 self._scanner.claim_failed(candidate.name, str(exc))
                 continue

@@ -28,6 +28,7 @@ from spoolrender import defaults
 from spoolrender.candidates import Candidate, ScanResult, parse_for_scan
 from spoolrender.clock import Clock
 from spoolrender.config import SpoolConfig
+from spoolrender.held_dirs import HeldDir
 from spoolrender.intake import UploadTracker, judge
 from spoolrender.jobfile import JobSpec, id_from_filename, is_candidate_name
 from spoolrender.layout import SpoolLayout
@@ -80,8 +81,12 @@ class SpoolScanner:
         *,
         local: bool = True,
         closers_alive: Callable[[int, int], bool] | None = None,
+        held_incoming: HeldDir | None = None,
     ) -> None:
         self._layout = layout
+        # The runner's incoming/, held open (held_dirs.HeldDir): the check before each claim
+        # goes through it instead of opening incoming/ once more per job.
+        self._held_incoming = held_incoming
         self._config = config
         self._clock = clock
         self._local = local  # the spool is on a local filesystem: no writers elsewhere
@@ -129,7 +134,7 @@ class SpoolScanner:
         candidate's job file open for writing, or (a network filesystem) has the server
         seen a write that this client's caches hid? Then it stays where it is, waiting."""
         try:
-            with candidate_dir(self._layout, candidate) as (where, base):
+            with candidate_dir(self._layout, candidate, self._held_incoming) as (where, base):
                 # Through the held descriptor (spoolrender.spooldir): a queue directory
                 # swapped for a symlink since the listing leads nowhere else.
                 if candidate.source == "retry" and where.try_stat(base) is None:

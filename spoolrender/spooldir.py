@@ -65,6 +65,12 @@ class Listed(Protocol):
     def name(self) -> str: ...
 
 
+class Held(Protocol):
+    """A directory held open for many uses (spoolrender.held_dirs.HeldDir)."""
+
+    def get(self) -> DirHandle: ...
+
+
 class SpoolPathRefused(SpoolrenderError):
     """A symlink, a non-directory or a directory of the wrong owner where a spool directory
     was expected, or a name that is not one path component. ``path`` is for messages."""
@@ -458,11 +464,16 @@ def entry_dir(incoming: DirHandle, name: str) -> Iterator[tuple[DirHandle, str]]
 
 
 @contextmanager
-def candidate_dir(layout: SpoolLayout, candidate: Listed) -> Iterator[tuple[DirHandle, str]]:
+def candidate_dir(layout: SpoolLayout, candidate: Listed, held: Held | None = None) -> Iterator[tuple[DirHandle, str]]:
     """The open directory holding a scan's candidate and its name in it: for ``incoming``
-    its queue directory (opened and checked anew, :func:`entry_dir`) or incoming/ itself,
-    for ``retry`` the job directory ``retry/<name>`` with the name of its job file."""
+    its queue directory (opened and checked anew, :func:`entry_dir`) or incoming/ itself
+    (``held``, the runner's, spoolrender.held_dirs, if given), for ``retry`` the job directory ``retry/<name>``
+    with the name of its job file."""
     if candidate.source == "incoming":
+        if held is not None:
+            with entry_dir(held.get(), candidate.name) as found:
+                yield found
+            return
         with DirHandle.open(layout.incoming) as incoming, entry_dir(incoming, candidate.name) as found:
             yield found
         return

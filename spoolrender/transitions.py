@@ -28,6 +28,7 @@ from spoolrender.heartbeat import HOSTNAME
 from spoolrender.hook_config import HookSpec
 from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
+from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import SpoolLayout, final_name, retry_name
 from spoolrender.output_index import record_publish
 from spoolrender.publish import Published, RenderedFile, publish_output
@@ -129,7 +130,13 @@ def move_to_retry(
 
 
 def move_to_failed(
-    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+    layout: SpoolLayout,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
+    file_mode: int | None = None,
 ) -> Path:
     runs = read_runs(job_dir)
     error = record.error or {}
@@ -144,8 +151,10 @@ def move_to_failed(
         "attempt_hosts": attempt_hosts(runs),
         "runs": [r.__dict__ for r in runs],
     }
-    # Written before the move: failed/ entries are complete the moment they appear.
-    write_json_atomic(job_dir / defaults.FAILURE_FILENAME, failure)
+    # Written before the move: failed/ entries are complete the moment they appear. No more
+    # readable than the job: its reason quotes what the render printed (job_file_modes.py).
+    mode = private_file_mode(job_dir) if file_mode is None else file_mode
+    write_json_atomic(job_dir / defaults.FAILURE_FILENAME, failure, mode=mode)
     if hooks:
         plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "failed", failure)
     target = layout.failed / final_name(job_id, uid)
@@ -163,8 +172,10 @@ def complete_publish(
     uid: str,
     record: RunRecord,
     hooks: Hooks = None,
+    file_mode: int | None = None,
 ) -> Path:
-    """Publish the verified output named in a PUBLISHING record, then move the job to done/."""
+    """Publish the verified output named in a PUBLISHING record, then move the job to done/.
+    ``file_mode``: result.json's (job_file_modes.private_file_mode), if the caller knows it."""
     info = record.publish or {}
     # ``temp`` is relative to the output root (absolute in records of older versions):
     # joined with *our* output root, it works on a host that mounts it elsewhere.
@@ -204,7 +215,9 @@ def complete_publish(
         # The render cache, when the job used it: hit (and from which job), miss or stored.
         **{k: record.details[k] for k in CACHE_FIELDS if k in record.details},
     }
-    write_json_atomic(job_dir / defaults.RESULT_FILENAME, result)
+    # Its runs quote earlier attempts' errors: no more readable than the job either.
+    mode = private_file_mode(job_dir) if file_mode is None else file_mode
+    write_json_atomic(job_dir / defaults.RESULT_FILENAME, result, mode=mode)
     if hooks:
         plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "done", result)
     target = layout.done / final_name(job_id, uid)
@@ -221,14 +234,19 @@ def carry_out(
     uid: str,
     record: RunRecord,
     hooks: Hooks = None,
+    *,
+    chunk_entry: bool | None = None,
+    file_mode: int | None = None,
 ) -> Path:
     """Move the job where its decided ``record`` says; returns the new directory.
 
     ``hooks`` (the spool's completion hooks) are planned before the move (see hook_plan).
     A chunk of a split job (spoolrender.chunks) ends in its job's ledger instead, and
-    fires no hook: the job it belongs to does, once.
+    fires no hook: the job it belongs to does, once. The run's owner passes what it knows
+    already, saving a look each: ``chunk_entry`` (is it a chunk entry, ledger.is_chunk_entry)
+    and ``file_mode`` (its outcome file's mode, job_file_modes.private_file_mode).
     """
-    if is_chunk_name(job_id) or is_chunk_entry(job_dir):
+    if is_chunk_name(job_id) or (is_chunk_entry(job_dir) if chunk_entry is None else chunk_entry):
         if record.outcome in (PUBLISHING, FAILED):
             return finish_chunk(layout, output_root, job_dir, record)
         hooks = None
@@ -239,12 +257,12 @@ def carry_out(
         _drop_heartbeat(target)
         return target
     if record.outcome == FAILED:
-        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks)
+        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks, file_mode)
         _end_chunks(layout, output_root, job_id, uid)
         return target
     if record.outcome == PUBLISHING:
         try:
-            target = complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks)
+            target = complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks, file_mode)
             _end_chunks(layout, output_root, job_id, uid)
             return target
         except PublishError as exc:
@@ -277,7 +295,7 @@ def carry_out(
                 if decided is None:
                     raise
                 follow = decided
-            return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks)
+            return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks, file_mode=file_mode)
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")
 
 

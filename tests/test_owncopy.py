@@ -462,6 +462,47 @@ def test_run_logs_are_no_more_readable_than_the_job(spool: SpoolLayout, start_ru
         assert stat.S_IMODE(os.stat(entry / "job.yaml").st_mode) == mode & 0o444
 
 
+def test_a_private_jobs_failure_is_readable_by_no_other_user(spool: SpoolLayout, start_runner: Start) -> None:
+    """Run records, failure.json, result.json and the hooks' delivery state quote what the
+    render printed last (here its props, a secret, on stderr), and were 0644 whatever the
+    job's mode: a 0600 job's secret was readable by every local user in failed/. They get
+    the private copy's read bits now, as its run logs do; a public job's are as before."""
+    leak = ["sh", "-c", 'cat "$1" >&2; exit 75', "sh", "{props_file}"]  # 75: transient, a retry first
+    write_spool_config(spool, {
+        "commands": {"leak": leak},
+        "hooks": {"noted": {"on": ["retry", "failed"], "command": ["true"]}},
+    })  # fmt: skip
+    secrets = {"private": f"private-s3cret-{os.getpid()}", "public": f"public-s3cret-{os.getpid()}"}
+    for name, secret in secrets.items():
+        job = {"renderer": "command", "command": "leak", "props": {"api_key": secret}, "max_attempts": 2}
+        old = os.umask(0o077 if name == "private" else 0o022)
+        try:
+            drop(spool, f"{name}.yaml", job)
+        finally:
+            os.umask(old)
+    runner = start_runner()  # not --drain: a drain may end while a retry is not due yet
+    wait_for(lambda: len(entries(spool, "failed")) == 2, timeout=90)
+    runner.send_signal(signal.SIGTERM)  # its hooks' last writes done before the files are read
+    runner.wait(timeout=60)
+    failed = {e.partition(".")[0]: spool.failed / e for e in entries(spool, "failed")}
+    assert sorted(failed) == ["private", "public"], entries(spool, "failed")
+    for name, mode in (("private", 0o600), ("public", 0o644)):
+        job_dir = failed[name]
+        written = [job_dir / "failure.json", *job_dir.glob("run-*.json"), *job_dir.glob("hook-*.json")]
+        assert len(written) == 5, written  # failure.json, two runs, the retry's and the failure's hook state
+        for path in written:
+            assert stat.S_IMODE(os.stat(path).st_mode) == mode, (path, oct(os.stat(path).st_mode))
+        assert secrets[name] in (job_dir / "failure.json").read_text()  # the runner's user reads it
+    readable = [
+        path
+        for path in spool.root.rglob("*")
+        if path.is_file() and not path.is_symlink() and os.stat(path).st_mode & (stat.S_IRGRP | stat.S_IROTH)
+    ]
+    assert any(secrets["public"].encode() in p.read_bytes() for p in readable)
+    leaked = [p for p in readable if secrets["private"].encode() in p.read_bytes()]
+    assert leaked == [], leaked
+
+
 def test_a_claimer_stalled_before_its_copy_loses_the_claim_quietly(
     spool: SpoolLayout, start_runner: Start, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spoolrender.held_dirs import HeldDir
 from spoolrender.queues import NAME
 from spoolrender.spooldir import (
     QUEUE_DIR_MODE,
@@ -178,3 +179,34 @@ def test_queue_add_makes_queue_dirs_with_the_rules_of_incoming(tmp_path: Path) -
     assert main(["queue", "add", "batch", "--spool", str(spool)]) == 0
     with IncomingView.open(incoming, _queue_name) as listing:
         assert set(listing.refused) == {"theirs"}
+
+
+def test_a_held_dir_is_reused_until_its_name_is_another_directory(tmp_path: Path) -> None:
+    """The runner holds incoming/ and running/ open (one lstat per pass, no open per job);
+    a directory the operator made anew under the name is opened again, never the old one
+    used, and a symlink put there is refused."""
+    path = tmp_path / "incoming"
+    path.mkdir()
+    held = HeldDir(path)
+    try:
+        first = held.get()
+        (path / "a.yaml").write_text("x")
+        assert held.get() is first and first.exists("a.yaml")
+        os.rename(path, tmp_path / "incoming.old")  # a restore renames a copy into place
+        path.mkdir()
+        assert held.get() is first, "checked once per pass: the same handle until recheck()"
+        held.recheck()
+        again = held.get()
+        assert again is not first and first.fd == -1 and not again.exists("a.yaml")
+        held.recheck()
+        path.rmdir()
+        os.symlink(tmp_path / "incoming.old", path)
+        with pytest.raises(SpoolPathRefused):
+            held.get()
+        assert again.fd == -1
+        os.unlink(path)
+        held.recheck()
+        with pytest.raises(FileNotFoundError):
+            held.get()
+    finally:
+        held.drop()

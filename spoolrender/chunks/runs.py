@@ -147,7 +147,10 @@ class SplitJobRuns:
     def _split_or_join(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd | None:
         """The run of a split job (or one that splits now); None: render it whole."""
         key = final_name(claim.job_id, claim.uid)
-        plan = read_plan(self._layout, key)
+        # Only a run of this job writes its plan, and any run that got that far is recorded
+        # (decided by itself, or by a recoverer when it died): a first run (no run file yet,
+        # as every claim from incoming/, whose uid is new) has none to read.
+        plan = read_plan(self._layout, key) if claim.run > 1 else None
         if plan is None:
             planned = self._plan(claim, base, spec, attempt)
             if not isinstance(planned, ChunkPlan):
@@ -266,7 +269,7 @@ class SplitJobRuns:
             span=plan.span,
             output=scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX)),
             work_dir=scratch,
-            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir),
+            log=prepare_private_file(log_path(claim.job_dir, claim.run), claim.job_dir, claim.file_mode()),
             threads=self._threads,
             props=props,
             settings=settings,
