@@ -325,7 +325,9 @@ def test_discards_for_an_upload_that_goes_on_are_capped(
     write_spool_config(spool, _config())
     start_runner(log=tmp_path / "runner.log")
     (tmp_path / "go").touch()
-    original = job_file("growing", 1_000, props=_hold_props(tmp_path))
+    # consume_hold: each run takes the release for itself; the next run cannot slip through
+    # on it before this loop has seen the decision and appended again.
+    original = job_file("growing", 1_000, props=_hold_props(tmp_path, consume_hold=True))
     inode = _drop_tracked(spool, "growing.yaml", original)
     read, release = tmp_path / "read", tmp_path / "release"
     for run in range(1, MAX_UPLOAD_DISCARDS + 2):
@@ -337,7 +339,7 @@ def test_discards_for_an_upload_that_goes_on_are_capped(
             fh.write(f"# appended after run {run} read its copy\n".encode())
         release.touch()
         wait_for(partial(_decided, spool, f"*/growing.*/run-{run:04d}.json"), timeout=60)
-        release.unlink()
+        release.unlink(missing_ok=True)
     wait_for(lambda: len(entries(spool, "done")) == 1, timeout=60)
     done_dir, record = _done_record(spool, "growing.")
     runs = record["runs"]

@@ -4,10 +4,12 @@ rendered from (read while it runs, as a renderer that reads its job file would).
 argv: job_hash.py OUTPUT JOB_FILE PROPS_FILE. props: sleep (seconds before reading),
 wait_for (a path: the job file is read once it exists, for a test to act mid-run),
 read_marker (a path created once the job file was read), hold_until (a path: the render
-ends only once it exists, so a test acts between the read and the decision),
+ends only once it exists, so a test acts between the read and the decision; with
+consume_hold the render removes it once seen, so the next run waits for a new one),
 fail_until_attempt (exit 75, transient, while SPOOLRENDER_ATTEMPT is lower).
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,3 +42,8 @@ with open(output, "w") as fh:
     fh.write(f"{len(data)} {hashlib.sha256(data).hexdigest()}")
 if props.get("hold_until"):
     wait_for(props["hold_until"])
+    if props.get("consume_hold"):
+        # Taken: a later run of the same job waits for the test to release it again, even if
+        # it starts before the test has seen this run's decision.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(props["hold_until"])

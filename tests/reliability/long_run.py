@@ -10,7 +10,10 @@
 - --gluster-freezes N: N runs of a client host frozen whole (SIGSTOP) mid-render on the
   GlusterFS lab (root, glusterfs-server): how often its job came back after the lease, and
   how often a lock the frozen client holds kept it until the thaw (issue 26, kept out of the
-  suite for that: docs/reliability.md, "A frozen host's locks").
+  suite for that: docs/reliability.md, "A frozen host's locks");
+- --gluster-bricks N: N runs of a brick killed mid-run, restarted and healed on that lab,
+  each ending with the healed brick holding what the others hold (the suite's brick test
+  stops before the heal: a heal that does not converge is GlusterFS's, not the spool's).
 Everything is judged from the disk afterwards (invariants.audit). The bounded versions
 run in CI through pytest (tests/reliability/).
 """
@@ -32,7 +35,7 @@ from chaos import run_chaos
 from gluster_lab import GlusterLab
 from gluster_lab import missing as gluster_missing
 from test_crash_points import test_sigkill_at_each_crash_point_loses_nothing as crash_case
-from test_gluster_hosts import frozen_host_case
+from test_gluster_hosts import brick_heal_case, frozen_host_case
 from test_hostile import CASES, SPECIAL
 from test_hostile import test_hostile_corpus_ends_where_it_belongs as hostile_case
 
@@ -48,6 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--split-jobs", type=int, default=0, help="more jobs per round, rendered in 2-5 chunks each")
     parser.add_argument("--gluster-freezes", type=int, default=0, help="frozen-host runs on the GlusterFS lab")
+    parser.add_argument("--gluster-bricks", type=int, default=0, help="brick kill, restart and heal runs on it")
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="spoolrender-long-") as tmp:
@@ -80,9 +84,11 @@ def main() -> None:
                      "writes outside root": outside, "seconds": round(time.monotonic() - t0, 1)})  # fmt: skip
         if args.gluster_freezes:
             rows.append(gluster_freezes(base / "gluster", args.gluster_freezes))
+        if args.gluster_bricks:
+            rows.append(gluster_bricks(base / "gluster-bricks", args.gluster_bricks))
     columns = ["part", "jobs", "kills", "freezes", "lost", "duplicated", "partial files", "bad outputs", "orphans",
                "recovered runs", "renders", "errors logged", "leftovers", "hostile handled", "writes outside root",
-               "frozen recovered", "frozen held", "recovery s (median)", "seconds"]  # fmt: skip
+               "frozen recovered", "frozen held", "bricks healed", "recovery s (median)", "seconds"]  # fmt: skip
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
     print(f"machine: {os.cpu_count()} cores")
     print("  ".join(c.ljust(widths[c]) for c in columns))
@@ -91,7 +97,8 @@ def main() -> None:
     print(f"reproduce: .venv/bin/python tests/reliability/long_run.py --jobs {args.jobs} --runners {args.runners} "
           f"--kills {args.kills} --freezes {args.freezes} --rounds {args.rounds}"
           + (f" --split-jobs {args.split_jobs}" if args.split_jobs else "")
-          + (f" --gluster-freezes {args.gluster_freezes}" if args.gluster_freezes else ""))  # fmt: skip
+          + (f" --gluster-freezes {args.gluster_freezes}" if args.gluster_freezes else "")
+          + (f" --gluster-bricks {args.gluster_bricks}" if args.gluster_bricks else ""))  # fmt: skip
 
 
 def gluster_freezes(work: Path, runs: int) -> dict[str, object]:
@@ -120,6 +127,32 @@ def gluster_freezes(work: Path, runs: int) -> dict[str, object]:
     median = round(statistics.median(recovered), 1) if recovered else ""
     return {"part": "gluster freezes", "frozen recovered": f"{len(recovered)}/{runs}", "frozen held": held,
             "recovery s (median)": median, "seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
+
+
+def gluster_bricks(work: Path, runs: int) -> dict[str, object]:
+    """``runs`` brick kill, restart and heal cases on one GlusterFS lab: how many ended with
+    every job published once and the healed brick holding what the others hold."""
+    why = gluster_missing()
+    if why is not None:
+        print(f"gluster bricks skipped: {why}", file=sys.stderr)
+        return {"part": "gluster bricks", "bricks healed": "skipped"}
+    (work / "lab").mkdir(parents=True)
+    t0 = time.monotonic()
+    healed: list[float] = []
+    lab = GlusterLab(work / "lab")
+    try:
+        for r in range(runs):
+            case = work / f"case{r}"
+            case.mkdir()
+            try:
+                healed.append(brick_heal_case(lab, case))
+            except AssertionError as exc:
+                print(f"gluster brick {r + 1}: {exc}", file=sys.stderr)
+    finally:
+        lab.close()
+    median = round(statistics.median(healed), 1) if healed else ""
+    return {"part": "gluster bricks", "bricks healed": f"{len(healed)}/{runs}", "recovery s (median)": median,
+            "seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
 
 
 if __name__ == "__main__":
