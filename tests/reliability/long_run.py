@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -104,55 +105,53 @@ def main() -> None:
 def gluster_freezes(work: Path, runs: int) -> dict[str, object]:
     """``runs`` frozen-host cases on one GlusterFS lab: recovered after the lease, or held
     (not recovered within the case's deadline: the frozen client's lock, until the thaw)."""
-    why = gluster_missing()
-    if why is not None:
-        print(f"gluster freezes skipped: {why}", file=sys.stderr)
+    done = _lab_cases(work, runs, frozen_host_case, "gluster freeze")
+    if done is None:
         return {"part": "gluster freezes", "frozen recovered": "skipped"}
-    (work / "lab").mkdir(parents=True)
-    t0 = time.monotonic()
-    recovered: list[float] = []
-    held = 0
-    lab = GlusterLab(work / "lab")
-    try:
-        for r in range(runs):
-            case = work / f"case{r}"
-            case.mkdir()
-            try:
-                recovered.append(frozen_host_case(lab, case))
-            except AssertionError as exc:
-                held += 1
-                print(f"gluster freeze {r + 1}: {exc}", file=sys.stderr)
-    finally:
-        lab.close()
+    recovered, failed, seconds = done
     median = round(statistics.median(recovered), 1) if recovered else ""
-    return {"part": "gluster freezes", "frozen recovered": f"{len(recovered)}/{runs}", "frozen held": held,
-            "recovery s (median)": median, "seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
+    return {"part": "gluster freezes", "frozen recovered": f"{len(recovered)}/{runs}", "frozen held": failed,
+            "recovery s (median)": median, "seconds": seconds}  # fmt: skip
 
 
 def gluster_bricks(work: Path, runs: int) -> dict[str, object]:
     """``runs`` brick kill, restart and heal cases on one GlusterFS lab: how many ended with
     every job published once and the healed brick holding what the others hold."""
+    done = _lab_cases(work, runs, brick_heal_case, "gluster brick")
+    if done is None:
+        return {"part": "gluster bricks", "bricks healed": "skipped"}
+    healed, _, seconds = done
+    median = round(statistics.median(healed), 1) if healed else ""
+    return {"part": "gluster bricks", "bricks healed": f"{len(healed)}/{runs}", "recovery s (median)": median,
+            "seconds": seconds}  # fmt: skip
+
+
+def _lab_cases(
+    work: Path, runs: int, case: Callable[[GlusterLab, Path], float], label: str
+) -> tuple[list[float], int, float] | None:
+    """``runs`` runs of ``case`` on one GlusterFS lab: the seconds each passed one gave, how
+    many failed (each failure printed), the seconds it all took; None without the lab."""
     why = gluster_missing()
     if why is not None:
-        print(f"gluster bricks skipped: {why}", file=sys.stderr)
-        return {"part": "gluster bricks", "bricks healed": "skipped"}
+        print(f"{label} runs skipped: {why}", file=sys.stderr)
+        return None
     (work / "lab").mkdir(parents=True)
     t0 = time.monotonic()
-    healed: list[float] = []
+    passed: list[float] = []
+    failed = 0
     lab = GlusterLab(work / "lab")
     try:
         for r in range(runs):
-            case = work / f"case{r}"
-            case.mkdir()
+            directory = work / f"case{r}"
+            directory.mkdir()
             try:
-                healed.append(brick_heal_case(lab, case))
+                passed.append(case(lab, directory))
             except AssertionError as exc:
-                print(f"gluster brick {r + 1}: {exc}", file=sys.stderr)
+                failed += 1
+                print(f"{label} {r + 1}: {exc}", file=sys.stderr)
     finally:
         lab.close()
-    median = round(statistics.median(healed), 1) if healed else ""
-    return {"part": "gluster bricks", "bricks healed": f"{len(healed)}/{runs}", "recovery s (median)": median,
-            "seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
+    return passed, failed, round(time.monotonic() - t0, 1)
 
 
 if __name__ == "__main__":
