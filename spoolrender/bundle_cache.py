@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 from spoolrender.errors import RenderError
 from spoolrender.layout import new_token
 from spoolrender.renderers.remotion_project import WORKER_DIR, bundle_key, check_project, setup_error
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,9 @@ def ensure_bundle(project: Path, cache_dir: Path, log_path: Path | None = None) 
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             shutil.rmtree(building, ignore_errors=True)
-            raise RenderError(f"bundling the Remotion project failed: {exc}", transient=True, kind="bundle") from exc
+            raise RenderError(
+                f"bundling the Remotion project failed: {exc}", transient=True, kind=FailureKind.BUNDLE
+            ) from exc
         if log_path is not None:
             with open(log_path, "ab") as fh:
                 fh.write(proc.stdout + proc.stderr)
@@ -163,11 +166,13 @@ def holding(lock: FileLock) -> Iterator[None]:
         # run that hangs, or a build far slower than BUILD_TIMEOUT_S.
         why = f"another build of this project held {lock.lock_file} for {lock.timeout:g} s"
         raise RenderError(
-            f"bundling the Remotion project waited too long: {why}", transient=True, kind="bundle"
+            f"bundling the Remotion project waited too long: {why}", transient=True, kind=FailureKind.BUNDLE
         ) from exc
     except OSError as exc:  # refused by filelock's checks, or an unwritable lock directory
         why = f"cannot take the build lock {lock.lock_file}: {exc.strerror or exc}"
-        raise RenderError(f"bundling the Remotion project failed: {why}", transient=True, kind="bundle") from exc
+        raise RenderError(
+            f"bundling the Remotion project failed: {why}", transient=True, kind=FailureKind.BUNDLE
+        ) from exc
     try:
         yield
     finally:
@@ -193,11 +198,13 @@ def _bundle_failure(proc: subprocess.CompletedProcess[bytes]) -> RenderError:
     deploy of the project, so it is retried."""
     event = last_json_object(proc.stdout)
     message = str(event.get("message") or "")
-    if event.get("kind") == "setup":
+    if event.get("kind") == FailureKind.SETUP:
         return setup_error(message)
     if not message:
         tail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()[-3:]
         message = " | ".join(tail)
     return RenderError(
-        f"bundling the Remotion project failed (exit {proc.returncode}): {message}", transient=True, kind="bundle"
+        f"bundling the Remotion project failed (exit {proc.returncode}): {message}",
+        transient=True,
+        kind=FailureKind.BUNDLE,
     )

@@ -39,6 +39,7 @@ from spoolrender.scan import SpoolScanner
 from spoolrender.seal import JobFileState
 from spoolrender.spool_io import is_spool_io
 from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
+from spoolrender.vocabulary import CancelReason, JobState
 
 __all__ = ["Candidate", "Claim", "ScanResult", "SpoolScanner", "claim"]
 
@@ -113,7 +114,7 @@ def claim(
     ``held``: the runner's incoming/ and running/, held open (held_dirs.HeldDir), else
     both are opened for this claim.
     """
-    if candidate.source == "incoming":
+    if candidate.source == JobState.INCOMING:
         return _claim_incoming(layout, candidate, heartbeat, clock, max_job_bytes, uncached, held)
     return _claim_retry(layout, candidate, heartbeat, clock, max_job_bytes, uncached)
 
@@ -365,5 +366,10 @@ def _claim_retry(
 
 def _active_job(job_dir: Path, token: str, run: int, started: float, cancel: CancelToken) -> ActiveJob:
     return ActiveJob(
-        job_dir, token, run, started, on_lost=lambda: cancel.cancel("lost"), on_cancel=lambda: cancel.cancel("user")
+        job_dir,
+        token,
+        run,
+        started,
+        on_lost=lambda: cancel.cancel(CancelReason.LOST),
+        on_cancel=lambda: cancel.cancel(CancelReason.USER),
     )

@@ -25,6 +25,7 @@ from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError, SpoolrenderError
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
 from spoolrender.suggest import did_you_mean
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -116,15 +117,17 @@ def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -
             timeout=LIST_TIMEOUT_S, check=False, start_new_session=True,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RenderError(f"listing the compositions failed: {exc}", transient=True, kind="compositions") from exc
+        raise RenderError(
+            f"listing the compositions failed: {exc}", transient=True, kind=FailureKind.COMPOSITIONS
+        ) from exc
     event = last_json_object(proc.stdout)
     stderr_tail = _last_line(proc.stderr.decode("utf-8", "replace"))
     if proc.returncode != 0 or event.get("type") != "compositions":
         message = str(event.get("message") or stderr_tail or f"exit status {proc.returncode}")
         _record_failure(bundle, message)
-        if event.get("kind") == "setup":
+        if event.get("kind") == FailureKind.SETUP:
             raise setup_error(message)
-        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind="compositions")
+        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind=FailureKind.COMPOSITIONS)
     raw = event.get("compositions")
     if not isinstance(raw, list) or not raw:
         # No composition at all is the root failing to register them (an error in the page
@@ -132,7 +135,7 @@ def list_compositions(project: Path, cache_dir: Path, browser_executable: str) -
         why = "no list in the answer" if not isinstance(raw, list) else "the project registered no compositions"
         message = f"{why}{f' ({stderr_tail})' if stderr_tail else ''}"
         _record_failure(bundle, message)
-        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind="compositions")
+        raise RenderError(f"listing the compositions failed: {message}", transient=True, kind=FailureKind.COMPOSITIONS)
     # Stored under the bundle's content key: another process may write the same bytes
     # meanwhile, so an atomic replace keeps every reader's view whole.
     write_atomic(bundle / LISTING_FILE, json.dumps(raw).encode())

@@ -34,6 +34,7 @@ from spoolrender.layout import (
 from spoolrender.lookup import Located, find_job, job_dir_of
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.vocabulary import FailureKind, JobState
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,11 @@ def resume(config: SpoolConfig) -> bool:
 
 
 def purge(
-    config: SpoolConfig, older_than: float, states: tuple[str, ...] = ("done", "failed"), *, dry_run: bool = False
+    config: SpoolConfig,
+    older_than: float,
+    states: tuple[str, ...] = (JobState.DONE, JobState.FAILED),
+    *,
+    dry_run: bool = False,
 ) -> list[str]:
     """Delete finished jobs' records older than ``older_than`` seconds; returns the entries.
 
@@ -344,7 +349,7 @@ def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name:
         log.warning("could not remove %s/%s: %s", state, name, why)
         return why
     m = FINAL_NAME.fullmatch(name)
-    if state == "done" and m is not None:
+    if state == JobState.DONE and m is not None:
         release_id(layout, m.group("id"), m.group("uid"))
     return None
 
@@ -362,7 +367,11 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
     """
     done: list[str] = []
     for _ in range(5):  # a claim lost to a runner means the job is running now: look again
-        pending = [w for w in find_job(config, job_id) if w.state in ("incoming", "retry", "running", "split")]
+        pending = [
+            w
+            for w in find_job(config, job_id)
+            if w.state in (JobState.INCOMING, JobState.RETRY, JobState.RUNNING, JobState.SPLIT)
+        ]
         if not pending:
             break
         lost_race = False
@@ -371,7 +380,7 @@ def cancel(config: SpoolConfig, job_id: str, who: str) -> list[str]:
             if line is not None:
                 done.append(line)
             # A split job is in retry/ now (or running): look again for it.
-            lost_race = lost_race or line is None or where.state == "split"
+            lost_race = lost_race or line is None or where.state == JobState.SPLIT
         if not lost_race:
             break
     if not done:
@@ -388,8 +397,12 @@ def cancel_listed(config: SpoolConfig, where: Located, who: str) -> list[str]:
     if line is None:
         return []
     done = [line]
-    if where.state == "split":
-        woken = [w for w in find_job(config, where.job_id, incoming=False) if w.state == "retry" and w.uid == where.uid]
+    if where.state == JobState.SPLIT:
+        woken = [
+            w
+            for w in find_job(config, where.job_id, incoming=False)
+            if w.state == JobState.RETRY and w.uid == where.uid
+        ]
         # Not there: a runner claimed it first and fails it as cancelled itself (the mark).
         done += [line for w in woken if (line := cancel_entry(config, w, who)) is not None]
     return done
@@ -408,7 +421,7 @@ def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
     layout = SpoolLayout(config.spool)
     clock = SystemClock()
     message = f"cancelled by {who}"
-    if where.state == "split":
+    if where.state == JobState.SPLIT:
         # Waiting for its chunks: marked, then woken into retry/, where the next pass
         # claims and fails it like any queued job (its chunks stop then).
         try:
@@ -419,14 +432,14 @@ def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
         # A runner that claims it first fails it as cancelled itself, else the next pass
         # does; either way its chunks are stopped when it fails.
         return f"{where.entry}: cancel marked; its chunks stop when it is failed"
-    if where.state == "running":
+    if where.state == JobState.RUNNING:
         try:
             _mark_cancelled(where, message)
         except (FileNotFoundError, NotADirectoryError, SpoolPathRefused):
             return None  # it just moved on
         return f"{where.entry}: asked its runner to stop it"
     uid = None
-    if where.state == "retry":
+    if where.state == JobState.RETRY:
         m = RETRY_NAME.fullmatch(where.path.name)
         uid = m.group("uid") if m else None
     # incoming/ names are relative to it (a queue directory's files are <queue>/<name>)
@@ -440,7 +453,7 @@ def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
         record = RunRecord(
             run=claimed.run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=claimed.token,
             ended=clock.wall(), started=claimed.started, attempt=None,
-            error={"kind": "cancelled", "message": message, "transient": False},
+            error={"kind": FailureKind.CANCELLED, "message": message, "transient": False},
             details={"priority": job_priority(config, claimed.job_dir)},  # kept by a later retry
         )  # fmt: skip
         if not decide(claimed.job_dir, record):

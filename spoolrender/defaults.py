@@ -7,10 +7,13 @@ that every host sharing a spool must agree on.
 
 from __future__ import annotations
 
+from spoolrender.vocabulary import FailureKind, JobState
+
 # --- spool layout (protocol: every host must agree) ---------------------------------
-STATE_DIRS = ("incoming", "running", "retry", "done", "failed", "split")
+# Plain strings (argparse shows choices by repr; serve and status use them as JSON keys).
+STATE_DIRS = tuple(s.value for s in JobState)  # incoming, running, retry, done, failed, split
 # States a spool made by an older version may lack: created when first needed.
-OPTIONAL_STATE_DIRS = ("split",)
+OPTIONAL_STATE_DIRS = (JobState.SPLIT.value,)
 PRIVATE_DIR = ".spoolrender"  # staging for atomic writes, id reservations, runners
 CONFIG_FILENAME = "spoolrender.yaml"
 JOB_FILENAME = "job.yaml"  # the runner-owned, read-only private copy of the claimed bytes (owncopy.py)
@@ -129,8 +132,11 @@ LIST_LIMIT = 50  # `spoolrender list`: jobs per page (a screenful); --limit for 
 # Failure kinds a retry cannot cure as the job stands: `retry --all-failed` leaves them out
 # unless --include-hopeless, or --kind names one. A cancelled job was stopped on purpose; a
 # rerun-refused one finds the same file at its output until someone removes it.
-RERUN_REFUSED = "rerun-refused"  # the failure kind of a rerun: true whose output is not its own
-HOPELESS_KINDS = ("invalid-job", "composition-not-found", "invalid-props", "cancelled", RERUN_REFUSED)
+RERUN_REFUSED = FailureKind.RERUN_REFUSED  # the failure kind of a rerun: true whose output is not its own
+HOPELESS_KINDS = (
+    FailureKind.INVALID_JOB, FailureKind.COMPOSITION_NOT_FOUND, FailureKind.INVALID_PROPS, FailureKind.CANCELLED,
+    RERUN_REFUSED,
+)  # fmt: skip
 # Reading one job (show, GET /jobs/{id}, Job.status) while it moves between states: looks
 # (a lookup, then reading the entry found) before it counts as gone or as moving too fast.
 # A job moves once per state change, each after fsynced records: milliseconds at least.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spoolrender.vocabulary import FailureKind
+
 
 class SpoolrenderError(Exception):
     """Base class of every error spoolrender raises on purpose."""
@@ -57,10 +59,12 @@ class RenderError(SpoolrenderError):
 
     ``transient`` says whether trying again may succeed (worker crash, timeout, disk
     full) or not (unknown composition, bad props, a component that always throws).
-    ``kind`` is a short machine-readable class such as ``timeout`` or ``invalid-props``.
+    ``kind`` is a short machine-readable class such as ``timeout`` or ``invalid-props``:
+    any string, since a command renderer or a future worker may report kinds of its own
+    (passed through as they are); spoolrender.vocabulary.FailureKind names spoolrender's.
     """
 
-    def __init__(self, message: str, *, transient: bool, kind: str = "error") -> None:
+    def __init__(self, message: str, *, transient: bool, kind: str = FailureKind.ERROR) -> None:
         super().__init__(message)
         self.message = message
         self.transient = transient
@@ -72,7 +76,7 @@ class ChunkPartInvalid(RenderError):
     succeed until that chunk is rendered again (the other chunks are fine)."""
 
     def __init__(self, index: int, message: str) -> None:
-        super().__init__(message, transient=True, kind="chunk-invalid")
+        super().__init__(message, transient=True, kind=FailureKind.CHUNK_INVALID)
         self.index = index
 
 

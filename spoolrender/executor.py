@@ -66,17 +66,21 @@ from spoolrender.spool_io import (
     strerror,
 )
 from spoolrender.transitions import backoff_delay, carry_out, log_transition
+from spoolrender.vocabulary import CancelReason, FailureKind, JobState
 from spoolrender.watch import is_network_filesystem
 
 log = logging.getLogger(__name__)
 
 RendererFactory = Callable[[str], Renderer]
-_STATE_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "retry", SPLIT: "split"}
+_STATE_OF: dict[str, JobState] = {
+    PUBLISHING: JobState.DONE, FAILED: JobState.FAILED, RETRY: JobState.RETRY, REQUEUE: JobState.RETRY,
+    SPLIT: JobState.SPLIT,
+}  # fmt: skip
 T = TypeVar("T")
 # A run waiting for a failing spool gives up only when it must: a shutdown past its grace
 # time, or the job taken over elsewhere.
-_GIVE_UP_REASONS = ("shutdown", "lost")
-_METRIC_OF = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
+_GIVE_UP_REASONS = (CancelReason.SHUTDOWN, CancelReason.LOST)
+_METRIC_OF: dict[str, str] = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
 
 
 @dataclass(frozen=True)
@@ -174,15 +178,19 @@ class JobExecutor(SplitJobRuns):
             return self._lost(claim)
         cancel_request = _cancel_request(job_dir)
         if cancel_request is not None:  # asked while the job waited, or before a recovery
-            return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", cancel_request, False))
+            return self._finish(
+                claim, base, FAILED, attempt=None, error=_error(FailureKind.CANCELLED, cancel_request, False)
+            )
         if claim.refusal is not None:  # the claimed file is no job file (a FIFO, too big...)
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", claim.refusal, False))
+            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, claim.refusal, False))
         try:
             # The private copy (owncopy.py): runner-owned and read-only, so these bytes are
             # the ones every later step reads too ({job_file}, chunks, hooks, show).
             data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
         except JobInvalid as exc:
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+            return self._finish(
+                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+            )
         claim.job_file = seal.JobFileState.of(data)
         sealed = seal.sealed_hash(runs)
         claim.sealed = sealed is not None
@@ -196,7 +204,9 @@ class JobExecutor(SplitJobRuns):
         try:
             spec = parse_job(data, claim.source_name, self._config)
         except JobInvalid as exc:
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+            return self._finish(
+                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+            )
         # Read once: a chunk entry is made with its chunk.json, which never changes after
         # (spoolrender.chunks.moves); a job's own entry never has one.
         chunk = chunk_info(job_dir)
@@ -208,7 +218,7 @@ class JobExecutor(SplitJobRuns):
                 f"the job file says id {spec.id!r}, but it was claimed as job {claim.job_id!r} "
                 "(replaced after it was queued); submit it again"
             )
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", message, False))
+            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, message, False))
         # The claim holds the same dict: a spool error before the run is decided keeps them.
         base["details"] = claim.details = {
             "priority": spec.priority,
@@ -218,7 +228,7 @@ class JobExecutor(SplitJobRuns):
         }
         queue, conflict = job_queue(job_dir, spec.queue)
         if conflict is not None:
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", conflict, False))
+            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, conflict, False))
         base["details"]["queue"] = queue
         if spec.requires:
             base["details"]["requires"] = list(spec.requires)
@@ -228,7 +238,7 @@ class JobExecutor(SplitJobRuns):
                 base,
                 FAILED,
                 error=_error(
-                    "attempts-exhausted",
+                    FailureKind.ATTEMPTS_EXHAUSTED,
                     f"no attempts left ({attempt - 1} of {spec.max_attempts} used)",
                     False,
                 ),
@@ -243,7 +253,9 @@ class JobExecutor(SplitJobRuns):
             if spec.rerun and (refused := rerun_refusal(self._layout, self._config.output_root, spec.output, spec.id)):
                 raise refused
         except JobInvalid as exc:
-            return self._finish(claim, base, FAILED, error=_error("invalid-job", "; ".join(exc.problems), False))
+            return self._finish(
+                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+            )
         except PublishError as exc:
             return self._failure(claim, base, spec, attempt, _error(exc.kind or "output", str(exc), exc.transient))
         split = self._split_or_join(claim, base, spec, attempt)
@@ -278,7 +290,7 @@ class JobExecutor(SplitJobRuns):
         """Write the job's whole output (``request.output``, in an emptied scratch dir) under
         the job's timeout: from the render cache, or with ``produce`` (a render or a join,
         verified), stored in the cache; then the publish decision."""
-        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
+        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=(CancelReason.TIMEOUT,))
         timer.daemon = True
         turn: CacheTurn | None = None
         try:
@@ -332,16 +344,16 @@ class JobExecutor(SplitJobRuns):
         """The run ends without a verified output: cancelled, timed out, failed."""
         if isinstance(exc, RenderCancelled):
             reason = claim.cancel.reason or "cancelled"
-            if reason == "timeout":
+            if reason == CancelReason.TIMEOUT:
                 return self._failure(
-                    claim, base, spec, attempt, _error("timeout", f"timed out after {spec.timeout:g} s", True)
+                    claim, base, spec, attempt, _error(FailureKind.TIMEOUT, f"timed out after {spec.timeout:g} s", True)
                 )
-            if reason == "shutdown":
+            if reason == CancelReason.SHUTDOWN:
                 return self._finish(claim, base, REQUEUE, due=self._clock.wall(), attempt=None)
-            if reason == "lost":
+            if reason == CancelReason.LOST:
                 return self._lost(claim)
             message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
-            return self._finish(claim, base, FAILED, attempt=None, error=_error("cancelled", message, False))
+            return self._finish(claim, base, FAILED, attempt=None, error=_error(FailureKind.CANCELLED, message, False))
         if isinstance(exc, RenderError):
             full = filesystem_trouble(self._config.output_root, claim.job_dir)
             if full is not None and not self._filled_by_run(claim, full):
@@ -354,7 +366,7 @@ class JobExecutor(SplitJobRuns):
         if is_spool_io(exc) and not self._filled_by_run(claim, exc):
             return self._spool_io_requeue(claim, base, exc, spec=spec)  # the filesystem's, not the job's
         message = f"{exc.strerror or exc}" + (f" ({_filled_it(exc)})" if is_spool_io(exc) else "")
-        return self._failure(claim, base, spec, attempt, _error("io", message, True))
+        return self._failure(claim, base, spec, attempt, _error(FailureKind.IO, message, True))
 
     def _filled_by_run(self, claim: Claim, trouble: OSError) -> bool:
         """Did this run's own files (scratch output, log) fill the disk ``trouble`` is about?"""
@@ -560,7 +572,7 @@ class JobExecutor(SplitJobRuns):
             raise
         err = record.error or {}
         log_transition(
-            log, claim.job_id, "running", target.parent.name,
+            log, claim.job_id, JobState.RUNNING, target.parent.name,
             run=claim.run, attempt=record.attempt,
             duration=None if end.duration is None else round(end.duration, 3),
             kind=err.get("kind"), reason=err.get("message"),

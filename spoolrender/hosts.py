@@ -42,6 +42,7 @@ from spoolrender.records import RUNNER_DIED, SPOOL_IO
 from spoolrender.renderers.base import KILLED
 from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ log = logging.getLogger(__name__)
 # (recorded by whoever recovered it, not by the host that died), or a full or failing
 # spool (every host's; also once its free requeues are used up, and as a recoverer records it).
 NOT_THE_HOSTS_FAULT = (
-    "invalid-job", "cancelled", RUNNER_DIED, "attempts-exhausted", KILLED, OUT_OF_MEMORY, SPOOL_IO,
+    FailureKind.INVALID_JOB, FailureKind.CANCELLED, RUNNER_DIED, FailureKind.ATTEMPTS_EXHAUSTED, KILLED, OUT_OF_MEMORY,
+    SPOOL_IO,
 )  # fmt: skip
 BLOCKED_SUFFIX = ".blocked"
 FAILURES_SUFFIX = ".json"

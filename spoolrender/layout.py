@@ -26,6 +26,7 @@ from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.errors import SpoolLayoutError
+from spoolrender.vocabulary import JobState
 
 TOKEN_HEX = 12  # 48 random bits: unique enough per spool, short enough to read
 _HEX = rf"[0-9a-f]{{{TOKEN_HEX}}}"
@@ -53,27 +54,27 @@ class SpoolLayout:
 
     @property
     def incoming(self) -> Path:
-        return self.root / "incoming"
+        return self.root / JobState.INCOMING.value
 
     @property
     def running(self) -> Path:
-        return self.root / "running"
+        return self.root / JobState.RUNNING.value
 
     @property
     def retry(self) -> Path:
-        return self.root / "retry"
+        return self.root / JobState.RETRY.value
 
     @property
     def done(self) -> Path:
-        return self.root / "done"
+        return self.root / JobState.DONE.value
 
     @property
     def failed(self) -> Path:
-        return self.root / "failed"
+        return self.root / JobState.FAILED.value
 
     @property
     def split(self) -> Path:
-        return self.root / "split"
+        return self.root / JobState.SPLIT.value
 
     @property
     def private(self) -> Path:

@@ -22,27 +22,29 @@ from typing import Any
 
 from spoolrender.durable import create_exclusive
 from spoolrender.job_file_modes import private_file_mode
+from spoolrender.vocabulary import FailureKind, RunOutcome
 
 log = logging.getLogger(__name__)
 
 RUN_FILE = re.compile(r"run-(\d{4,})\.json")
 
 # Outcomes: where a run sends the job.
-PUBLISHING = "publishing"  # output verified; publish it, then done/
-RETRY = "retry"  # transient failure with attempts left
-FAILED = "failed"  # permanent failure, or attempts exhausted
-REQUEUE = "requeue"  # stopped by shutdown: back to retry/ without using an attempt
-RESET = "reset"  # `spoolrender retry`: attempts start again from here
-SPLIT = "split"  # rendered in chunks: wait in split/ until they are done (spoolrender.chunks)
+# (Names kept for their importers; the members and what they mean: spoolrender.vocabulary.)
+PUBLISHING = RunOutcome.PUBLISHING
+RETRY = RunOutcome.RETRY
+FAILED = RunOutcome.FAILED
+REQUEUE = RunOutcome.REQUEUE
+RESET = RunOutcome.RESET
+SPLIT = RunOutcome.SPLIT
 OUTCOMES = (PUBLISHING, RETRY, FAILED, REQUEUE, RESET, SPLIT)
 NOT_AN_ATTEMPT = (REQUEUE, RESET, SPLIT)
 # The error kind of a run decided by a recoverer because its owner died (recovery.py).
-RUNNER_DIED = "runner-died"
+RUNNER_DIED = FailureKind.RUNNER_DIED
 # The error kind of a claim whose runner died or stalled before it started the job (recovery.py).
-CLAIM_ABANDONED = "claim-abandoned"
+CLAIM_ABANDONED = FailureKind.CLAIM_ABANDONED
 # The error kind of a run that ended (or could not be recorded) because the spool's
 # filesystem failed (full, read-only, ...: spoolrender.spool_io): requeued, no attempt used.
-SPOOL_IO = "spool-io"
+SPOOL_IO = FailureKind.SPOOL_IO
 # Run details: what the run went ahead despite, one line each (e.g. a Remotion project
 # whose packages have mixed versions, which Remotion's own CLI warns about and renders).
 WARNINGS_KEY = "warnings"

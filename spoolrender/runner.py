@@ -60,6 +60,7 @@ from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerV
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.trusted_dirs import shared_root_warning
+from spoolrender.vocabulary import CancelReason
 from spoolrender.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
 
 if TYPE_CHECKING:
@@ -588,7 +589,7 @@ class Runner:
                     a.thread.join(min(remaining, 0.2))
         for a in active:
             if a.thread.is_alive():
-                a.claim.cancel.cancel("shutdown")
+                a.claim.cancel.cancel(CancelReason.SHUTDOWN)
         for a in active:
             a.thread.join()
         self._reap()

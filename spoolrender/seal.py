@@ -24,10 +24,11 @@ import hashlib
 from dataclasses import dataclass
 
 from spoolrender.records import REQUEUE, RunRecord
+from spoolrender.vocabulary import FailureKind
 
 SEAL_KEY = "job_sha256"  # in a run record's details: the job file it validated
-UPLOAD_IN_PROGRESS = "upload-in-progress"
-JOB_CHANGED = "job-changed"
+UPLOAD_IN_PROGRESS = FailureKind.UPLOAD_IN_PROGRESS
+JOB_CHANGED = FailureKind.JOB_CHANGED
 SUBMITTED_NOTE_KEY = "submitted_file"  # in a run record's details: why a change did not discard it
 
 

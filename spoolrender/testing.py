@@ -54,6 +54,7 @@ from spoolrender.renderers.base import (
     WholeRendersOnly,
 )
 from spoolrender.renderers.command import verify_nonempty
+from spoolrender.vocabulary import FailureKind
 
 if TYPE_CHECKING:
     from spoolrender.runner import Runner
@@ -204,7 +205,7 @@ class FakeRenderer(WholeRendersOnly):
                 progress(0.0, "rendering")  # under way, as a real render says before its first frame
                 if not cancel.wait(behaviour.up_to):
                     raise RenderError(
-                        f"hung for {behaviour.up_to:g} s, never cancelled", transient=True, kind="fake-hang"
+                        f"hung for {behaviour.up_to:g} s, never cancelled", transient=True, kind=FailureKind.FAKE_HANG
                     )
                 raise RenderCancelled(cancel.reason or "cancelled")
         except RenderCancelled:

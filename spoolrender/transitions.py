@@ -49,6 +49,7 @@ from spoolrender.records import (
 from spoolrender.render_cache import RESULT_FIELDS as CACHE_FIELDS
 from spoolrender.rerun import last_published, refusal_for
 from spoolrender.spool_io import is_spool_io
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def move_to_failed(
         "id": job_id,
         "uid": uid,
         "reason": error.get("message", "failed"),
-        "kind": error.get("kind", "error"),
+        "kind": error.get("kind", FailureKind.ERROR),
         "attempts": attempts_used(runs),
         "failed_at": record.ended,
         "host": record.host,
@@ -284,7 +285,7 @@ def carry_out(
                 started=record.ended,
                 ended=time.time(),
                 error={
-                    "kind": exc.kind or "publish",
+                    "kind": exc.kind or FailureKind.PUBLISH,
                     "message": f"rendered, but not published: {exc}",
                     "transient": False,
                 },

@@ -26,15 +26,16 @@ import stat
 from pathlib import Path
 
 from spoolrender.errors import SpoolrenderError
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
 # The failure kind of a run that needs a directory it cannot trust (the scratch directory).
-UNTRUSTED_DIR = "untrusted-dir"
+UNTRUSTED_DIR = FailureKind.UNTRUSTED_DIR
 # The failure kind of a run whose scratch tree in the output root is another user's and cannot
 # be moved aside (a non-root runner, a sticky output root it does not own): permanent, as
 # only an operator can fix it (its reason says how); `spoolrender retry` after the fix.
-FOREIGN_OUTPUT_TREE = "foreign-output-tree"
+FOREIGN_OUTPUT_TREE = FailureKind.FOREIGN_OUTPUT_TREE
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TRUSTED_DIR_MODE = 0o755
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH

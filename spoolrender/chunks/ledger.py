@@ -26,6 +26,7 @@ from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.records import FAILED, PUBLISHING, read_runs
 from spoolrender.renderers.base import ChunkPart
 from spoolrender.seal import SEAL_KEY
+from spoolrender.vocabulary import FailureKind
 
 PLAN_FILENAME = "plan.json"
 FINISHED_DIR = "finished"
@@ -106,7 +107,7 @@ def read_finished(layout: SpoolLayout, output_root: Path, key: str, part: ChunkP
         return None  # pragma: no cover - only decided chunks are renamed here
     last = decided[-1]
     if last.outcome == FAILED:
-        return Finished(part, entry, None, last.error or {"kind": "error", "message": "failed"})
+        return Finished(part, entry, None, last.error or {"kind": FailureKind.ERROR, "message": "failed"})
     files = store_dir(output_root, key) / chunk_store_name(part.index, last.token)
     sealed = last.details.get(SEAL_KEY) if isinstance(last.details, dict) else None
     return Finished(part, entry, files, job_sha256=sealed if isinstance(sealed, str) else None)

@@ -36,6 +36,7 @@ from spoolrender.publish import fsync_file, prepare_scratch, remove_tree, scratc
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
 from spoolrender.seal import JOB_CHANGED, SEAL_KEY, refused_change
+from spoolrender.vocabulary import CancelReason, FailureKind
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,7 +106,7 @@ class SplitJobRuns:
             key = final_name(str(info["parent_id"]), str(info["parent_uid"]))
             part = ChunkPart(int(info["index"]), int(info["count"]), int(info["first"]), int(info["last"]))
         except (KeyError, TypeError, ValueError) as exc:
-            problem = _error("invalid-chunk", f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
+            problem = _error(FailureKind.INVALID_CHUNK, f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
             return self._finish(claim, base, FAILED, error=problem)
         base["details"]["chunk"] = {"index": part.index, "count": part.count, "first": part.first, "last": part.last}
         planned = info.get(SEAL_KEY)
@@ -116,11 +117,13 @@ class SplitJobRuns:
         if not ledger_dir(self._layout, key).is_dir():
             # Its job ended (done, failed, cancelled) after this chunk was queued.
             message = "its job has ended; this chunk is not needed"
-            return self._finish(claim, base, FAILED, attempt=None, error=_error("chunk-orphaned", message, False))
+            return self._finish(
+                claim, base, FAILED, attempt=None, error=_error(FailureKind.CHUNK_ORPHANED, message, False)
+            )
         scratch = scratch_dir(self._config.output_root, claim.key)
         request = self._request(claim, base, spec, attempt, scratch / "chunk", chunk=part)
         renderer = self._renderer(spec.renderer)
-        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=("timeout",))
+        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=(CancelReason.TIMEOUT,))
         timer.daemon = True
         try:
             # A scratch tree another user made is refused (spoolrender.trusted_dirs).
@@ -166,7 +169,9 @@ class SplitJobRuns:
                 f"chunk {first.part.index + 1} of {plan.count} (frames {first.part.first}-{first.part.last}) "
                 f"failed: {err.get('message', 'failed')}"
             )
-            return self._finish(claim, base, FAILED, error=_error(str(err.get("kind", "error")), message, False))
+            return self._finish(
+                claim, base, FAILED, error=_error(str(err.get("kind", FailureKind.ERROR)), message, False)
+            )
         if states.complete and not self._broken_chunks(claim, base, spec, attempt, states):
             return self._join(claim, base, spec, attempt, plan, states)
         # Wait in split/ for the chunks (missing ones are queued again on the way there).
@@ -193,7 +198,7 @@ class SplitJobRuns:
         if refusal is not None:
             if explicit:
                 message = f"this job cannot be rendered in chunks: {refusal}"
-                return self._finish(claim, base, FAILED, error=_error("invalid-job", message, False))
+                return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, message, False))
             log.info("job %s: rendered whole (%s)", claim.job_id, refusal)
             return None
         try:

@@ -24,11 +24,12 @@ from typing import Any, Protocol
 
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import JobSpec
+from spoolrender.vocabulary import FailureKind
 
 # The error kind of a render that a signal from outside spoolrender ended (an operator's
 # kill, the OOM killer): not evidence against the host (spoolrender.hosts). Signals a
 # process sends itself when it crashes (SIGSEGV, SIGABRT, SIGBUS) are not kills.
-KILLED = "killed"
+KILLED = FailureKind.KILLED
 KILL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
@@ -255,10 +256,10 @@ class WholeRendersOnly:
         return f"the {self.name} renderer renders jobs whole"
 
     def frame_span(self, request: RenderRequest, cancel: CancelToken) -> FrameSpan:
-        raise RenderError(self.split_refusal(request) or "cannot split", transient=False, kind="config")
+        raise RenderError(self.split_refusal(request) or "cannot split", transient=False, kind=FailureKind.CONFIG)
 
     def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
-        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind="config")
+        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind=FailureKind.CONFIG)
 
     def verify_join(self, request: JoinRequest, result: RenderResult) -> None:
-        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind="config")
+        raise RenderError(f"the {self.name} renderer cannot join chunks", transient=False, kind=FailureKind.CONFIG)

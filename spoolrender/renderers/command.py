@@ -59,6 +59,7 @@ from spoolrender.renderers.base import (
     terminate_group,
 )
 from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -200,9 +201,11 @@ class CommandRenderer(WholeRendersOnly):
             empty = not any(request.output.iterdir())
         except OSError as exc:
             why = f"the chunk's directory cannot be read: {exc.strerror}"
-            raise RenderError(why, transient=True, kind="no-output") from exc
+            raise RenderError(why, transient=True, kind=FailureKind.NO_OUTPUT) from exc
         if empty:
-            raise RenderError("the command reported success but wrote no chunk files", transient=True, kind="no-output")
+            raise RenderError(
+                "the command reported success but wrote no chunk files", transient=True, kind=FailureKind.NO_OUTPUT
+            )
 
     def close(self) -> None:
         pass
@@ -226,9 +229,13 @@ class CommandRenderer(WholeRendersOnly):
                 try:
                     return FrameSpan(int(m.group(1)), int(m.group(2)), float(m.group(3)))
                 except ValueError as exc:
-                    raise RenderError(f"command {name!r} span: {exc}", transient=False, kind="config") from exc
+                    raise RenderError(
+                        f"command {name!r} span: {exc}", transient=False, kind=FailureKind.CONFIG
+                    ) from exc
         raise RenderError(
-            f"command {name!r} span printed no line 'FRAMES <first> <last> <fps>'", transient=False, kind="config"
+            f"command {name!r} span printed no line 'FRAMES <first> <last> <fps>'",
+            transient=False,
+            kind=FailureKind.CONFIG,
         )
 
     def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
@@ -256,7 +263,7 @@ class CommandRenderer(WholeRendersOnly):
 
     def _command_name(self, name: str | None) -> str:
         if name is None or name not in self._config.commands:
-            raise RenderError(f"command {name!r} is not in the spool config", transient=False, kind="config")
+            raise RenderError(f"command {name!r} is not in the spool config", transient=False, kind=FailureKind.CONFIG)
         return name
 
     def _chunked(self, name: str) -> CommandChunks:
@@ -264,7 +271,9 @@ class CommandRenderer(WholeRendersOnly):
             return self._config.command_chunks[name]
         except KeyError:
             raise RenderError(
-                f"command {name!r} has no command_chunks entry in the spool config", transient=False, kind="config"
+                f"command {name!r} has no command_chunks entry in the spool config",
+                transient=False,
+                kind=FailureKind.CONFIG,
             ) from None
 
     def _run(
@@ -299,7 +308,7 @@ class CommandRenderer(WholeRendersOnly):
                 raise RenderError(
                     f"command {name!r} could not start: {argv[0]}: {exc.strerror}",
                     transient=False,
-                    kind="config",
+                    kind=FailureKind.CONFIG,
                 ) from exc
             request.on_spawn(proc.pid)  # start_new_session: the pid is the group id
             assert proc.stdout is not None
@@ -336,7 +345,7 @@ class CommandRenderer(WholeRendersOnly):
         transient = not (code in SYSEXITS and code != EX_TEMPFAIL)
         if killing_signal(code) is not None:  # an operator's kill or the OOM killer, not a failure of its own
             raise RenderError(message, transient=True, kind=KILLED)
-        raise RenderError(message, transient=transient, kind="command-exit")
+        raise RenderError(message, transient=transient, kind=FailureKind.COMMAND_EXIT)
 
 
 def _job_values(request: RenderRequest | JoinRequest, attempt: int) -> dict[str, str | int]:
@@ -355,10 +364,12 @@ def verify_nonempty(path: Path) -> None:
         raise RenderError(
             f"the renderer reported success but wrote no file at {path.name}",
             transient=True,
-            kind="no-output",
+            kind=FailureKind.NO_OUTPUT,
         ) from None
     if size == 0:
-        raise RenderError("the renderer reported success but the output is empty", transient=True, kind="no-output")
+        raise RenderError(
+            "the renderer reported success but the output is empty", transient=True, kind=FailureKind.NO_OUTPUT
+        )
 
 
 def _pump(stream: IO[bytes], log_fh: IO[bytes], tail: deque[str], progress: ProgressFn) -> None:

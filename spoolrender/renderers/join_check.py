@@ -25,6 +25,7 @@ from typing import Any
 from spoolrender.errors import ChunkPartInvalid, RenderError
 from spoolrender.renderers import output_check
 from spoolrender.renderers.base import ChunkPart, FrameSpan
+from spoolrender.vocabulary import FailureKind
 
 AAC_PACKET_SAMPLES = 1024
 # A chunk's audio part: Remotion's padding (2 packets either side) and the encoder's
@@ -46,7 +47,7 @@ FRAME_SLACK = Fraction(1, 4)
 
 
 def _bad(text: str) -> RenderError:
-    return RenderError(text, transient=True, kind="verify")
+    return RenderError(text, transient=True, kind=FailureKind.VERIFY)
 
 
 def _time_base(stream: dict[str, Any]) -> Fraction:

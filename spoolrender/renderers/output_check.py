@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender.errors import RenderError
+from spoolrender.vocabulary import FailureKind
 
 FFPROBE_TIMEOUT_S = 120.0
 # codec setting -> the codec_name ffprobe reports for the file's first video/audio stream.
@@ -33,7 +34,7 @@ _MEDIA_BOX = re.compile(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+
 def _bad(text: str) -> RenderError:
     # Transient: a file that came out wrong once may come out right on a retry (a full
     # disk, a killed encoder); a job that always produces it fails after its attempts.
-    return RenderError(text, transient=True, kind="verify")
+    return RenderError(text, transient=True, kind=FailureKind.VERIFY)
 
 
 def probe(ffprobe: Path | str, path: Path, *entries: str) -> dict[str, Any]:

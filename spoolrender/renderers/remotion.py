@@ -39,6 +39,7 @@ from spoolrender.renderers.memory import OomCount, oom_evidence, oom_kills
 from spoolrender.renderers.remotion_project import bundle_key, check_project, setup_error
 from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY, RemotionWorker, WorkerDied
 from spoolrender.renderers.worker_tmp import WorkerTmp
+from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,7 +47,14 @@ T = TypeVar("T")
 CANCEL_TIMEOUT_S = 10.0
 # Failure kinds from the worker that no retry can fix: the job file must change.
 PERMANENT_KINDS = frozenset(
-    {"composition-not-found", "invalid-props", "component-error", "invalid-settings", "setup", "no-webgl"}
+    {
+        FailureKind.COMPOSITION_NOT_FOUND,
+        FailureKind.INVALID_PROPS,
+        FailureKind.COMPONENT_ERROR,
+        FailureKind.INVALID_SETTINGS,
+        FailureKind.SETUP,
+        FailureKind.NO_WEBGL,
+    }
 )
 
 
@@ -125,7 +133,7 @@ class RemotionRenderer(WholeRendersOnly):
             except (RenderError, WorkerDied) as exc:
                 worker.stop()
                 if isinstance(exc, WorkerDied):
-                    raise exc.as_render_error("worker") from exc
+                    raise exc.as_render_error(FailureKind.WORKER) from exc
                 raise
             self.workers_started += 1
         self._warm[project] = (worker, serve_url)  # the most recently used, last
@@ -166,7 +174,7 @@ class RemotionRenderer(WholeRendersOnly):
             return action(worker)
         except WorkerDied as exc:
             self._discard_worker()
-            raise exc.as_render_error("worker-died") from exc
+            raise exc.as_render_error(FailureKind.WORKER_DIED) from exc
         finally:
             worker.set_log(None)
             if self._worker is worker:
@@ -244,7 +252,7 @@ class RemotionRenderer(WholeRendersOnly):
                 # The cancel signal was not honoured in time: kill the whole group.
                 self._discard_worker()
                 if too_large is not None:
-                    raise RenderError(too_large, transient=False, kind="too-large")
+                    raise RenderError(too_large, transient=False, kind=FailureKind.TOO_LARGE)
                 raise RenderCancelled(cancel.reason or "cancelled")
             event = worker.next_event(0.1)
             if event is None or event.get("jobId") not in (job_id, None):
@@ -260,11 +268,11 @@ class RemotionRenderer(WholeRendersOnly):
             elif kind == "progress":
                 progress(float(event.get("progress", 0.0)), str(event.get("stage") or "rendering"))
             elif too_large is not None and kind in ("done", "failed"):
-                raise RenderError(too_large, transient=False, kind="too-large")
+                raise RenderError(too_large, transient=False, kind=FailureKind.TOO_LARGE)
             elif kind == "done":
                 return started, event
             elif kind == "failed":
-                if event.get("kind") == "cancelled" or cancel.is_set():
+                if event.get("kind") == FailureKind.CANCELLED or cancel.is_set():
                     raise RenderCancelled(cancel.reason or "cancelled")
                 raise _classify(event)
 
@@ -313,7 +321,7 @@ class RemotionRenderer(WholeRendersOnly):
             return FrameSpan(int(done["first"]), int(done["last"]), float(done["fps"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise RenderError(f"the Remotion worker answered a span request with {done!r:.200}", transient=True,
-                              kind="worker") from exc  # fmt: skip
+                              kind=FailureKind.WORKER) from exc  # fmt: skip
 
     def join(self, request: JoinRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
         message, audio = remotion_chunks.join_message(request, f"{request.spec.id}#join")
@@ -403,7 +411,7 @@ def _still_request(request: RenderRequest) -> dict[str, Any] | None:
 
 
 def _classify(event: dict[str, Any]) -> RenderError:
-    kind = str(event.get("kind") or "error")
+    kind = str(event.get("kind") or FailureKind.ERROR)  # unknown kinds pass through
     message = str(event.get("message") or "render failed").strip().splitlines()[0]
     location = event.get("location")
     if location and str(location) not in message:

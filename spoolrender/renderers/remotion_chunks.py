@@ -27,6 +27,7 @@ from spoolrender.errors import ChunkPartInvalid, RenderError
 from spoolrender.jobfile import JobSpec
 from spoolrender.jobfile.media import remotion_options
 from spoolrender.renderers.base import ChunkPart, FrameSpan, JoinRequest, RenderRequest
+from spoolrender.vocabulary import FailureKind
 
 CHUNK_VIDEO = "video.ts"
 CHUNK_AUDIO = "audio.aac"
@@ -47,7 +48,9 @@ def render_defaults(bundle: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise RenderError(f"the bundle's render defaults are unreadable: {exc}", transient=True, kind="bundle") from exc
+        raise RenderError(
+            f"the bundle's render defaults are unreadable: {exc}", transient=True, kind=FailureKind.BUNDLE
+        ) from exc
     media = data.get("renderMedia") if isinstance(data, dict) else None
     return media if isinstance(media, dict) else {}
 
@@ -116,7 +119,7 @@ def frames_per_chunk(chunk: ChunkPart, start: int) -> int:
         f"chunk {chunk.index + 1} of {chunk.count} (frames {chunk.first}-{chunk.last}) is not part of a plan Remotion "
         f"can join: chunk i must start at frame {start} + i * F, every chunk but the last F frames long",
         transient=False,
-        kind="chunk-plan",
+        kind=FailureKind.CHUNK_PLAN,
     )
 
 
@@ -125,17 +128,17 @@ def chunk_message(request: RenderRequest) -> dict[str, Any]:
     chunk = request.chunk
     assert chunk is not None
     if request.spec.still is not None:
-        raise RenderError("a still cannot be rendered in chunks", transient=False, kind="invalid-settings")
+        raise RenderError("a still cannot be rendered in chunks", transient=False, kind=FailureKind.INVALID_SETTINGS)
     if not request.output.is_dir() or any(request.output.iterdir()):
         raise RenderError(f"a chunk renders into an empty directory: {request.output} is not one", transient=True,
-                          kind="chunk-plan")  # fmt: skip
+                          kind=FailureKind.CHUNK_PLAN)  # fmt: skip
     start = composition_start(request.settings)
     per_chunk = frames_per_chunk(chunk, start)
     if per_chunk < MIN_CHUNK_FRAMES:
         raise RenderError(
             f"chunks of {per_chunk} frames cannot be joined seamlessly (Remotion needs at least {MIN_CHUNK_FRAMES})",
             transient=False,
-            kind="chunk-plan",
+            kind=FailureKind.CHUNK_PLAN,
         )
     return {
         "first": chunk.first,
@@ -213,7 +216,7 @@ def join_message(request: JoinRequest, job_id: str) -> tuple[dict[str, Any], boo
     chunks = tuple(chunk for chunk, _ in request.parts)
     problem = layout_problem(chunks, request.span)
     if problem is not None:
-        raise RenderError(f"cannot join the chunks: {problem}", transient=False, kind="chunk-plan")
+        raise RenderError(f"cannot join the chunks: {problem}", transient=False, kind=FailureKind.CHUNK_PLAN)
     manifests = [read_manifest(directory, chunk) for chunk, directory in request.parts]
     audio = bool(manifests[0].get("audio"))
     for (chunk, _), manifest in zip(request.parts, manifests, strict=True):

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from spoolrender.errors import RenderError
+from spoolrender.vocabulary import FailureKind
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
 
@@ -40,7 +41,7 @@ LOCKFILES = (("pnpm-lock.yaml", "pnpm install"), ("yarn.lock", "yarn install"), 
 
 def setup_error(message: str) -> RenderError:
     """A project problem no retry can fix: the job fails for good and says what to run."""
-    return RenderError(message, transient=False, kind="setup")
+    return RenderError(message, transient=False, kind=FailureKind.SETUP)
 
 
 def install_command(project: Path) -> str:

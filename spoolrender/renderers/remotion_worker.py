@@ -31,9 +31,10 @@ from spoolrender.renderers.base import terminate_group
 from spoolrender.renderers.memory import memory_line
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
 from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
+from spoolrender.vocabulary import FailureKind
 
 READY_TIMEOUT_S = 120.0
-OUT_OF_MEMORY = "out-of-memory"
+OUT_OF_MEMORY = FailureKind.OUT_OF_MEMORY
 # What Chromium keeps in TMPDIR while it runs (its profile, its scratch dir).
 BROWSER_FILES = (PROFILE_PREFIX, "org.chromium.Chromium.")
 
@@ -93,7 +94,9 @@ class RemotionWorker:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise RenderError(f"cannot start the Remotion worker: {exc}", transient=True, kind="worker") from exc
+            raise RenderError(
+                f"cannot start the Remotion worker: {exc}", transient=True, kind=FailureKind.WORKER
+            ) from exc
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read_stdout, args=(self.proc.stdout,), daemon=True).start()
         self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self.proc.stderr,), daemon=True)
@@ -176,11 +179,11 @@ class RemotionWorker:
                 self.version_warning = event.get("versionWarning") or None
                 return event
             if event["type"] == "fatal":
-                if event.get("kind") == "setup":
+                if event.get("kind") == FailureKind.SETUP:
                     raise setup_error(str(event.get("message")))
                 raise RenderError(f"Remotion worker failed to start: {event.get('message')}", transient=True,
-                                  kind="worker")  # fmt: skip
-        raise RenderError("Remotion worker did not become ready in time", transient=True, kind="worker")
+                                  kind=FailureKind.WORKER)  # fmt: skip
+        raise RenderError("Remotion worker did not become ready in time", transient=True, kind=FailureKind.WORKER)
 
     def describe_death(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):
