@@ -164,13 +164,17 @@ class Spool:
             host.stop()
 
 
-def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str]) -> None:
+def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str], *, unhealed: int | None = None) -> None:
+    """Every job rendered once and ended once, nothing partial. ``unhealed``: a brick restarted
+    after a fault, whose stale names the volume may still list until its heal ends."""
     per_job: dict[str, int] = {}
     for job_id, _host, _at in spool.renders_of():
         per_job[job_id] = per_job.get(job_id, 0) + 1
     assert {j: n for j, n in per_job.items() if j in quick} == dict.fromkeys(quick, 1), per_job
     assert render_orphans(str(spool.base)) == []
     result = audit(spool.layout, quick | long_jobs, check_processes=False)
+    if unhealed is not None:
+        result.partial_files = [p for p in result.partial_files if not stale_scratch(spool, p, unhealed)]
     assert not result.lost and not result.duplicated and not result.partial_files, result.problems()
     assert not result.bad_outputs and not result.attempt_violations, result.problems()
     assert result.states["done"] == len(quick | long_jobs), result.states
@@ -363,6 +367,21 @@ def test_a_brick_killed_mid_run_and_restarted_loses_nothing(lab: GlusterLab, tmp
     brick_fault(lab, tmp_path)
 
 
+def stale_scratch(spool: Spool, problem: str, restarted: int) -> bool:
+    """Whether ``problem`` (the audit's "scratch: NAME") names a directory that neither brick
+    that stayed up holds: one the ``restarted`` brick still lists until the heal removes it
+    (seen once in a CI run of this test: the listing that ended the test's wait was empty, the
+    audit's a moment later was not). The spool's writes went to the bricks that stayed up, so
+    a scratch dir left by a runner is on them, and stays a failure."""
+    kind, _, name = problem.partition(": ")
+    if kind != "scratch":
+        return False
+    rel = spool.layout.root.relative_to(spool.lab.mountpoint) / "output" / SCRATCH_DIR / name
+    held = [i for i in (1, 2, 3) if (spool.lab.brick(i) / rel).exists()]
+    print(f"\nscratch dir {name} after the brick's restart: on bricks {held}")
+    return all(i == restarted for i in held)
+
+
 def brick_heal_case(lab: GlusterLab, tmp_path: Path) -> float:
     """brick_fault, then `volume heal` until nothing is pending, and the healed brick holds
     the names the other two hold; returns the seconds the heal took."""
@@ -397,7 +416,7 @@ def brick_fault(lab: GlusterLab, tmp_path: Path) -> Spool:
         statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
     finally:
         spool.stop()
-    check_exactly_once(spool, jobs, set())
+    check_exactly_once(spool, jobs, set(), unhealed=3)
     assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
     assert next(iter(statuses.values()))["done"] == len(jobs), statuses
     starts = sorted(at for _, _, at in spool.renders_of())
