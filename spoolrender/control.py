@@ -274,6 +274,18 @@ def resume(config: SpoolConfig) -> bool:
 # --- purge ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Purged:
+    """What a purge did: the entries it removed (``state/name``) and the ones it could not
+    remove, each with why (they are kept, their ids too; the purge went on past them)."""
+
+    removed: tuple[str, ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()
+
+    def __add__(self, other: Purged) -> Purged:
+        return Purged(self.removed + other.removed, self.kept + other.kept)
+
+
 def purge(
     config: SpoolConfig,
     older_than: float,
@@ -281,7 +293,19 @@ def purge(
     *,
     dry_run: bool = False,
 ) -> list[str]:
-    """Delete finished jobs' records older than ``older_than`` seconds; returns the entries.
+    """Delete finished jobs' records older than ``older_than`` seconds; returns the entries
+    removed (:func:`purge_older` also tells which could not be)."""
+    return list(purge_older(config, older_than, states, dry_run=dry_run).removed)
+
+
+def purge_older(
+    config: SpoolConfig,
+    older_than: float,
+    states: tuple[str, ...] = (JobState.DONE, JobState.FAILED),
+    *,
+    dry_run: bool = False,
+) -> Purged:
+    """Delete finished jobs' records older than ``older_than`` seconds.
 
     Age is the job directory's mtime (its last record was written just before it moved to
     done/ or failed/) against the spool filesystem's clock. Outputs are never touched. A
@@ -290,27 +314,25 @@ def purge(
     layout = SpoolLayout(config.spool)
     layout.check()
     now = spool_time(layout.private, "purge")
-    removed = []
+    purged = Purged()
     for state in states:
         # Through the state directory's descriptor: an entry is judged by its own mtime
         # (fstatat, never following a symlink) and removed without following one anywhere.
         with DirHandle.open(layout.state_dir(state)) as directory:
+            old = []
             for name in directory.names():
                 if name.startswith("."):
                     continue
                 st = directory.try_stat(name)
-                if st is None:
-                    continue
-                if now - st.st_mtime >= older_than:
-                    if not dry_run:
-                        forget_finished(layout, directory, state, name)
-                    removed.append(f"{state}/{name}")
-    return removed
+                if st is not None and now - st.st_mtime >= older_than:
+                    old.append(name)
+            purged += _forget_all(layout, directory, state, old, dry_run=dry_run)
+    return purged
 
 
-def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = False) -> list[str]:
-    """Delete the records of ``state`` (done or failed) beyond the ``keep`` newest; returns
-    the entries. Newest by the same age as :func:`purge` (the directory's mtime)."""
+def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = False) -> Purged:
+    """Delete the records of ``state`` (done or failed) beyond the ``keep`` newest. Newest by
+    the same age as :func:`purge` (the directory's mtime)."""
     layout = SpoolLayout(config.spool)
     layout.check()
     aged = []
@@ -322,12 +344,21 @@ def purge_beyond(config: SpoolConfig, state: str, keep: int, *, dry_run: bool = 
             if st is not None:
                 aged.append((st.st_mtime, name))
         aged.sort(reverse=True)
-        removed = []
-        for _, name in aged[keep:]:
-            if not dry_run:
-                forget_finished(layout, directory, state, name)
+        return _forget_all(layout, directory, state, [name for _, name in aged[keep:]], dry_run=dry_run)
+
+
+def _forget_all(layout: SpoolLayout, directory: DirHandle, state: str, names: list[str], *, dry_run: bool) -> Purged:
+    if dry_run:
+        return Purged(tuple(f"{state}/{name}" for name in names))
+    removed: list[str] = []
+    kept: list[tuple[str, str]] = []
+    for name in names:
+        why = forget_finished(layout, directory, state, name)
+        if why is None:
             removed.append(f"{state}/{name}")
-    return removed
+        else:
+            kept.append((f"{state}/{name}", why))
+    return Purged(tuple(removed), tuple(kept))
 
 
 def forget_finished(layout: SpoolLayout, directory: DirHandle, state: str, name: str) -> str | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from spoolrender import defaults
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
-from spoolrender.control import purge, purge_beyond
+from spoolrender.control import Purged, purge_beyond, purge_older
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.layout import SpoolLayout
@@ -20,16 +20,17 @@ from spoolrender.retention_lease import FINISHED_STATES, FREE, RetentionPolicy, 
 log = logging.getLogger(__name__)
 
 
-def apply_retention(config: SpoolConfig, policy: RetentionPolicy) -> dict[str, list[str]]:
-    """Purge done/ and failed/ by ``policy`` (the caller holds the lease); the entries removed."""
-    removed: dict[str, list[str]] = {}
+def apply_retention(config: SpoolConfig, policy: RetentionPolicy) -> dict[str, Purged]:
+    """Purge done/ and failed/ by ``policy`` (the caller holds the lease): per state, what was
+    removed and what could not be."""
+    purged: dict[str, Purged] = {}
     for state in FINISHED_STATES:
         age, count = policy.limits(state)
-        entries = [] if age is None else purge(config, age, (state,))
+        done = Purged() if age is None else purge_older(config, age, (state,))
         if count is not None:
-            entries += purge_beyond(config, state, count)
-        removed[state] = entries
-    return removed
+            done += purge_beyond(config, state, count)
+        purged[state] = done
+    return purged
 
 
 class RetentionWorker:
@@ -84,15 +85,20 @@ class RetentionWorker:
             return
         crash_point("retention-lease-taken")  # tests pause a holder here
         started = time.monotonic()
-        removed: dict[str, list[str]] = {}
+        purged: dict[str, Purged] = {}
         try:
-            removed = apply_retention(self.config, self.policy)
+            purged = apply_retention(self.config, self.policy)
         finally:
-            counts = {state: len(removed.get(state, ())) for state in FINISHED_STATES}
+            counts = {state: len(purged[state].removed) if state in purged else 0 for state in FINISHED_STATES}
             seconds = round(time.monotonic() - started, 3)
             lease.release({"ended": spool_time(self._layout.private, "retention"), "removed": counts,
                            "seconds": seconds, "host": HOSTNAME, "runner": self._holder})  # fmt: skip
         log.info("retention (%s): purged %d done and %d failed job(s) in %.1f s",
                  self.policy.describe(), counts["done"], counts["failed"], seconds)  # fmt: skip
+        kept = [entry for state in FINISHED_STATES for entry, _ in purged.get(state, Purged()).kept]
+        if kept:
+            # Each was logged with its reason by forget_finished; the next purge tries again.
+            log.warning("retention: %d finished job(s) could not be removed (kept): %s",
+                        len(kept), ", ".join(kept[:10]))  # fmt: skip
         if self._on_purged is not None:
             self._on_purged(counts)

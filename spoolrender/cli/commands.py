@@ -248,11 +248,16 @@ def _purge(args: argparse.Namespace) -> int:
     if args.older_than is None:
         raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
     states = (args.state,) if args.state else ("done", "failed")
-    removed = _spool(args).purge(args.older_than, states, dry_run=args.dry_run)
-    for entry in removed:
+    from spoolrender.control import purge_older
+
+    purged = purge_older(_config(args), args.older_than, states, dry_run=args.dry_run)
+    for entry in purged.removed:
         _say(entry)
-    print(f"{'would purge' if args.dry_run else 'purged'} {len(removed)} job(s)")
-    return EXIT_OK
+    for entry, why in purged.kept:
+        _say(f"{entry}: could not delete its record: {why} (kept)")
+    print(f"{'would purge' if args.dry_run else 'purged'} {len(purged.removed)} job(s)"
+          + (f"; {len(purged.kept)} could not be removed" if purged.kept else ""))  # fmt: skip
+    return EXIT_ERROR if purged.kept else EXIT_OK
 
 
 def _submit(args: argparse.Namespace) -> int:
