@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -34,6 +35,8 @@ from spoolrender.trusted_dirs import (
     UntrustedDir,
     ensure_trusted_path,
 )
+
+log = logging.getLogger(__name__)
 
 SCRATCH_DIR = ".spoolrender-tmp"
 SCRATCH_NAME_HEX = 32  # hex digits of a scratch directory's name (scratch_name)
@@ -146,13 +149,25 @@ def remove_scratch(output_root: Path, job_key: str) -> None:
 
 
 def remove_scratch_dir(path: Path) -> None:
+    """Remove a scratch directory and what is in it, as far as it is there; if it cannot be
+    removed now, the orphan sweep (spoolrender.recovery) tries again at its next pass."""
     try:
         # The usual case, one syscall: a published output was moved out, the dir is empty.
         os.rmdir(path)
     except FileNotFoundError:
         pass
-    except OSError:  # ENOTEMPTY: a failed or cancelled render left files
+    except OSError:  # ENOTEMPTY: a render left files (props.json, tmp/, a failed output)
         remove_tree(path)
+        return
+    # Gone, unless a lookup still finds it: in the seconds after a GlusterFS brick restarts,
+    # rmdir of a directory that is not empty on the bricks that hold it answers ENOENT, or
+    # even success, when the restarted brick lacks it (measured: docs/reliability.md, "A
+    # brick restarted mid-run"). Taken at its word, the dir stayed for good, the sweep's
+    # rmdir getting the same answer; one lstat per removal checks it.
+    if os.path.lexists(path):
+        remove_tree(path)
+        if os.path.lexists(path):
+            log.info("scratch dir %s still there after its removal; the orphan sweep tries again", path.name)
 
 
 def remove_tree(path: Path) -> None:

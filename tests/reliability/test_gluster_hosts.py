@@ -48,7 +48,7 @@ from spoolrender.fscheck import check_filesystem
 from spoolrender.glusterfs import MOUNT_OPTIONS
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import init_spool
-from spoolrender.publish import SCRATCH_DIR
+from spoolrender.publish import SCRATCH_DIR, remove_scratch_dir
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
@@ -148,9 +148,28 @@ class Spool:
         return found
 
     def quiet(self) -> None:
-        """Every runner done with its scratch dirs: the audit judges a quiet spool."""
+        """Every runner done with its scratch dirs: the audit judges a quiet spool. Bricks 1
+        and 2 (no test faults them) are asked too: a listing through the volume may be served
+        by a brick restarted since, which lacks what was made while it was down."""
         scratch = self.base / "spool" / "output" / SCRATCH_DIR
-        wait_until(lambda: not os.listdir(scratch), 60, "scratch dirs removed")
+        rel = self.layout.root.relative_to(self.lab.mountpoint) / "output" / SCRATCH_DIR
+        held = [self.lab.brick(i) / rel for i in (1, 2)]
+        try:
+            wait_until(lambda: not os.listdir(scratch) and not any(map(os.listdir, held)), 60, "scratch dirs removed")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.where_scratch()}") from None
+
+    def where_scratch(self) -> dict[str, object]:
+        """Each scratch dir the volume lists: which bricks hold it, what is in it, and the
+        hosts' log lines that name it (what a failed wait for a quiet spool needs said)."""
+        rel = self.layout.root.relative_to(self.lab.mountpoint) / "output" / SCRATCH_DIR
+        found: dict[str, object] = {}
+        for name in os.listdir(self.base / "spool" / "output" / SCRATCH_DIR):
+            bricks = {i: sorted(os.listdir(self.lab.brick(i) / rel / name))
+                      for i in (1, 2, 3) if (self.lab.brick(i) / rel / name).is_dir()}  # fmt: skip
+            lines = [line for host in self.hosts for line in self.log(host).splitlines() if name in line]
+            found[name] = {"bricks": bricks, "log": lines[-5:]}
+        return found
 
     def records(self) -> dict[str, dict[str, object]]:
         runs = {}
@@ -164,18 +183,16 @@ class Spool:
             host.stop()
 
 
-def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str], *, unhealed: int | None = None) -> None:
-    """Every job rendered once and ended once, nothing partial. ``unhealed``: a brick restarted
-    after a fault, whose stale names the volume may still list until its heal ends."""
+def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str]) -> None:
+    """Every job rendered once and ended once, nothing partial."""
     per_job: dict[str, int] = {}
     for job_id, _host, _at in spool.renders_of():
         per_job[job_id] = per_job.get(job_id, 0) + 1
     assert {j: n for j, n in per_job.items() if j in quick} == dict.fromkeys(quick, 1), per_job
     assert render_orphans(str(spool.base)) == []
     result = audit(spool.layout, quick | long_jobs, check_processes=False)
-    if unhealed is not None:
-        result.partial_files = [p for p in result.partial_files if not stale_scratch(spool, p, unhealed)]
-    assert not result.lost and not result.duplicated and not result.partial_files, result.problems()
+    assert not result.lost and not result.duplicated, result.problems()
+    assert not result.partial_files, (result.problems(), spool.where_scratch())
     assert not result.bad_outputs and not result.attempt_violations, result.problems()
     assert result.states["done"] == len(quick | long_jobs), result.states
     hidden = [str(p) for p in spool.base.rglob(".fuse_hidden*")]
@@ -367,19 +384,39 @@ def test_a_brick_killed_mid_run_and_restarted_loses_nothing(lab: GlusterLab, tmp
     brick_fault(lab, tmp_path)
 
 
-def stale_scratch(spool: Spool, problem: str, restarted: int) -> bool:
-    """Whether ``problem`` (the audit's "scratch: NAME") names a directory that neither brick
-    that stayed up holds: one the ``restarted`` brick still lists until the heal removes it
-    (seen once in a CI run of this test: the listing that ended the test's wait was empty, the
-    audit's a moment later was not). The spool's writes went to the bricks that stayed up, so
-    a scratch dir left by a runner is on them, and stays a failure."""
-    kind, _, name = problem.partition(": ")
-    if kind != "scratch":
-        return False
-    rel = spool.layout.root.relative_to(spool.lab.mountpoint) / "output" / SCRATCH_DIR / name
-    held = [i for i in (1, 2, 3) if (spool.lab.brick(i) / rel).exists()]
-    print(f"\nscratch dir {name} after the brick's restart: on bricks {held}")
-    return all(i == restarted for i in held)
+def test_scratch_dirs_a_restarted_brick_lacks_are_removed_all_the_same(lab: GlusterLab) -> None:
+    """Renders' scratch dirs (props.json, tmp/) made while brick 3 was down, removed right after
+    it is back, as jobs ending then remove theirs: for a few seconds rmdir answers ENOENT, or
+    even success, for such a dir although bricks 1 and 2 hold it, not empty (measured:
+    docs/reliability.md). remove_scratch_dir took the ENOENT for gone, so in the brick test
+    a dir stayed on bricks 1 and 2 for good, the orphan sweep getting the same answer
+    ("scratch dirs removed: not within 60 s", 2 of 11 runs). Each dir is removed once (the
+    job's end), then again while one is left (the sweep's part): none may stay."""
+    scratch = lab.mountpoint / f"t-{secrets.token_hex(4)}" / "scratch"
+    scratch.mkdir(parents=True)
+    rel = scratch.relative_to(lab.mountpoint)
+    lab.kill_brick(3)
+    dirs = [scratch / f"{n:032x}" for n in range(24)]
+    for job_dir in dirs:
+        job_dir.mkdir()
+        (job_dir / "props.json").write_text("{}")
+        (job_dir / "tmp").mkdir()
+    lab.restart_bricks()
+    for job_dir in dirs:
+        remove_scratch_dir(job_dir)
+    left = [d.name for d in dirs if os.path.lexists(d)]
+
+    def swept() -> bool:
+        for job_dir in dirs:
+            remove_scratch_dir(job_dir)
+        on_bricks = [i for i in (1, 2) for d in dirs if (lab.brick(i) / rel / d.name).exists()]
+        return not any(os.path.lexists(d) for d in dirs) and not on_bricks
+
+    wait_until(swept, 60, "every scratch dir removed")
+    print(f"\nscratch dirs removed after brick 3's restart: {len(dirs) - len(left)} of {len(dirs)} at once")
+    # Before the fix 1 to 2 of 24 were left by the first removal (2 of 3 runs), after it none
+    # (6 of 6 runs): the job's own removal must not count on the sweep.
+    assert left == [], left
 
 
 def brick_heal_case(lab: GlusterLab, tmp_path: Path) -> float:
@@ -416,7 +453,7 @@ def brick_fault(lab: GlusterLab, tmp_path: Path) -> Spool:
         statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
     finally:
         spool.stop()
-    check_exactly_once(spool, jobs, set(), unhealed=3)
+    check_exactly_once(spool, jobs, set())
     assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
     assert next(iter(statuses.values()))["done"] == len(jobs), statuses
     starts = sorted(at for _, _, at in spool.renders_of())
