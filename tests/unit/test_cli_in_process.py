@@ -125,3 +125,34 @@ def test_init_makes_a_spool_and_says_what_it_lacks(tmp_path: Path, capsys: pytes
         assert (tmp_path / "new" / state).is_dir()
     status, _, _ = cli(capsys, "queue", "--spool", str(tmp_path / "new"), "add", "urgent")
     assert status == EXIT_OK and (tmp_path / "new" / "incoming" / "urgent").is_dir()
+
+
+def test_retry_all_failed_leaves_hopeless_kinds_out_unless_named(
+    slot: Slot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slot.drop("inv.yaml", {"composition": "Bad", "priority": "x"})
+    assert slot.run_next().error_kind == "invalid-job"
+    root = str(slot.layout.root)
+    status, out, err = cli(capsys, "retry", "--spool", root, "--all-failed", "--dry-run")
+    assert status == EXIT_OK
+    assert out.splitlines()[-1] == "would send back 1 job(s) to retry/: bad"
+    assert err.startswith("left out 1 job(s) of hopeless kinds (invalid-job)")
+    assert len(entries(slot.layout, "failed")) == 2  # a dry run moves nothing
+    status, out, _ = cli(capsys, "retry", "--spool", root, "--kind", "invalid-job")
+    assert (status, out) == (EXIT_OK, "sent back 1 job(s) to retry/: inv\n")
+    assert [name.rpartition("-")[2].partition(".")[0] for name in entries(slot.layout, "retry")] == ["inv"]
+
+
+def test_purge_forgets_finished_jobs_by_id_and_keeps_their_outputs(
+    slot: Slot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(slot.layout.root)
+    [done] = entries(slot.layout, "done")
+    status, out, _ = cli(capsys, "purge", "--spool", root, "intro", "--dry-run")
+    assert (status, out.splitlines()[-1]) == (EXIT_OK, "would purge 1 job(s)")
+    assert entries(slot.layout, "done") == [done]
+    status, out, _ = cli(capsys, "purge", "--spool", root, "intro", "nosuch")
+    assert status == EXIT_ERROR  # one of them was not there
+    assert out.splitlines() == [f"done/{done}: record deleted", "nosuch: no such job", "purged 1 job(s)"]
+    assert entries(slot.layout, "done") == []
+    assert (slot.config.output_root / "intro.mp4").exists()

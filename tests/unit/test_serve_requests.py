@@ -138,3 +138,21 @@ def test_metrics_are_prometheus_text(served: Served) -> None:
     metrics = served.get("/metrics")
     assert metrics.status == 200
     assert 'spoolrender_jobs{state="done"} 1.0' in metrics.body.decode().splitlines()
+
+
+def test_a_bulk_action_is_planned_by_a_dry_run_then_carried_out(served: Served) -> None:
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    body = json.dumps({"action": "delete", "ids": ["intro", "nosuch"], "dry_run": True}).encode()
+    planned = served.post("/bulk", body, auth)
+    plan = planned.json()
+    assert planned.status == 200
+    assert (plan["dry_run"], plan["jobs"], plan["missing"]) == (True, 1, ["nosuch"])
+    assert plan["summary"] == "would delete 1 job(s) (1 done), 1 not found"
+    assert [item["id"] for item in plan["acted"]] == ["intro"]
+    assert entries(served.slot.layout, "done") != []  # a dry run changes nothing
+    done = json.dumps({"action": "delete", "ids": ["intro"]}).encode()
+    carried = served.post("/bulk", done, auth)
+    assert carried.status == 200 and entries(served.slot.layout, "done") == []
+    assert carried.json()["summary"] == "delete 1 job(s) (1 done)"
+    wrong = served.post("/bulk", json.dumps({"action": "explode", "ids": []}).encode(), auth)
+    assert (wrong.status, wrong.json()["error"]) == (400, "action: one of retry, cancel, delete")
