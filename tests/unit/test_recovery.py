@@ -9,12 +9,12 @@ import random
 from pathlib import Path
 
 import pytest
+from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
 from spoolrender.claim import Claim
-from spoolrender.recovery import Recoverer
 from spoolrender.records import read_runs
-from support.unit_spool import Slot, entries
+from spoolrender.recovery import Recoverer
 
 
 @pytest.fixture
