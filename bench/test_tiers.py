@@ -9,8 +9,11 @@ imports every module of the package. Modules are counted two ways:
   tests, lazy imports included; a module imported by another one counts), which is the
   issue's measure;
 * named: imported by name in a file of tests/unit or of the tests/support modules those
-  import (read from the source,
-  as tests/test_import_graph.py reads the package): what the tier's tests use directly.
+  import (read from the source, as tests/test_import_graph.py reads the package): what
+  the tier's tests use directly.
+
+A ``__main__`` module is counted apart: importing it runs the program, which exits, so it
+never stays in ``sys.modules`` (tests/unit runs ``spoolrender.cli.__main__`` in-process).
 
 Runs ``python -m pytest -p no:cacheprovider -q tests/unit`` once per worker count given
 (0: one process; N: ``-n N --dist loadgroup``, as scripts/test.sh does), ``--runs`` times
@@ -117,8 +120,10 @@ def main() -> int:
     unit_files = sorted((REPO / UNIT).rglob("*.py"))
     unit_files += helpers_of(unit_files)
     named = named_in(unit_files, modules)
+    programs = sorted(m for m in modules if m.endswith(".__main__"))
+    modules -= set(programs)
     missing = sorted(modules - imported)
-    print(f"package modules: {len(modules)}")
+    print(f"package modules: {len(modules)} (and {len(programs)} program: {', '.join(programs)})")
     print(f"imported by the unit tier (sys.modules after a serial run, exit {status}): {len(imported & modules)}")
     print(f"named by an import in {UNIT}/ or the tests/support modules it uses: {len(named)}")
     print(f"not imported by the unit tier ({len(missing)}):")

@@ -3,12 +3,15 @@ unit spool whose jobs the executor ran: exit statuses, what each prints, what it
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from support.unit_spool import Slot, entries
 
+import spoolrender
 from spoolrender import defaults
 from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from spoolrender.cli.main import main
@@ -156,3 +159,16 @@ def test_purge_forgets_finished_jobs_by_id_and_keeps_their_outputs(
     assert out.splitlines() == [f"done/{done}: record deleted", "nosuch: no such job", "purged 1 job(s)"]
     assert entries(slot.layout, "done") == []
     assert (slot.config.output_root / "intro.mp4").exists()
+
+
+def test_python_dash_m_spoolrender_cli_is_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What `python -m spoolrender.cli --version` runs, in this process: importing the
+    # module is running the command, which ends by exiting.
+    monkeypatch.setattr(sys, "argv", ["spoolrender", "--version"])
+    monkeypatch.delitem(sys.modules, "spoolrender.cli.__main__", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module("spoolrender.cli.__main__")
+    assert exited.value.code == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"spoolrender {spoolrender.__version__}"

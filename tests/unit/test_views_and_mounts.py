@@ -20,6 +20,7 @@ from spoolrender.glusterfs import ClientView, mount_problems, read_client
 from spoolrender.live_display import live_wanted, render_view
 from spoolrender.outcome_events import OutcomeEvents
 from spoolrender.run_progress import FailureView, RunnerView, SlotView, eta_seconds
+from spoolrender.runner import RunSummary
 from spoolrender.serve.events import current_job_events
 
 
@@ -52,7 +53,7 @@ def test_a_frame_of_the_live_display_says_each_slot_and_the_last_failure() -> No
     assert "and more" not in text
     assert eta_seconds(30, 0.25) == 90
     assert eta_seconds(30, None) is None and eta_seconds(30, 1.0) is None
-    with pytest.raises(ValueError, match="progress must be from 0 to 1, got 1.5"):
+    with pytest.raises(ValueError, match=r"progress must be from 0 to 1, got 1\.5"):
         SlotView(0, "x", progress=1.5)
 
 
@@ -111,3 +112,13 @@ def test_the_closers_follower_keeps_its_descriptors_within_the_limit() -> None:
     small_total, small_per_uid = pidfd_caps(10, 50)
     assert small_total <= 10 and small_per_uid == small_total  # one user never gets more than all
     assert pidfd_caps(0, 5) == (0, 0)
+
+
+def test_a_runs_summary_line_says_how_it_ended_and_only_the_counts_that_happened() -> None:
+    summary = RunSummary(claimed=5, done=3, failed=1, retried=1, stopped_by="drained")
+    assert summary.describe() == "drained: 5 claimed, 3 done, 1 to retry, 0 put back, 1 failed"
+    summary = RunSummary(claimed=4, done=1, lost=1, split=1, chunks=2, paused=True, blocked=True)
+    assert summary.describe() == (
+        "signal: 4 claimed, 1 done, 0 to retry, 0 put back, 0 failed, 1 lost to another runner, "
+        "1 split into chunks, 2 chunk runs (spool paused) (this host blocked)"
+    )
