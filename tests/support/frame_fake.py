@@ -1,10 +1,11 @@
-"""A FakeRenderer that also renders in chunks, for split runs without Remotion: a job's
-"video" is its frame numbers, one line per frame (``frames`` in its props, default 90, at
-30 fps), so a join that loses, repeats or reorders a frame is seen in the output.
+"""A FakeRenderer that also renders in chunks (and, if asked, gives render cache keys),
+for split and cached runs without Remotion. A chunk's "video" is its frame numbers, one
+line per frame (``frames`` in the job's props, default 90, at 30 fps), so a join that
+loses, repeats or reorders a frame is seen in the output.
 
 Only the render is replaced, as with :class:`spoolrender.testing.FakeRenderer`: the plan,
-the chunk entries, the ledger, the wake-up of the waiting job and the join's publish are
-the runner's own code.
+the chunk entries, the ledger, the wake-up of the waiting job, the join's publish and
+the render cache's lookup, verification and store are the runner's own code.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from spoolrender.renderers.base import (
     RenderRequest,
     RenderResult,
 )
+from spoolrender.renderers.cache_keys import digest_of
 from spoolrender.testing import FakeRenderer
 
 FRAMES_FILE = "frames.txt"  # in a chunk's directory
@@ -36,12 +38,26 @@ class FrameFake(FakeRenderer):
 
     name = "frame-fake"
 
-    def __init__(self) -> None:
+    def __init__(self, *, cached: bool = False) -> None:
         super().__init__()
+        self._cached = cached  # give jobs a render cache key (what their render depends on)
         self._lock = threading.Lock()
         self.chunks: list[ChunkPart] = []  # every chunk rendered, in order
         self.joins: list[tuple[ChunkPart, ...]] = []
         self.failing: dict[int, str] = {}  # chunk index: the message of its permanent failure
+
+    def cache_key(self, request: RenderRequest) -> str | None:
+        if not self._cached:
+            return None
+        return digest_of(
+            {
+                "renderer": self.name,
+                "composition": request.spec.composition,
+                "props": request.props,
+                "settings": request.settings,
+                "suffix": request.spec.output.suffix,
+            }
+        )
 
     def split_refusal(self, request: RenderRequest) -> str | None:
         return None
