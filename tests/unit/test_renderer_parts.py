@@ -5,6 +5,8 @@ the file's own header."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from spoolrender.renderers.output_check import check_still
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.renderers.remotion import RemotionRenderer
 from spoolrender.renderers.remotion_chunks import frames_per_chunk, layout_problem, split_refusal
+from spoolrender.renderers.worker_tmp import OWNER_FILE, WORKER_TMP_PREFIX, WorkerTmp, remove_stale_worker_tmpdirs
 from spoolrender.testing import make_request, make_spool
 
 NO_FFPROBE = "/nonexistent/ffprobe"  # a check that reached ffprobe would fail on it
@@ -32,7 +35,9 @@ def test_slots_set_in_the_config_share_the_cores(tmp_path: Path) -> None:
         Capacity(0, 1, 2, 1024, "none")
 
 
-def test_the_registry_makes_the_renderer_a_job_names(tmp_path: Path) -> None:
+def test_the_registry_makes_the_renderer_a_job_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The factory clears dead workers' TMPDIRs first: in this test's own temp dir, not the host's.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     config = make_spool(tmp_path / "spool", {"slots": 1})
     make = renderer_factory(config, plan_capacity(config))
     assert isinstance(make("command"), CommandRenderer)
@@ -40,6 +45,22 @@ def test_the_registry_makes_the_renderer_a_job_names(tmp_path: Path) -> None:
     assert isinstance(remotion, RemotionRenderer) and remotion.workers_started == 0  # started per job, lazily
     with pytest.raises(ValueError, match="unknown renderer 'blender'"):
         make("blender")
+
+
+def test_a_dead_runners_worker_tmpdir_is_removed_and_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    live = WorkerTmp()  # flocked by this process, as a runner holds its worker's
+    dead = tmp_path / f"{WORKER_TMP_PREFIX}{os.getpid()}-dead"
+    (dead / "puppeteer_dev_chrome_profile-x").mkdir(parents=True)
+    (dead / OWNER_FILE).touch()  # its owner's lock went with its process
+    unnamed = tmp_path / f"{WORKER_TMP_PREFIX}4194305-old"  # older, lockless: judged by its pid
+    unnamed.mkdir()
+    remove_stale_worker_tmpdirs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.path.name]
+    live.remove()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
