@@ -2,8 +2,8 @@
 
 tests/unit/conftest.py applies both to every unit test (an autouse fixture); the unit
 tier's own tests (tests/unit/test_tier_guard.py) check that each guard fails when it
-should. A test that needs a process or a runner thread belongs to tests/integration or
-further up (issue 27: tests by level).
+should. A test that needs a process or a runner thread belongs outside tests/unit (issue
+27's levels: integration, a Runner over a temp spool, and up).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ProcessGuard:
         what = " ".join(map(str, first)) if isinstance(first, list | tuple) else str(first)
         self.attempts.append(what)
         raise UnitTierViolation(
-            f"a unit test started a process ({what}): put it in tests/integration, or test the code without the process"
+            f"a unit test started a process ({what}): test the code without it, or move the test out of tests/unit"
         )
 
 
@@ -87,5 +87,5 @@ def no_lingering_threads(grace: float = THREAD_GRACE_S) -> Iterator[None]:
     if left:
         raise UnitTierViolation(
             f"a unit test left threads running: {', '.join(left)} (stop them in the test, "
-            "or put it in tests/integration)"
+            "or move the test out of tests/unit)"
         )

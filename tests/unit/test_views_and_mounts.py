@@ -60,7 +60,10 @@ def test_a_frame_of_the_live_display_says_each_slot_and_the_last_failure() -> No
 def test_job_wait_is_woken_by_a_move_into_done(tmp_path: Path) -> None:
     slot = Slot(tmp_path / "spool")
     slot.drop("intro.yaml", {"composition": "Intro"})
-    with OutcomeEvents(slot.config) as changed:  # watchdog's thread, stopped and joined on leaving
+    events = OutcomeEvents(slot.config)
+    with events as changed:  # watchdog's thread, stopped and joined on leaving
+        if events._observer is None:  # no inotify instance left on a busy host: it polls instead
+            pytest.skip("no inotify instance free: OutcomeEvents falls back to polling")
         assert not changed.is_set()
         assert slot.run_next().state == "done"
         assert changed.wait(timeout=30)
