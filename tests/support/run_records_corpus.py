@@ -1,8 +1,9 @@
 """Run records of every error shape spoolrender writes, made by the real code (no subprocess).
 
 One spool in a temporary directory, one slot, spoolrender.testing's FakeRenderer: jobs that
-fail for good, run out of attempts, time out, are refused (unparsable, too big, output
-taken), are cancelled by ``spoolrender cancel`` (control.py), are retried and then done;
+fail for good (with a kind of spoolrender's and with a renderer's own), run out of attempts,
+time out, are refused (unparsable, too big, output taken, chunks asked of a renderer that
+cannot split), are cancelled by ``spoolrender cancel`` (control.py), are retried and then done;
 the recoverer's records of a dead owner (runner-died with attempts left and without, a
 spool I/O stop, an abandoned claim); and a decided publish that cannot be carried out (the
 follow-up record of transitions.carry_out). Every ``run-NNNN.json``, ``failure.json`` and
@@ -11,7 +12,9 @@ host, temporary paths) replaced by fixed values, so that two versions of the cod
 compared record by record (tests/test_run_error.py does, against
 tests/data/run_records.json, which this module wrote with the code before RunError).
 
-Regenerate: ``.venv/bin/python -m tests.support.run_records_corpus tests/data/run_records.json``
+Regenerate, from the repository root (only when a change of the records is meant)::
+
+    PYTHONPATH=tests .venv/bin/python -m support.run_records_corpus tests/data/run_records.json
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import json
 import logging
 import random
 import re
-import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ import yaml
 
 from spoolrender import Spool, defaults
 from spoolrender.clock import SystemClock
-from spoolrender.heartbeat import Heartbeat
+from spoolrender.heartbeat import HOSTNAME, Heartbeat
 from spoolrender.layout import SpoolLayout
 from spoolrender.records import PUBLISHING, RUN_FILE, RunRecord, decide
 from spoolrender.recovery import Recoverer
@@ -60,7 +63,7 @@ def _job(job_id: str, **extra: Any) -> dict[str, Any]:
 def _normalized(value: Any, replace: dict[str, str]) -> Any:
     """``value`` with what differs per run fixed (see the module docstring)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for key, item in value.items():
             if key in _TIMES and isinstance(item, int | float) and not isinstance(item, bool):
                 out[key] = 0.0
@@ -103,11 +106,14 @@ def _runner_jobs(config_dir: Path) -> None:
     fake.script("none-left", Fail("worker-died", transient=True, message="the worker died"))
     fake.script("retried", Fail("browser-crashed", message="the browser crashed"), Succeed(size=256))
     fake.script("timed-out", Hang())
+    fake.script("own-kind", Fail("render-farm-quota", transient=False, message="over quota"))  # passed through
     spool = Spool(config.spool)
     spool.submit(_job("permanent"), props_check=False)
     spool.submit(_job("none-left", max_attempts=1), props_check=False)
     spool.submit(_job("retried", max_attempts=2), props_check=False)
     spool.submit(_job("timed-out", timeout=0.2, max_attempts=1), props_check=False)
+    spool.submit(_job("own-kind"), props_check=False)
+    spool.submit(_job("unsplittable", chunks=2), props_check=False)  # the fake renders whole only
     config.output_root.mkdir(parents=True, exist_ok=True)
     (config.output_root / "taken.mp4").write_bytes(b"someone else's")
     incoming = config.spool / "incoming"
@@ -127,7 +133,7 @@ def _recovered(spool_dir: Path) -> None:
     one_attempt = yaml.safe_dump(_job("x", max_attempts=1)).encode()
     owner = Heartbeat(host="deadhost", pid=99, token="t", run=1, counter=3)
     full = Heartbeat(host="deadhost", pid=99, token="t", run=1, counter=3, spool_io="No space left on device")
-    cases = {
+    cases: dict[str, tuple[bytes | None, Callable[[Path], RunRecord]]] = {
         "runner-died-retry": (None, lambda d: recoverer._dead_run_record(d, 1, "t", "its heartbeat stopped", owner)),
         "runner-died-failed": (
             one_attempt,
@@ -154,19 +160,19 @@ def _recovered(spool_dir: Path) -> None:
     carry_out(layout, config.output_root, job_dir, "unpublishable", "u1", record)
 
 
-def corpus() -> dict[str, Any]:
-    """The normalized records of every case (the module docstring)."""
+def corpus(tmp: Path) -> dict[str, Any]:
+    """The normalized records of every case (the module docstring), made under ``tmp``."""
     logging.getLogger("spoolrender").setLevel(logging.CRITICAL)  # the cases' failures are expected
     found: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="run-records-") as tmp:
-        base = Path(tmp)
-        replace = {tmp: "<tmp>", socket.gethostname(): "<host>"}
-        _runner_jobs(base / "runs")
-        found.update({f"runs/{k}": v for k, v in _records(base / "runs", replace).items()})
-        _recovered(base / "recovered")
-        found.update({f"recovered/{k}": v for k, v in _records(base / "recovered", replace).items()})
+    replace = {str(tmp): "<tmp>", HOSTNAME: "<host>"}
+    _runner_jobs(tmp / "runs")
+    found.update({f"runs/{k}": v for k, v in _records(tmp / "runs", replace).items()})
+    _recovered(tmp / "recovered")
+    found.update({f"recovered/{k}": v for k, v in _records(tmp / "recovered", replace).items()})
     return found
 
 
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(json.dumps(corpus(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="run-records-") as made:
+        records = corpus(Path(made))
+    Path(sys.argv[1]).write_text(json.dumps(records, indent=2, sort_keys=True) + "\n", encoding="utf-8")
