@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from spoolrender.config_yaml import describe_unknown, load_config_text, typed_ke
 from spoolrender.errors import ConfigError
 from spoolrender.hook_config import HookSpec, parse_hooks
 from spoolrender.queues import ALL_QUEUES
+from spoolrender.retry_policy import RetryPolicy
 from spoolrender.settings import SETTINGS, SETTINGS_BY_NAME, settings_reference_markdown
 
 __all__ = [
@@ -160,6 +161,12 @@ class SpoolConfig:
         except KeyError:
             known = ", ".join(sorted(self.projects)) or "none"
             raise ConfigError(f"unknown project {name!r} (projects in spoolrender.yaml: {known})") from None
+
+    @property
+    def job_retry(self) -> RetryPolicy:
+        """How long a job's failed attempt waits (backoff_base_seconds, backoff_cap_seconds;
+        the job's own max_attempts: ``job_retry.with_attempts(spec.max_attempts)``)."""
+        return replace(defaults.JOB_RETRY, base_seconds=self.backoff_base_seconds, cap_seconds=self.backoff_cap_seconds)
 
     @property
     def job_attempts_limit(self) -> int:

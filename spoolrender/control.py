@@ -33,6 +33,7 @@ from spoolrender.layout import (
 )
 from spoolrender.lookup import Located, find_job, job_dir_of
 from spoolrender.records import FAILED, RESET, RunRecord, decide, next_run_number, read_runs, recorded_priority
+from spoolrender.run_error import RunError
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.vocabulary import FailureKind, JobState
 
@@ -484,7 +485,7 @@ def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
         record = RunRecord(
             run=claimed.run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=claimed.token,
             ended=clock.wall(), started=claimed.started, attempt=None,
-            error={"kind": FailureKind.CANCELLED, "message": message, "transient": False},
+            error=RunError(FailureKind.CANCELLED, message, False).to_record(),
             details={"priority": job_priority(config, claimed.job_dir)},  # kept by a later retry
         )  # fmt: skip
         if not decide(claimed.job_dir, record):

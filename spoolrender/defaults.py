@@ -7,6 +7,7 @@ that every host sharing a spool must agree on.
 
 from __future__ import annotations
 
+from spoolrender.retry_policy import RetryPolicy
 from spoolrender.vocabulary import FailureKind, JobState
 
 # --- spool layout (protocol: every host must agree) ---------------------------------
@@ -94,12 +95,14 @@ PROBE_LEFTOVER_AGE_S = 3600.0
 # is tried again after this delay, doubling per failure up to the maximum.
 BLOCKED_RETRY_MIN_S = 1.0
 BLOCKED_RETRY_MAX_S = 300.0
+BLOCKED_CLAIM_RETRY = RetryPolicy(BLOCKED_RETRY_MIN_S, BLOCKED_RETRY_MAX_S)
 # A write to the spool that fails for the filesystem's own reason (full, over quota,
 # read-only, I/O error, stale handle: spoolrender.spool_io) is tried again after this delay,
 # doubling per failure up to the maximum; claiming pauses meanwhile, and the log says so
 # once, then reminds at most once per delay. A freed disk is noticed within the maximum.
 SPOOL_IO_RETRY_MIN_S = 1.0
 SPOOL_IO_RETRY_MAX_S = 30.0
+SPOOL_IO_RETRY = RetryPolicy(SPOOL_IO_RETRY_MIN_S, SPOOL_IO_RETRY_MAX_S)
 # A render that fails while its spool or output filesystem has less room than this (for
 # an unprivileged writer) failed for the disk's sake: requeued without using an attempt.
 FULL_DISK_BYTES = 1024 * 1024
@@ -120,8 +123,12 @@ RUNNER_EXPIRY_S = 24 * 3600.0
 RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
+# A job's failed attempt waits before its next one: doubling from the base, capped, with
+# equal jitter (retry_policy.py); the spool's backoff_*_seconds settings replace both, and
+# the job's max_attempts says how many it gets (SpoolConfig.job_retry).
 BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 3600.0
+JOB_RETRY = RetryPolicy(BACKOFF_BASE_S, BACKOFF_CAP_S, jitter=True)
 GRACE_S = 30.0  # SIGTERM: running jobs get this long before they are cancelled
 KILL_GRACE_S = 5.0  # SIGTERM to a render's process group, then SIGKILL after this
 # `status` with no runner online reads this many waiting files for their queue: and requires:
@@ -182,6 +189,8 @@ HOOK_ATTEMPTS = 10  # deliveries tried before giving up (logged, kept in the job
 HOOK_ATTEMPTS_MAX = 100
 HOOK_BACKOFF_BASE_S = 10.0  # the wait after a failed delivery doubles from here...
 HOOK_BACKOFF_CAP_S = 900.0  # ...up to here (with jitter): 10 attempts span about an hour
+# A hook's attempts and backoff_seconds replace the base and the attempts (HookSpec.retry).
+HOOK_RETRY = RetryPolicy(HOOK_BACKOFF_BASE_S, HOOK_BACKOFF_CAP_S, jitter=True, max_attempts=HOOK_ATTEMPTS)
 HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept in its log
 # Deliveries of one hook in flight at once, each in a thread of its own: a slow receiver
 # holds at most this many threads and never delays another hook.

@@ -56,6 +56,7 @@ from spoolrender.records import (
 from spoolrender.render_cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
 from spoolrender.rerun import rerun_refusal
+from spoolrender.run_error import RunError
 from spoolrender.spool_io import (
     SpoolIOCondition,
     attempt_counted,
@@ -65,7 +66,7 @@ from spoolrender.spool_io import (
     room_by_device,
     strerror,
 )
-from spoolrender.transitions import backoff_delay, carry_out, log_transition
+from spoolrender.transitions import carry_out, log_transition
 from spoolrender.vocabulary import CancelReason, FailureKind, JobState
 from spoolrender.watch import is_network_filesystem
 
@@ -179,17 +180,17 @@ class JobExecutor(SplitJobRuns):
         cancel_request = _cancel_request(job_dir)
         if cancel_request is not None:  # asked while the job waited, or before a recovery
             return self._finish(
-                claim, base, FAILED, attempt=None, error=_error(FailureKind.CANCELLED, cancel_request, False)
+                claim, base, FAILED, attempt=None, error=RunError(FailureKind.CANCELLED, cancel_request, False)
             )
         if claim.refusal is not None:  # the claimed file is no job file (a FIFO, too big...)
-            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, claim.refusal, False))
+            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, claim.refusal, False))
         try:
             # The private copy (owncopy.py): runner-owned and read-only, so these bytes are
             # the ones every later step reads too ({job_file}, chunks, hooks, show).
             data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
         except JobInvalid as exc:
             return self._finish(
-                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+                claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
             )
         claim.job_file = seal.JobFileState.of(data)
         sealed = seal.sealed_hash(runs)
@@ -199,13 +200,15 @@ class JobExecutor(SplitJobRuns):
                 claim,
                 base,
                 FAILED,
-                error=_error(seal.JOB_CHANGED, seal.refused_change(sealed, f"is now {claim.job_file.short()}"), False),
+                error=RunError(
+                    seal.JOB_CHANGED, seal.refused_change(sealed, f"is now {claim.job_file.short()}"), False
+                ),
             )
         try:
             spec = parse_job(data, claim.source_name, self._config)
         except JobInvalid as exc:
             return self._finish(
-                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+                claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
             )
         # Read once: a chunk entry is made with its chunk.json, which never changes after
         # (spoolrender.chunks.moves); a job's own entry never has one.
@@ -218,7 +221,7 @@ class JobExecutor(SplitJobRuns):
                 f"the job file says id {spec.id!r}, but it was claimed as job {claim.job_id!r} "
                 "(replaced after it was queued); submit it again"
             )
-            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, message, False))
+            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, message, False))
         # The claim holds the same dict: a spool error before the run is decided keeps them.
         base["details"] = claim.details = {
             "priority": spec.priority,
@@ -228,7 +231,7 @@ class JobExecutor(SplitJobRuns):
         }
         queue, conflict = job_queue(job_dir, spec.queue)
         if conflict is not None:
-            return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, conflict, False))
+            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, conflict, False))
         base["details"]["queue"] = queue
         if spec.requires:
             base["details"]["requires"] = list(spec.requires)
@@ -237,7 +240,7 @@ class JobExecutor(SplitJobRuns):
                 claim,
                 base,
                 FAILED,
-                error=_error(
+                error=RunError(
                     FailureKind.ATTEMPTS_EXHAUSTED,
                     f"no attempts left ({attempt - 1} of {spec.max_attempts} used)",
                     False,
@@ -254,10 +257,10 @@ class JobExecutor(SplitJobRuns):
                 raise refused
         except JobInvalid as exc:
             return self._finish(
-                claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
+                claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
             )
         except PublishError as exc:
-            return self._failure(claim, base, spec, attempt, _error(exc.kind or "output", str(exc), exc.transient))
+            return self._failure(claim, base, spec, attempt, RunError(exc.kind or "output", str(exc), exc.transient))
         split = self._split_or_join(claim, base, spec, attempt)
         if split is not None:
             return split
@@ -345,15 +348,16 @@ class JobExecutor(SplitJobRuns):
         if isinstance(exc, RenderCancelled):
             reason = claim.cancel.reason or "cancelled"
             if reason == CancelReason.TIMEOUT:
-                return self._failure(
-                    claim, base, spec, attempt, _error(FailureKind.TIMEOUT, f"timed out after {spec.timeout:g} s", True)
-                )
+                timed_out = RunError(FailureKind.TIMEOUT, f"timed out after {spec.timeout:g} s", True)
+                return self._failure(claim, base, spec, attempt, timed_out)
             if reason == CancelReason.SHUTDOWN:
                 return self._finish(claim, base, REQUEUE, due=self._clock.wall(), attempt=None)
             if reason == CancelReason.LOST:
                 return self._lost(claim)
             message = _cancel_request(claim.job_dir) or f"cancelled ({reason})"
-            return self._finish(claim, base, FAILED, attempt=None, error=_error(FailureKind.CANCELLED, message, False))
+            return self._finish(
+                claim, base, FAILED, attempt=None, error=RunError(FailureKind.CANCELLED, message, False)
+            )
         if isinstance(exc, RenderError):
             full = filesystem_trouble(self._config.output_root, claim.job_dir)
             if full is not None and not self._filled_by_run(claim, full):
@@ -361,12 +365,12 @@ class JobExecutor(SplitJobRuns):
                 where = f"{full.filename} after the render failed: {exc}"
                 return self._spool_io_requeue(claim, base, full, where, spec)
             message = exc.message if full is None else f"{exc.message} ({_filled_it(full)})"
-            return self._failure(claim, base, spec, attempt, _error(exc.kind, message, exc.transient))
+            return self._failure(claim, base, spec, attempt, RunError(exc.kind, message, exc.transient))
         assert isinstance(exc, OSError)
         if is_spool_io(exc) and not self._filled_by_run(claim, exc):
             return self._spool_io_requeue(claim, base, exc, spec=spec)  # the filesystem's, not the job's
         message = f"{exc.strerror or exc}" + (f" ({_filled_it(exc)})" if is_spool_io(exc) else "")
-        return self._failure(claim, base, spec, attempt, _error(FailureKind.IO, message, True))
+        return self._failure(claim, base, spec, attempt, RunError(FailureKind.IO, message, True))
 
     def _filled_by_run(self, claim: Claim, trouble: OSError) -> bool:
         """Did this run's own files (scratch output, log) fill the disk ``trouble`` is about?"""
@@ -389,16 +393,16 @@ class JobExecutor(SplitJobRuns):
             runs = []  # unreadable now: the bound is checked at its next stop
         requeues = spool_io_requeues(runs)
         if requeues < defaults.SPOOL_IO_FREE_REQUEUES:
-            error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
+            error = RunError(SPOOL_IO, f"{strerror(exc)} ({where}); requeued without using an attempt", True)
             return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=self._clock.wall())
         # Free requeues are bounded, so that no job can loop for ever without using an attempt.
         attempt = attempts_used(runs) + 1
         base = {**base, "attempt": attempt}
-        error = _error(SPOOL_IO, f"{strerror(exc)} ({where}); {attempt_counted(requeues)}", True)
+        error = RunError(SPOOL_IO, f"{strerror(exc)} ({where}); {attempt_counted(requeues)}", True)
         if spec is not None:
             return self._failure(claim, base, spec, attempt, error, against_host=False)
         # The job's limits are unknown here: its next run fails it if this was its last attempt.
-        delay = backoff_delay(attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng)
+        delay = self._config.job_retry.delay(attempt, self._rng)
         return self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
 
     def _spool_write(self, claim: Claim, what: str, op: Callable[[], T]) -> T:
@@ -447,33 +451,33 @@ class JobExecutor(SplitJobRuns):
         base: dict[str, Any],
         spec: JobSpec,
         attempt: int,
-        error: dict[str, Any],
+        error: RunError,
         *,
         against_host: bool = True,
     ) -> RunEnd:
         """A failed attempt: retried while it is transient and attempts are left.
         ``against_host``: a transient failure counts against this host (hosts.py), but for
         a full or failing spool, which is every host's."""
-        if error["transient"] and attempt < spec.max_attempts:
-            delay = backoff_delay(
-                attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
-            )
+        delay = None
+        if error.transient:
+            delay = self._config.job_retry.with_attempts(spec.max_attempts).retry_in(attempt, self._rng)
+        if delay is not None:
             end = self._finish(claim, base, RETRY, error=error, due=self._clock.wall() + delay)
-        elif error["transient"]:
-            last = {**error, "message": f"{error['message']} (attempt {attempt} of {spec.max_attempts}, none left)"}
+        elif error.transient:
+            last = error.with_message(f"{error.message} (attempt {attempt} of {spec.max_attempts}, none left)")
             end = self._finish(claim, base, FAILED, error=last)
         else:
             return self._finish(claim, base, FAILED, error=error)
         # Only a failure this run decided counts against the host: not one of a run taken
         # over meanwhile (a host frozen past the lease that times out on waking), nor a
         # discarded one (an upload that went on, see _upload_went_on).
-        counted = end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]) and end.error_kind == error["kind"]
+        counted = end.outcome in (_METRIC_OF[RETRY], _METRIC_OF[FAILED]) and end.error_kind == error.kind
         if against_host and counted:
             try:
                 # A split job's chunks count as that one job against the host.
                 now = None if self._spool_clock is None else self._spool_clock.now()
                 job = parent_id(claim.job_id)
-                record_failure(self._layout, self._config, HOSTNAME, job, error["kind"], now or self._clock.wall())
+                record_failure(self._layout, self._config, HOSTNAME, job, error.kind, now or self._clock.wall())
             except (OSError, Timeout) as exc:  # host health must never stop a job's own record
                 log.warning("could not record the failure against host %s: %s", HOSTNAME, exc)
         return end
@@ -488,7 +492,7 @@ class JobExecutor(SplitJobRuns):
         # the file again (recovery re-queues a directory left without a copy meanwhile).
         drop_copy(claim.job_dir)
         crash_point("discard-before-decide")
-        error = _error(seal.UPLOAD_IN_PROGRESS, f"the submitted job file {problem}", True)
+        error = RunError(seal.UPLOAD_IN_PROGRESS, f"the submitted job file {problem}", True)
         due = self._clock.wall() + self._config.settle_seconds
         return self._finish(claim, base, REQUEUE, attempt=None, error=error, due=due)
 
@@ -518,12 +522,15 @@ class JobExecutor(SplitJobRuns):
         )
         return None
 
-    def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> RunEnd:
+    def _finish(
+        self, claim: Claim, base: dict[str, Any], outcome: str, *, error: RunError | None = None, **fields: Any
+    ) -> RunEnd:
         if outcome != REQUEUE:
             problem = self._upload_went_on(claim, base)
             if problem is not None:
                 return self._discard(claim, base, problem)
-        record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), **fields})
+        recorded = None if error is None else error.to_record()
+        record = RunRecord(**{**base, "outcome": outcome, "ended": self._clock.wall(), "error": recorded, **fields})
         offset = None if self._spool_clock is None else self._spool_clock.offset()
         if offset is not None:
             # Both clocks: ``started``/``ended``/``due`` are this host's; minus this, the spool's.
@@ -546,8 +553,8 @@ class JobExecutor(SplitJobRuns):
             outcome=_METRIC_OF[outcome],
             attempts=None if record.attempt is None else record.attempt,
             duration=None if record.started is None else record.ended - record.started,
-            error_kind=None if record.error is None else record.error.get("kind"),
-            error_message=None if record.error is None else record.error.get("message"),
+            error_kind=None if error is None else error.kind,
+            error_message=None if error is None else error.message,
             warnings=tuple(str(w) for w in record.details.get(WARNINGS_KEY) or ()),
         )
         try:
@@ -570,12 +577,11 @@ class JobExecutor(SplitJobRuns):
             # still be there to publish: keep the scratch.
             claim.keep_scratch = outcome == PUBLISHING
             raise
-        err = record.error or {}
         log_transition(
             log, claim.job_id, JobState.RUNNING, target.parent.name,
             run=claim.run, attempt=record.attempt,
             duration=None if end.duration is None else round(end.duration, 3),
-            kind=err.get("kind"), reason=err.get("message"),
+            kind=None if error is None else error.kind, reason=None if error is None else error.message,
         )  # fmt: skip
         return replace(end, state=target.parent.name)
 
@@ -613,11 +619,6 @@ def _filled_it(trouble: OSError) -> str:
     """Why a run that filled its disk itself (spool_io.filled_by_run) used an attempt."""
     where = f"the filesystem of {trouble.filename}" if trouble.filename else "their filesystem"
     return f"this run's own files filled {where}"
-
-
-def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:
-    # The first line is what `status` and failure.json show; keep it short and useful.
-    return {"kind": kind, "message": message, "transient": transient}
 
 
 def _cancel_request(job_dir: Path) -> str | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from spoolrender import defaults
 from spoolrender.config_yaml import describe_unknown, typed_key
 from spoolrender.errors import ConfigError
+from spoolrender.retry_policy import RetryPolicy
 from spoolrender.secret_file import read_secret_line
 
 HOOK_EVENTS = ("done", "retry", "failed")
@@ -71,6 +72,11 @@ class HookSpec:
             raise ConfigError(f"{where}.attempts: expected 1 to {defaults.HOOK_ATTEMPTS_MAX}")
         if not (0 < self.backoff_seconds <= defaults.HOOK_BACKOFF_CAP_S):
             raise ConfigError(f"{where}.backoff_seconds: expected 0 < seconds <= {defaults.HOOK_BACKOFF_CAP_S:g}")
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """Whether and when a failed delivery is tried again (its attempts and backoff_seconds)."""
+        return replace(defaults.HOOK_RETRY, base_seconds=self.backoff_seconds, max_attempts=self.attempts)
 
 
 def _number(where: str, value: Any) -> float:

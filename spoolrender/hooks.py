@@ -51,7 +51,6 @@ from spoolrender.hook_plan import (
 from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.owncopy import prepare_private_file
-from spoolrender.transitions import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -333,17 +332,18 @@ class HookDispatcher:
         hook_state.update(attempts=attempts, last=result.detail)
         line += f"attempt {attempts}: "
         due = None
+        wait = None if result.ok else spec.retry.retry_in(attempts, self._rng)
         if result.ok:
             hook_state["delivered_at"] = time.time()
             line += f"delivered ({result.detail})"
             log.info("hooks: job %s: %s hook %r delivered (%s)", meta["job_id"], meta["event"], name, result.detail)
-        elif attempts >= spec.attempts:
+        elif wait is None:  # its attempts used up
             hook_state["gave_up_at"] = time.time()
             line += f"failed ({result.detail}); giving up after {attempts} attempt(s)"
             log.error("hooks: job %s: %s hook %r failed %d time(s), giving up: %s", meta["job_id"], meta["event"],
                       name, attempts, result.detail)  # fmt: skip
         else:
-            due = time.time() + backoff_delay(attempts, spec.backoff_seconds, defaults.HOOK_BACKOFF_CAP_S, self._rng)
+            due = time.time() + wait
             hook_state["next_at"] = due
             line += f"failed ({result.detail}); next try in {due - time.time():.1f} s"
             log.warning("hooks: job %s: %s hook %r failed (attempt %d of %d): %s", meta["job_id"], meta["event"],

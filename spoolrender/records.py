@@ -60,7 +60,7 @@ class RunRecord:
     ended: float
     started: float | None = None
     attempt: int | None = None
-    error: dict[str, Any] | None = None  # {"kind", "message", "transient", "detail"?}
+    error: dict[str, Any] | None = None  # RunError.to_record() (spoolrender.run_error); as read back
     due: float | None = None  # RETRY/REQUEUE: not before this wall time
     publish: dict[str, Any] | None = None  # PUBLISHING: {"temp", "output", "bytes", "inode", "mtime_ns"}
     details: dict[str, Any] = field(default_factory=dict)

@@ -78,9 +78,10 @@ from spoolrender.records import (
     read_runs,
     spool_io_requeues,
 )
+from spoolrender.run_error import RunError
 from spoolrender.spool_io import SpoolIOCondition, attempt_counted, is_spool_io
 from spoolrender.spooldir import DirHandle, SpoolPathRefused, entry_dir
-from spoolrender.transitions import backoff_delay, carry_out
+from spoolrender.transitions import carry_out
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ class Recoverer:
         run = next_run_number(parked)
         record = RunRecord(
             run=run, outcome=FAILED, host=HOSTNAME, pid=os.getpid(), token=m.group("token"), ended=self._clock.wall(),
-            error={"kind": CLAIM_ABANDONED, "message": message, "transient": False},
+            error=RunError(CLAIM_ABANDONED, message, False).to_record(),
         )  # fmt: skip
         if not decide(parked, record):
             decided = read_run(parked, run)
@@ -304,7 +305,7 @@ class Recoverer:
         _, priority = self._job_limits(job_dir)
         return RunRecord(
             run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=now, due=now,
-            error={"kind": CLAIM_ABANDONED, "message": message, "transient": True},
+            error=RunError(CLAIM_ABANDONED, message, True).to_record(),
             details={"priority": priority},
         )  # fmt: skip
 
@@ -340,23 +341,19 @@ class Recoverer:
                 return RunRecord(
                     run=run, outcome=REQUEUE, host=HOSTNAME, pid=os.getpid(), token=token, ended=self._clock.wall(),
                     due=self._clock.wall(),
-                    error={"kind": SPOOL_IO, "transient": True,
-                           "message": f"{stopped}; requeued without using an attempt"},
+                    error=RunError(SPOOL_IO, f"{stopped}; requeued without using an attempt", True).to_record(),
                     details={"priority": priority, "ran_on": owner_host},
                 )  # fmt: skip
             kind, why = SPOOL_IO, f"{stopped}; {attempt_counted(requeues)}"
         attempt = attempts_used(runs) + 1
         max_attempts, priority = self._job_limits(job_dir)
         now = self._clock.wall()
-        error = {"kind": kind, "message": why, "transient": True}
-        due = None
-        outcome = RETRY if attempt < max_attempts else FAILED
-        if outcome == RETRY:
-            due = now + backoff_delay(
-                attempt, self._config.backoff_base_seconds, self._config.backoff_cap_seconds, self._rng
-            )
-        else:
-            error["message"] = f"{why}; no attempts left ({attempt} of {max_attempts})"
+        error = RunError(kind, why, True)
+        delay = self._config.job_retry.with_attempts(max_attempts).retry_in(attempt, self._rng)
+        outcome = FAILED if delay is None else RETRY
+        due = None if delay is None else now + delay
+        if delay is None:
+            error = error.with_message(f"{why}; no attempts left ({attempt} of {max_attempts})")
         return RunRecord(
             run=run,
             outcome=outcome,
@@ -365,7 +362,7 @@ class Recoverer:
             token=token,
             ended=now,
             attempt=attempt,
-            error=error,
+            error=error.to_record(),
             due=due,
             details={"priority": priority, "ran_on": owner_host, **self._clock_offset()},
         )

@@ -196,7 +196,7 @@ class SpoolScanner:
         with self._lock:
             old = self._blocked.get(name)
             failures = 1 if old is None else old.failures + 1
-            delay = min(defaults.BLOCKED_RETRY_MAX_S, defaults.BLOCKED_RETRY_MIN_S * 2 ** (failures - 1))
+            delay = defaults.BLOCKED_CLAIM_RETRY.delay(failures)
             self._blocked[name] = Blocked(reason, failures, self._clock.monotonic() + delay)
             if self._cached is not None:
                 self._cached.pop(name, None)

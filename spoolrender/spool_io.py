@@ -177,8 +177,8 @@ def attempt_counted(requeues: int) -> str:
 
 
 def next_delay(failures: int) -> float:
-    """The wait after the ``failures``-th failure in a row: doubling, capped."""
-    return float(min(defaults.SPOOL_IO_RETRY_MAX_S, defaults.SPOOL_IO_RETRY_MIN_S * 2 ** max(0, failures - 1)))
+    """The wait after the ``failures``-th failure in a row: doubling, capped (defaults.SPOOL_IO_RETRY)."""
+    return defaults.SPOOL_IO_RETRY.delay(failures)
 
 
 class SpoolIOCondition:

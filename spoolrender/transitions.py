@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -48,6 +47,7 @@ from spoolrender.records import (
 )
 from spoolrender.render_cache import RESULT_FIELDS as CACHE_FIELDS
 from spoolrender.rerun import last_published, refusal_for
+from spoolrender.run_error import RunError
 from spoolrender.spool_io import is_spool_io
 from spoolrender.vocabulary import FailureKind
 
@@ -62,16 +62,6 @@ def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fi
     detail = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) and ' ' in v else v}" for k, v in shown.items())
     event = {"job": job_id, "from": src, "to": dst, "host": HOSTNAME, **shown}
     logger.info("job %s: %s -> %s %s", job_id, src, dst, detail, extra={"event": event})
-
-
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Exponential backoff with "equal jitter": half fixed, half random, capped.
-
-    The fixed half keeps retries from hammering a broken dependency; the random half
-    spreads out jobs that all failed at the same moment (a browser crash, a full disk).
-    """
-    delay = min(cap, base * (2 ** max(0, attempt - 1)))
-    return float(delay / 2 + rng.random() * delay / 2)
 
 
 def _drop_heartbeat(job_dir: Path) -> None:
@@ -284,11 +274,9 @@ def carry_out(
                 token=record.token,
                 started=record.ended,
                 ended=time.time(),
-                error={
-                    "kind": exc.kind or FailureKind.PUBLISH,
-                    "message": f"rendered, but not published: {exc}",
-                    "transient": False,
-                },
+                error=RunError(
+                    exc.kind or FailureKind.PUBLISH, f"rendered, but not published: {exc}", False
+                ).to_record(),
                 details=record.details,
             )
             if not decide(job_dir, follow):

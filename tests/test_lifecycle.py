@@ -15,8 +15,8 @@ from conftest import command_job, drop, entries, write_spool_config
 from spoolrender.clock import ManualClock
 from spoolrender.config import load_config
 from spoolrender.layout import RETRY_NAME, SpoolLayout
+from spoolrender.retry_policy import RetryPolicy
 from spoolrender.runner import Runner, RunSummary
-from spoolrender.transitions import backoff_delay
 
 
 def drain(layout: SpoolLayout, **kwargs: Any) -> RunSummary:
@@ -126,7 +126,7 @@ def test_backoff_doubles_and_caps() -> None:
     rng = random.Random(1)
     for attempt in range(1, 12):
         full = min(60.0, 1.0 * 2 ** (attempt - 1))
-        d = backoff_delay(attempt, 1.0, 60.0, rng)
+        d = RetryPolicy(1.0, 60.0, jitter=True).delay(attempt, rng)
         assert full / 2 <= d <= full
 
 

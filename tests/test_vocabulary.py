@@ -71,7 +71,7 @@ def test_every_kind_the_node_worker_emits_is_a_member() -> None:
 
 def _literal_kinds(tree: ast.AST) -> list[tuple[int, str, object]]:
     """(line, what, string) of every string literal the code writes or compares as a kind
-    or cancel reason: ``kind="..."``, ``{"kind": "..."}``, ``_error("...", ...)``,
+    or cancel reason: ``kind="..."``, ``{"kind": "..."}``, ``RunError("...", ...)``,
     ``x.get("kind") == "..."`` and ``.cancel("...")``."""
     found: list[tuple[int, str, object]] = []
     for node in ast.walk(tree):
@@ -84,7 +84,7 @@ def _literal_kinds(tree: ast.AST) -> list[tuple[int, str, object]]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and node.args:
             name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
             first = node.args[0]
-            if isinstance(first, ast.Constant) and name in ("_error", "as_render_error"):
+            if isinstance(first, ast.Constant) and name in ("RunError", "as_render_error"):
                 found.append((node.lineno, "kind", first.value))
             if isinstance(first, ast.Constant) and name == "cancel":
                 found.append((node.lineno, "cancel", first.value))
@@ -118,7 +118,7 @@ def test_the_scan_finds_literals() -> None:
     sample = """
 RenderError("m", transient=True, kind="nope")
 e = {"kind": "nope"}
-_error("nope", "m", False)
+RunError("nope", "m", False)
 token.cancel("nope")
 if event.get("kind") == "nope": pass
 """

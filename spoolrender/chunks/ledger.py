@@ -25,8 +25,8 @@ from spoolrender.durable import create_exclusive
 from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.records import FAILED, PUBLISHING, read_runs
 from spoolrender.renderers.base import ChunkPart
+from spoolrender.run_error import UNREADABLE_CHUNK_ERROR
 from spoolrender.seal import SEAL_KEY
-from spoolrender.vocabulary import FailureKind
 
 PLAN_FILENAME = "plan.json"
 FINISHED_DIR = "finished"
@@ -107,7 +107,7 @@ def read_finished(layout: SpoolLayout, output_root: Path, key: str, part: ChunkP
         return None  # pragma: no cover - only decided chunks are renamed here
     last = decided[-1]
     if last.outcome == FAILED:
-        return Finished(part, entry, None, last.error or {"kind": FailureKind.ERROR, "message": "failed"})
+        return Finished(part, entry, None, last.error or UNREADABLE_CHUNK_ERROR.to_record())
     files = store_dir(output_root, key) / chunk_store_name(part.index, last.token)
     sealed = last.details.get(SEAL_KEY) if isinstance(last.details, dict) else None
     return Finished(part, entry, files, job_sha256=sealed if isinstance(sealed, str) else None)

@@ -35,6 +35,7 @@ from spoolrender.owncopy import prepare_private_file
 from spoolrender.publish import fsync_file, prepare_scratch, remove_tree, scratch_dir
 from spoolrender.records import FAILED, PUBLISHING, SPLIT, log_path
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
+from spoolrender.run_error import RunError
 from spoolrender.seal import JOB_CHANGED, SEAL_KEY, refused_change
 from spoolrender.vocabulary import CancelReason, FailureKind
 
@@ -56,10 +57,6 @@ log = logging.getLogger(__name__)
 CHUNK_OUTCOME_PREFIX = "chunk-"  # RunEnd.outcome of a chunk's run: chunk-done, chunk-retry, ...
 
 
-def _error(kind: str, message: str, transient: bool) -> dict[str, Any]:
-    return {"kind": kind, "message": message, "transient": transient}
-
-
 class SplitJobRuns:
     """Mixed into :class:`spoolrender.executor.JobExecutor`, whose methods it uses."""
 
@@ -73,7 +70,9 @@ class SplitJobRuns:
     if TYPE_CHECKING:
 
         def _renderer(self, name: str) -> Renderer: ...
-        def _finish(self, claim: Claim, base: dict[str, Any], outcome: str, **fields: Any) -> RunEnd: ...
+        def _finish(
+            self, claim: Claim, base: dict[str, Any], outcome: str, *, error: RunError | None = None, **fields: Any
+        ) -> RunEnd: ...
         def _request(
             self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, output: Path,
             chunk: ChunkPart | None = None,
@@ -106,19 +105,19 @@ class SplitJobRuns:
             key = final_name(str(info["parent_id"]), str(info["parent_uid"]))
             part = ChunkPart(int(info["index"]), int(info["count"]), int(info["first"]), int(info["last"]))
         except (KeyError, TypeError, ValueError) as exc:
-            problem = _error(FailureKind.INVALID_CHUNK, f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
+            problem = RunError(FailureKind.INVALID_CHUNK, f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
             return self._finish(claim, base, FAILED, error=problem)
         base["details"]["chunk"] = {"index": part.index, "count": part.count, "first": part.first, "last": part.last}
         planned = info.get(SEAL_KEY)
         if planned is not None and claim.job_file is not None and planned != claim.job_file.sha256:
             # Its job file is not the parent's copy it was planned from: never rendered.
             refusal = refused_change(str(planned), f"of this chunk is {claim.job_file.short()}")
-            return self._finish(claim, base, FAILED, error=_error(JOB_CHANGED, refusal, False))
+            return self._finish(claim, base, FAILED, error=RunError(JOB_CHANGED, refusal, False))
         if not ledger_dir(self._layout, key).is_dir():
             # Its job ended (done, failed, cancelled) after this chunk was queued.
             message = "its job has ended; this chunk is not needed"
             return self._finish(
-                claim, base, FAILED, attempt=None, error=_error(FailureKind.CHUNK_ORPHANED, message, False)
+                claim, base, FAILED, attempt=None, error=RunError(FailureKind.CHUNK_ORPHANED, message, False)
             )
         scratch = scratch_dir(self._config.output_root, claim.key)
         request = self._request(claim, base, spec, attempt, scratch / "chunk", chunk=part)
@@ -170,7 +169,7 @@ class SplitJobRuns:
                 f"failed: {err.get('message', 'failed')}"
             )
             return self._finish(
-                claim, base, FAILED, error=_error(str(err.get("kind", FailureKind.ERROR)), message, False)
+                claim, base, FAILED, error=RunError(str(err.get("kind", FailureKind.ERROR)), message, False)
             )
         if states.complete and not self._broken_chunks(claim, base, spec, attempt, states):
             return self._join(claim, base, spec, attempt, plan, states)
@@ -198,7 +197,7 @@ class SplitJobRuns:
         if refusal is not None:
             if explicit:
                 message = f"this job cannot be rendered in chunks: {refusal}"
-                return self._finish(claim, base, FAILED, error=_error(FailureKind.INVALID_JOB, message, False))
+                return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, message, False))
             log.info("job %s: rendered whole (%s)", claim.job_id, refusal)
             return None
         try:
