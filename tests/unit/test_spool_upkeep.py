@@ -10,6 +10,7 @@ from pathlib import Path
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
+from spoolrender.control import Purged
 from spoolrender.fscheck import check_filesystem
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.probe_dirs import PROBE_PREFIX, Prober, make_probe_dir, remove_dead_probes, start_ticks
@@ -62,7 +63,7 @@ def test_retention_keeps_the_newest_finished_jobs(tmp_path: Path) -> None:
     removed = apply_retention(slot.config, policy)
     [kept] = entries(slot.layout, "done")
     assert kept.startswith("c.")
-    assert sorted(r.split("/")[1].split(".")[0] for r in removed["done"]) == ["a", "b"]
-    assert removed["failed"] == []
+    assert sorted(r.split("/")[1].split(".")[0] for r in removed["done"].removed) == ["a", "b"]
+    assert removed["done"].kept == () and removed["failed"] == Purged()
     assert all((slot.config.output_root / f"{n}.mp4").exists() for n in "abc")  # outputs are never purged
     assert RetentionPolicy(None, None, None, None).describe() == "off"
