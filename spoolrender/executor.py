@@ -260,7 +260,8 @@ class JobExecutor(SplitJobRuns):
                 claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
             )
         except PublishError as exc:
-            return self._failure(claim, base, spec, attempt, RunError(exc.kind or "output", str(exc), exc.transient))
+            error = RunError(exc.kind or FailureKind.OUTPUT, str(exc), exc.transient)
+            return self._failure(claim, base, spec, attempt, error)
         split = self._split_or_join(claim, base, spec, attempt)
         if split is not None:
             return split

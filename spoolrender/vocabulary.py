@@ -75,6 +75,7 @@ class FailureKind(enum.StrEnum):
     RUNNER_DIED = "runner-died"  # the owner died mid-run; recorded by the recoverer: transient
     CLAIM_ABANDONED = "claim-abandoned"  # the runner died or stalled before it started the job: requeued
     PUBLISH = "publish"  # rendered, but the publish failed (publish.py's default): permanent
+    OUTPUT = "output"  # the output path cannot be used, found before the render (a PublishError of no kind)
     RERUN_REFUSED = "rerun-refused"  # `rerun: true` whose output is not its own to replace: permanent
     UNTRUSTED_DIR = "untrusted-dir"  # a scratch directory another user may write, refused: transient
     FOREIGN_OUTPUT_TREE = "foreign-output-tree"  # a scratch tree another user made, not movable aside: permanent
