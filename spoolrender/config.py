@@ -242,13 +242,23 @@ def load_config(
     file_path = spool / defaults.CONFIG_FILENAME
     merged = _known_settings(_read_file(file_path), f"{file_path}: ")
     env = os.environ if environ is None else environ
+    # Which values came from the environment: an error must name the variable to fix (a
+    # value from the file or from overrides is named by its key, as it was written).
+    given: dict[str, str] = {}
     for key in CONFIG_KEYS:
         env_name = ENV_PREFIX + key.upper()
         if env_name in env:
             merged[key] = parse_scalar(env[env_name])
+            given[key] = f"the environment variable {env_name}"
     for key, value in _known_settings(overrides or {}, "").items():
         merged[key] = parse_scalar(value) if isinstance(value, str) else value
+        given.pop(key, None)
     try:
         return SpoolConfig(spool=spool, **merged)
     except TypeError as exc:  # pragma: no cover - keys are checked above
         raise ConfigError(str(exc)) from exc
+    except ConfigError as exc:
+        source = next((where for key, where in given.items() if str(exc).startswith(f"{key}:")), None)
+        if source is None:
+            raise
+        raise ConfigError(f"{exc} (set by {source})") from exc

@@ -207,7 +207,10 @@ def test_parse_scalar() -> None:
 def test_empty_string_override_reads_as_null(tmp_path: Path) -> None:
     assert config_error(tmp_path, overrides={"output_root": ""}) == "output_root: expected a path, got None"
     message = config_error(tmp_path, environ={"SPOOLRENDER_BROWSER_EXECUTABLE": ""})
-    assert message == "browser_executable: expected a non-empty string, got None"
+    assert message == (
+        "browser_executable: expected a non-empty string, got None"
+        " (set by the environment variable SPOOLRENDER_BROWSER_EXECUTABLE)"
+    )
 
 
 def test_non_string_overrides_are_used_as_given(tmp_path: Path) -> None:

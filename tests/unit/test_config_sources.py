@@ -41,5 +41,8 @@ def test_a_wrong_setting_is_refused_with_its_reason(tmp_path: Path, settings: di
 
 def test_a_wrong_value_from_the_environment_is_refused_too(tmp_path: Path) -> None:
     config = make_spool(tmp_path / "spool")
-    with pytest.raises(ConfigError, match="slots: expected a whole number >= 1, got 'zero'"):
+    named = r"\(set by the environment variable SPOOLRENDER_SLOTS\)$"
+    with pytest.raises(ConfigError, match=r"^slots: expected a whole number >= 1, got 'zero' " + named):
         load_config(config.spool, environ={"SPOOLRENDER_SLOTS": "zero"})
+    with pytest.raises(ConfigError, match=r"^slots: expected a whole number >= 1, got 0$"):  # overridden: its key
+        load_config(config.spool, overrides={"slots": "0"}, environ={"SPOOLRENDER_SLOTS": "zero"})
