@@ -197,9 +197,15 @@ class SpoolScanner:
             old = self._blocked.get(name)
             failures = 1 if old is None else old.failures + 1
             delay = defaults.BLOCKED_CLAIM_RETRY.delay(failures)
-            self._blocked[name] = Blocked(reason, failures, self._clock.monotonic() + delay)
-            if self._cached is not None:
-                self._cached.pop(name, None)
+            next_try = self._clock.monotonic() + delay
+            self._blocked[name] = Blocked(reason, failures, next_try)
+            if self._cached is not None and self._cached.pop(name, None) is not None:
+                # The reused listing must end when the entry may be tried again, as a fresh
+                # listing's wake would say; else it came back only at the next full listing
+                # (rescan_seconds, or an arrival), not after its backoff.
+                last = self._last
+                wake = next_try if last.next_wake is None else min(last.next_wake, next_try)
+                self._last = ScanResult(last.candidates, last.waiting_uploads, wake, last.waiting)
         if failures == 1 or failures % 10 == 0:
             log.warning(
                 "cannot claim incoming/%s: %s (tried %d times; next try in %g s)", name, reason, failures, delay

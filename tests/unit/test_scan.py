@@ -105,6 +105,21 @@ def test_an_entry_that_cannot_be_claimed_backs_off_doubling(slot: Slot) -> None:
     assert slot.scanner.blocked() == {}  # gone from incoming/: forgotten
 
 
+def test_a_blocked_entry_comes_back_after_its_backoff_without_a_new_arrival(slot: Slot) -> None:
+    """The reused listing ends when the blocked entry may be tried again (it came back only at
+    the next full listing, rescan_seconds later, before claim_failed shortened its wake)."""
+    slot.drop("stuck.yaml", JOB)
+    slot.drop("fine.yaml", {**JOB, "output": "fine.mp4"}, age=30)
+    assert names(slot) == ["stuck.yaml", "fine.yaml"]
+    slot.scanner.claim_failed("stuck.yaml", "Permission denied")
+    result = slot.scan()  # the reused listing, minus the blocked entry
+    assert [c.name for c in result.candidates] == ["fine.yaml"]
+    assert result.next_wake == slot.clock.monotonic() + defaults.BLOCKED_RETRY_MIN_S
+    assert slot.config.rescan_seconds > defaults.BLOCKED_RETRY_MIN_S
+    slot.clock.advance(defaults.BLOCKED_RETRY_MIN_S)
+    assert names(slot) == ["stuck.yaml", "fine.yaml"]
+
+
 def test_a_listing_is_reused_until_something_arrives(slot: Slot) -> None:
     slot.drop("a.yaml", JOB)
     assert names(slot) == ["a.yaml"]
