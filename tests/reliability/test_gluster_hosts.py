@@ -73,7 +73,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterLab]:
 class Spool:
     """A spool of one test on the lab's volume, its hosts, their logs."""
 
-    def __init__(self, lab: GlusterLab, tmp_path: Path, *, settle: float = 0.3) -> None:
+    def __init__(self, lab: GlusterLab, tmp_path: Path, *, settle: float = 0.3, lease: float = LEASE) -> None:
         self.lab = lab
         self.base = lab.mountpoint / f"t-{secrets.token_hex(4)}"  # the observer's path = the hosts'
         self.layout = init_spool(self.base / "spool")
@@ -87,7 +87,7 @@ class Spool:
         slow = ["sh", "-c", f'{marker} && sleep {LONG} && echo "$2 $(hostname)" > "$1"',
                 "sh", "{output}", "{job_id}", str(self.renders)]  # fmt: skip
         config = {
-            "settle_seconds": settle, "heartbeat_seconds": 0.5, "lease_seconds": LEASE, "rescan_seconds": 0.5,
+            "settle_seconds": settle, "heartbeat_seconds": 0.5, "lease_seconds": lease, "rescan_seconds": 0.5,
             "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
             "commands": {"quick": quick, "slow": slow, "jobhash": job_hash_command()},
         }  # fmt: skip
@@ -384,6 +384,16 @@ def test_a_brick_killed_mid_run_and_restarted_loses_nothing(lab: GlusterLab, tmp
     brick_fault(lab, tmp_path)
 
 
+def test_a_brick_hosts_link_cut_past_the_lease_loses_nothing(lab: GlusterLab, tmp_path: Path) -> None:
+    """Issue 26: brick host 3's link cut (its port on the bridge down) while the hosts render, for
+    1.5 leases (lease 20 s here, `network.ping-timeout` 5 s as the docs advise), then restored:
+    every client stalls for the ping-timeout plus a few seconds, then goes on over two bricks
+    (the longest gap between render starts is printed); no live owner is taken for dead
+    meanwhile (every job rendered once); every job published exactly once, and `status` on
+    every host agrees."""
+    brick_fault(lab, tmp_path, cut_link=True)
+
+
 def test_scratch_dirs_a_restarted_brick_lacks_are_removed_all_the_same(lab: GlusterLab) -> None:
     """Renders' scratch dirs (props.json, tmp/) made while brick 3 was down, removed right after
     it is back, as jobs ending then remove theirs: for a few seconds rmdir answers ENOENT, or
@@ -430,10 +440,21 @@ def brick_heal_case(lab: GlusterLab, tmp_path: Path) -> float:
     return heal
 
 
-def brick_fault(lab: GlusterLab, tmp_path: Path) -> Spool:
-    """Brick 3 killed mid-run and restarted, as the test's docstring says; the spool."""
-    spool = Spool(lab, tmp_path)
+CUT_LEASE = 20.0  # above the stall of a brick host's cut (PING_TIMEOUT + ~3 s)
+PING_TIMEOUT = "5"  # network.ping-timeout for the cut; 42 s by default, above the lab's lease
+
+
+def brick_fault(lab: GlusterLab, tmp_path: Path, *, cut_link: bool = False) -> Spool:
+    """Brick 3 killed mid-run and restarted, as the brick test's docstring says, or (``cut_link``)
+    brick host 3's link cut for longer than the lease and restored; the spool."""
+    lease = CUT_LEASE if cut_link else LEASE
+    spool = Spool(lab, tmp_path, lease=lease)
     jobs = {f"j{i:03d}" for i in range(9)}
+    set_link = lab.link_of(f"{lab.tag}-s3")
+    if cut_link:
+        # As docs/reliability.md advises: every client stalls for ping-timeout + ~3 s when a
+        # brick host goes silent; above the lease, every heartbeat would look silent at once.
+        lab.gluster("volume", "set", lab.volume, "network.ping-timeout", PING_TIMEOUT)
     try:
         for name in HOSTS:
             spool.start(name)
@@ -441,17 +462,33 @@ def brick_fault(lab: GlusterLab, tmp_path: Path) -> Spool:
         for job_id in sorted(jobs):
             spool.drop(job_id, "quick")
         wait_until(lambda: spool.done() >= 2, WAIT, "first jobs done")
-        lab.kill_brick(3)
+        if cut_link:
+            set_link(False)
+        else:
+            lab.kill_brick(3)
         down_at = time.time()
         down_done = spool.done()
-        # The queue keeps going on two bricks: more jobs finish while brick 3 is down.
-        wait_until(lambda: spool.done() >= min(len(jobs), down_done + 3), WAIT, "jobs done on two bricks")
-        restart = lab.restart_bricks()
+
+        # The queue keeps going on two bricks: more jobs finish while brick 3 is away (a cut
+        # lasts past the lease too: no host may take a live owner for dead meanwhile).
+        def went_on() -> bool:
+            long_enough = not cut_link or time.time() - down_at > 1.5 * lease
+            return long_enough and spool.done() >= min(len(jobs), down_done + 3)
+
+        wait_until(went_on, WAIT, "jobs done on two bricks")
+        if cut_link:
+            set_link(True)
+            restart = 0.0
+        else:
+            restart = lab.restart_bricks()
         up_at = time.time()
         wait_until(lambda: spool.done() == len(jobs), WAIT, "every job done")
         spool.quiet()
         statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
     finally:
+        if cut_link:
+            set_link(True)
+            lab.gluster("volume", "reset", lab.volume, "network.ping-timeout")
         spool.stop()
     check_exactly_once(spool, jobs, set())
     assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
@@ -459,8 +496,8 @@ def brick_fault(lab: GlusterLab, tmp_path: Path) -> Spool:
     starts = sorted(at for _, _, at in spool.renders_of())
     while_down = [at for at in starts if down_at <= at <= up_at]
     gaps = [b - a for a, b in zip([down_at, *while_down], [*while_down, up_at], strict=True)]
-    print(f"\nglusterfs brick 3 killed: {len(while_down)} render starts while it was down, longest gap "
-          f"{max(gaps):.1f} s; restarted in {restart:.1f} s")  # fmt: skip
+    fault = f"link cut for {up_at - down_at:.1f} s" if cut_link else f"killed, restarted in {restart:.1f} s"
+    print(f"\nglusterfs brick 3 {fault}: {len(while_down)} render starts meanwhile, longest gap {max(gaps):.1f} s")
     return spool
 
 
