@@ -245,10 +245,10 @@ class SpoolScanner:
         retry, retry_wake = self._retry.scan(routes, fs_now)
         wakes = [w for w in (wake, retry_wake) if w is not None]
         result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None, waiting_groups(routes))
-        with self._lock:
+        with self._lock:  # with the listing it describes: claim_failed amends both at once
             self._cached = {c.name: c for c in result.candidates}
-        self._last = result
-        self._listed_at = now
+            self._last = result
+            self._listed_at = now
         return result
 
     def _scan_incoming(
