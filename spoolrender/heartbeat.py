@@ -1,7 +1,24 @@
 """Heartbeats (a running job's proof of life) and judging whether an owner is dead.
 
 While a job runs, its runner holds ``running/<job>/lock-<token>`` (an flock) and rewrites
-``running/<job>/heartbeat`` every few seconds with a counter that always changes.
+``running/<job>/heartbeat-<token>`` every few seconds with a counter that always changes.
+
+Both names carry the claim's token, so no two claims ever operate on one name in a job's
+directory (which travels with the job: retry/, the next claim, done/). On GlusterFS a
+client frozen whole (SIGSTOP, its FUSE client too) in the middle of replacing its
+heartbeat keeps the entry locks of that replace on the bricks for as long as it is frozen
+(its TCP connection stays up), and any create, rename or unlink of those names, by anyone,
+waits behind them (docs/reliability.md, "A frozen host's locks"). With one name per claim
+only the frozen claim's own names are locked: the next claim of the job beats under its
+own token, and nobody else ever writes, renames or removes another claim's heartbeat or
+lock (recovery reads them only; transitions remove the caller's own claim's names).
+
+Mixed versions: runners before this scheme wrote ``running/<job>/heartbeat``. A claim of
+theirs is still judged by it: :func:`read_heartbeat` falls back to that name when the
+claim's own is missing (its token is inside, and callers compare it with the entry's). An
+older runner judging a claim of this version finds no ``heartbeat`` and falls back to its
+signature of the directory's mtime, which every beat still changes (each beat is a rename
+into the directory): it still sees the owner alive, and dead once it stops.
 
 Two ways to prove an owner dead:
 - same host: the kernel releases a flock when its holder dies (SIGKILL included), so a
@@ -19,6 +36,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,6 +47,7 @@ from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.durable import overwrite_in_place, write_atomic
 from spoolrender.errors import ClaimLost
+from spoolrender.layout import RUNNING_NAME
 from spoolrender.spool_io import SPOOL_IO_ERRNOS, SpoolIOCondition
 
 log = logging.getLogger(__name__)
@@ -82,12 +101,78 @@ class Heartbeat:
         )
 
 
-def read_heartbeat(job_dir: Path) -> Heartbeat | None:
-    """The job's heartbeat, or None when it is missing or unreadable (treated as silent)."""
-    try:
-        return Heartbeat.from_json((job_dir / defaults.HEARTBEAT_FILENAME).read_bytes())
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def heartbeat_path(job_dir: Path, token: str) -> Path:
+    """The heartbeat file of the claim ``token`` (one name per claim: see the module's docstring)."""
+    return job_dir / f"{defaults.HEARTBEAT_FILENAME}-{token}"
+
+
+def entry_token(job_dir: Path) -> str | None:
+    """The claim token in a running/ entry's name, None for a name of no claim."""
+    m = RUNNING_NAME.fullmatch(job_dir.name)
+    return None if m is None else m.group("token")
+
+
+def _heartbeat_names(job_dir: Path, token: str | None) -> list[str]:
+    """Where the claim ``token``'s heartbeat may be, in order: its own name, then an older
+    version's ``heartbeat`` (module docstring). By default the token in the entry's name."""
+    token = entry_token(job_dir) if token is None else token
+    own = [] if token is None else [heartbeat_path(job_dir, token).name]
+    return [*own, defaults.HEARTBEAT_FILENAME]
+
+
+def heartbeat_stat(job_dir: Path, token: str | None = None) -> os.stat_result | None:
+    """lstat of the file :func:`read_heartbeat` reads for the claim ``token``, None if there
+    is none (its mtime says when the owner last beat, its identity changes with each beat)."""
+    for name in _heartbeat_names(job_dir, token):
+        try:
+            st = os.lstat(job_dir / name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        return st if stat.S_ISREG(st.st_mode) else None
+    return None
+
+
+def read_heartbeat(job_dir: Path, token: str | None = None) -> Heartbeat | None:
+    """The heartbeat of the claim ``token`` (by default the entry name's), or None when it is
+    missing or unreadable (treated as silent).
+
+    Read only, never written, renamed or removed (another claim's names are its own).
+    O_NONBLOCK: whatever sits under the name, the open returns at once (a FIFO would
+    otherwise wait for a writer); only a regular file is read.
+    """
+    for name in _heartbeat_names(job_dir, token):
+        try:
+            fd = os.open(job_dir / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # not this name: the next (an older version's)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return Heartbeat.from_json(_read_all(fd))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        finally:
+            os.close(fd)
+    return None
+
+
+_HEARTBEAT_MAX_BYTES = 64 * 1024  # a heartbeat is a few hundred bytes: a bigger file is garbage
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < _HEARTBEAT_MAX_BYTES:
+        chunk = os.read(fd, _HEARTBEAT_MAX_BYTES - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def lock_path(job_dir: Path, token: str) -> Path:
@@ -411,7 +496,9 @@ class HeartbeatWriter:
                 spool_io=job.spool_io,
             )
             job_dir = job.job_dir
-        path = job_dir / defaults.HEARTBEAT_FILENAME
+        # The claim's own name (and so its own temporary name): nobody else ever operates on
+        # them, so a frozen owner's locks on them block no other claim (module docstring).
+        path = heartbeat_path(job_dir, job.token)
         try:
             # Atomic replace so readers never see half a heartbeat; no fsync: a heartbeat
             # lost in a power cut only makes the job look dead sooner, which is the truth.
