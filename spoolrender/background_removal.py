@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from pathlib import Path
+
+from spoolrender.tree_removal import remove_tree_at
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,12 @@ def remove_tree(parent: Path, name: str) -> bool:
 
 def _remove(parent: Path, name: str, key: tuple[str, str]) -> None:
     try:
-        # Through the parent's descriptor, never following a symlink (shutil.rmtree with
-        # dir_fd walks the tree by descriptors): a name swapped for a link meanwhile
-        # cannot send the removal elsewhere.
+        # Through the parent's descriptor, never following a symlink (tree_removal walks
+        # the tree by descriptors): a name swapped for a link meanwhile cannot send the
+        # removal elsewhere.
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            shutil.rmtree(name, dir_fd=fd)
+            remove_tree_at(fd, name)
         finally:
             os.close(fd)
     except FileNotFoundError:

@@ -86,10 +86,15 @@ class Spool:
         quick = ["sh", "-c", f'{marker} && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(self.renders)]
         slow = ["sh", "-c", f'{marker} && sleep {LONG} && echo "$2 $(hostname)" > "$1"',
                 "sh", "{output}", "{job_id}", str(self.renders)]  # fmt: skip
+        # Renders until the test opens the gate (a freeze that needs many tries, each a
+        # heartbeat apart, must find the job still rendering).
+        self.gate = self.base / "gate"
+        gated = ["sh", "-c", f'{marker} && while [ ! -e "$4" ]; do sleep 0.2; done && echo "$2 $(hostname)" > "$1"',
+                 "sh", "{output}", "{job_id}", str(self.renders), str(self.gate)]  # fmt: skip
         config = {
             "settle_seconds": settle, "heartbeat_seconds": 0.5, "lease_seconds": LEASE, "rescan_seconds": 0.5,
             "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
-            "commands": {"quick": quick, "slow": slow, "jobhash": job_hash_command()},
+            "commands": {"quick": quick, "slow": slow, "gated": gated, "jobhash": job_hash_command()},
         }  # fmt: skip
         (self.layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
         self.hosts: dict[str, GlusterHost] = {}
@@ -117,7 +122,7 @@ class Spool:
         # Written under a hidden name, renamed into place (as scp or rsync leave an upload).
         # Long jobs go first (priority), so that the fault finds them rendering soon.
         tmp = self.layout.incoming / f".{name}.part"
-        priority = 10 if command == "slow" else 0
+        priority = 10 if command in ("slow", "gated") else 0
         tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command, "priority": priority}))
         os.rename(tmp, self.layout.incoming / f"{name}.yaml")
 
@@ -287,7 +292,36 @@ def test_a_visibility_delay_three_times_the_default_is_handled_by_the_protocol(l
         lab.gluster("volume", "set", lab.volume, "performance.stat-prefetch", "off")
 
 
-def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
+def freeze_mid_write(
+    lab: GlusterLab, spool: Spool, owner: GlusterHost, entry: str, attempts: int = 80
+) -> tuple[list[str], float]:
+    """Freeze ``owner`` whole just as another of its heartbeats lands, until a statedump of
+    the bricks shows its frozen client holding an entry lock in running/``entry``/ (caught
+    between a replace of its heartbeat and the unlock that ends it: the 1-in-9 freeze of
+    docs/reliability.md "A frozen host's locks", made certain); thawed and tried again
+    otherwise, each try shorter than the lease. Returns the names it holds locked and the
+    (monotonic) time of that freeze."""
+    job_dir = spool.layout.running / entry
+    path = "/" + str(job_dir.relative_to(lab.mountpoint))
+    for attempt in range(1, attempts + 1):
+        # Every heartbeat is a rename into the job's directory: its mtime moves. Polled
+        # without a pause (each stat is a round trip through the observer's client), so the
+        # freeze follows the rename's reply, before its unlock has gone out.
+        before = os.stat(job_dir).st_mtime_ns
+        deadline = time.monotonic() + WAIT
+        while os.stat(job_dir).st_mtime_ns == before:
+            assert time.monotonic() < deadline, "no heartbeat within the deadline"
+        owner.freeze()
+        frozen_since = time.monotonic()
+        held = lab.entry_locks(path, owner.name)
+        if held:
+            print(f"gluster freeze mid-write: caught on try {attempt}", flush=True)
+            return held, frozen_since
+        owner.thaw()
+    raise AssertionError(f"no freeze of {attempts} caught {owner.name} holding an entry lock in {path}")
+
+
+def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False) -> float:
     """A VM pause: every process of the host rendering a long job SIGSTOPped, its FUSE client
     too; returns the seconds until another host recovered the job. The bricks never release
     the flock it holds (its TCP connection stays up: measured, docs/reliability.md "A frozen
@@ -299,12 +333,14 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
     Not in the suite: in 1 of 9 runs the frozen client still held a lock that the recoverer's
     rename of the job's directory out of running/ waited for, until the thaw (the job late,
     never run twice). tests/reliability/long_run.py --gluster-freezes N runs it
-    N times on one lab and counts both outcomes."""
+    N times on one lab and counts both outcomes. ``mid_write``: frozen only once the frozen
+    client holds an entry lock in the job's directory (freeze_mid_write; long_run.py
+    --gluster-freezes-mid-write N); the seconds are then counted from that freeze."""
     spool = Spool(lab, tmp_path)
     quick = {"j000"}
     try:
         spool.render_quick_jobs(quick)
-        spool.drop("frozen", "slow")
+        spool.drop("frozen", "gated" if mid_write else "slow")
         wait_until(lambda: spool.rendering("frozen"), WAIT, "frozen job rendering")
         found = spool.rendering("frozen")
         assert found is not None
@@ -313,8 +349,15 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
         # Frozen mid-render, not between the marker's creation and its write (thawed, the
         # owner kills its render at once: an empty marker).
         wait_until(lambda: spool.render_started("frozen"), WAIT, "frozen job's render started")
-        owner.freeze()
-        recovered = wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, "job recovered")
+        if mid_write:
+            held, frozen_since = freeze_mid_write(lab, spool, owner, entry)
+            print(f"gluster freeze mid-write: {owner.name} frozen holding entry locks on {held}", flush=True)
+            spool.gate.touch()  # the render elsewhere ends at once
+        else:
+            owner.freeze()
+            frozen_since = time.monotonic()
+        wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, "job recovered")
+        recovered = time.monotonic() - frozen_since
         wait_until(lambda: spool.done() == len(quick) + 1, WAIT, "frozen host's job done elsewhere")
         owner.thaw()
         wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "thawed owner lets go")
