@@ -25,6 +25,7 @@ and pid), nothing partial or left behind (`invariants.audit`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -318,7 +319,22 @@ def freeze_mid_write(
             print(f"gluster freeze mid-write: caught on try {attempt}", flush=True)
             return held, frozen_since
         owner.thaw()
+        # Beating again, long enough for every recoverer (a rescan every 0.5 s) to see it
+        # change: the lease of the freeze that holds a lock then starts at that freeze.
+        counted = functools.partial(_beats_since, job_dir, [])
+        wait_until(lambda: counted() >= 4, WAIT, "heartbeats after a thaw")  # noqa: B023 - bound to this try
     raise AssertionError(f"no freeze of {attempts} caught {owner.name} holding an entry lock in {path}")
+
+
+def _beats_since(job_dir: Path, first: list[int]) -> int:
+    """How many beats the heartbeat's counter moved on from ``first[0]`` (which it sets, if
+    empty, on the first readable look)."""
+    hb = read_heartbeat(job_dir)
+    if hb is None:
+        return 0
+    if not first:
+        first.append(hb.counter)
+    return hb.counter - first[0]
 
 
 def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False) -> float:
