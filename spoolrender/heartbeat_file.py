@@ -24,6 +24,7 @@ into the directory): it still sees the owner alive, and dead once it stops.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -136,7 +137,10 @@ def read_heartbeat(job_dir: Path, token: str | None = None) -> Heartbeat | None:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         finally:
-            os.close(fd)
+            # A FUSE client (GlusterFS) can fail the close of a file that the owner's next
+            # beat replaced meanwhile (ENOENT from its flush): what was read stands.
+            with contextlib.suppress(OSError):
+                os.close(fd)
     return None
 
 
