@@ -297,11 +297,12 @@ def freeze_mid_write(
     lab: GlusterLab, spool: Spool, owner: GlusterHost, entry: str, attempts: int = 80
 ) -> tuple[list[str], float]:
     """Freeze ``owner`` whole just as another of its heartbeats lands, until a statedump of
-    the bricks shows its frozen client holding an entry lock in running/``entry``/ (caught
-    between a replace of its heartbeat and the unlock that ends it: the 1-in-9 freeze of
-    docs/reliability.md "A frozen host's locks", made certain); thawed and tried again
-    otherwise, each try shorter than the lease. Returns the names it holds locked and the
-    (monotonic) time of that freeze."""
+    the bricks shows its frozen client holding an entry lock in running/``entry``/ on the
+    heartbeat's own name (caught in the rename of a heartbeat's replace, before the unlock
+    that ends it: the 1-in-9 freeze of docs/reliability.md "A frozen host's locks", made
+    certain; a lock on the temporary name alone, the create before it, does not count);
+    thawed and tried again otherwise, each try shorter than the lease. Returns the names it
+    holds locked and the (monotonic) time of that freeze."""
     job_dir = spool.layout.running / entry
     path = "/" + str(job_dir.relative_to(lab.mountpoint))
     for attempt in range(1, attempts + 1):
@@ -315,7 +316,7 @@ def freeze_mid_write(
         owner.freeze()
         frozen_since = time.monotonic()
         held = lab.entry_locks(path, owner.name)
-        if held:
+        if any(name.startswith("heartbeat") for name in held):
             print(f"gluster freeze mid-write: caught on try {attempt}", flush=True)
             return held, frozen_since
         owner.thaw()
