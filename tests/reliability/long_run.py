@@ -8,9 +8,9 @@
 - hostile corpus: the 60 bad job files of test_hostile.py against a real runner;
 - --split-jobs N: N more jobs per chaos round rendered in 2-5 chunks each (issue 14);
 - --gluster-freezes N: N runs of a client host frozen whole (SIGSTOP) mid-render on the
-  GlusterFS lab (root, glusterfs-server): how often its job came back after the lease, and
-  how often a lock the frozen client holds kept it until the thaw (issue 26, kept out of the
-  suite for that: docs/reliability.md, "A frozen host's locks");
+  GlusterFS lab (root, glusterfs-server): how often its job came back after the lease and
+  was done elsewhere, and how often it was held until the thaw (issue 26: docs/reliability.md,
+  "A frozen host's locks");
 - --gluster-freezes-mid-write N: the same, each freeze retried (thawed within the lease)
   until a statedump shows the frozen client holding an entry lock in the job's directory:
   frozen in the middle of a heartbeat's replace, the 1-in-9 case made certain;

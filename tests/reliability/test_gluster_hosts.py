@@ -15,9 +15,12 @@ volume, its output root beside it; the test drops jobs and judges through an obs
   brick holds what the others hold;
 - a slow upload written through another client host's mount, never claimed before the
   settle time has passed after its last write (issue 26 item 4);
-- a client host frozen whole mid-render (`frozen_host_case`): not a test of the suite, run
-  by tests/reliability/long_run.py --gluster-freezes N (in 1 of 9 runs a lock the frozen
-  client held kept its job until the thaw).
+- a client host frozen whole mid-render (`frozen_host_case`), or frozen in the middle of
+  a heartbeat's replace, holding entry locks on its name (``mid_write``): not tests of the
+  suite (a minute or more each), run by tests/reliability/long_run.py --gluster-freezes N
+  and --gluster-freezes-mid-write N. Before per-claim heartbeat names (issue 26) such a
+  freeze kept its job from ever being done until the thaw: the recoverer's unlink of the
+  dead claim's ``heartbeat`` and the next claim's first heartbeat waited behind its locks.
 
 Every job is rendered and published exactly once (a file per render, named by job, host
 and pid), nothing partial or left behind (`invariants.audit`).
@@ -31,6 +34,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -305,6 +309,9 @@ def freeze_mid_write(
     holds locked and the (monotonic) time of that freeze."""
     job_dir = spool.layout.running / entry
     path = "/" + str(job_dir.relative_to(lab.mountpoint))
+    # The host's FUSE client, stopped first and by one kill(): it holds the locks, and
+    # listing the host's processes (a scan of /proc) would take longer than the window.
+    fuse = [pid for pid in owner.pids() if _comm(pid) == "glusterfs"]
     for attempt in range(1, attempts + 1):
         # Every heartbeat is a rename into the job's directory: its mtime moves. Polled
         # without a pause (each stat is a round trip through the observer's client), so the
@@ -313,6 +320,8 @@ def freeze_mid_write(
         deadline = time.monotonic() + WAIT
         while os.stat(job_dir).st_mtime_ns == before:
             assert time.monotonic() < deadline, "no heartbeat within the deadline"
+        for pid in fuse:
+            os.kill(pid, signal.SIGSTOP)
         owner.freeze()
         frozen_since = time.monotonic()
         held = lab.entry_locks(path, owner.name)
@@ -325,6 +334,13 @@ def freeze_mid_write(
         counted = functools.partial(_beats_since, job_dir, [])
         wait_until(lambda: counted() >= 4, WAIT, "heartbeats after a thaw")  # noqa: B023 - bound to this try
     raise AssertionError(f"no freeze of {attempts} caught {owner.name} holding an entry lock in {path}")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _beats_since(job_dir: Path, first: list[int]) -> int:
@@ -347,12 +363,12 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False
     exclusive run file and renders the job again. Thawed, the late owner finds its job taken
     over and lets it go: one output, no record of its own.
 
-    Not in the suite: in 1 of 9 runs the frozen client still held a lock that the recoverer's
-    rename of the job's directory out of running/ waited for, until the thaw (the job late,
-    never run twice). tests/reliability/long_run.py --gluster-freezes N runs it
-    N times on one lab and counts both outcomes. ``mid_write``: frozen only once the frozen
-    client holds an entry lock in the job's directory (freeze_mid_write; long_run.py
-    --gluster-freezes-mid-write N); the seconds are then counted from that freeze."""
+    Not in the suite (a minute or more a run): tests/reliability/long_run.py --gluster-freezes N
+    runs it N times on one lab and counts how many were recovered and done, and how many
+    held (before issue 26's fix, 1 of 9: frozen mid-heartbeat, docs/reliability.md "A frozen
+    host's locks"). ``mid_write``: frozen only once the frozen client holds an entry lock on
+    its heartbeat's name (freeze_mid_write; long_run.py --gluster-freezes-mid-write N); the
+    seconds are then counted from that freeze."""
     spool = Spool(lab, tmp_path)
     quick = {"j000"}
     try:
