@@ -27,6 +27,8 @@ from pathlib import Path
 from goals import goal
 from spools import CMD, make_spool
 
+from spoolrender.heartbeat import read_heartbeat
+
 
 def race(base: Path, jobs: int, runners: int) -> tuple[float, int, int, int]:
     spool = base / "race"
@@ -56,7 +58,7 @@ def recovery(base: Path) -> float:
     make_spool(spool, {"commands": {"sleep": ["sleep", "60"]}, "lease_seconds": 60, "rescan_seconds": 10})
     (spool / "incoming" / "long.yaml").write_text("renderer: command\ncommand: sleep\n")
     a = subprocess.Popen([*CMD, "run", "--spool", str(spool)], stderr=subprocess.DEVNULL)
-    while not any((d / "heartbeat").exists() and (d / "job.yaml").exists() for d in (spool / "running").iterdir()):
+    while not any(read_heartbeat(d) and (d / "job.yaml").exists() for d in (spool / "running").iterdir()):
         time.sleep(0.01)
     a.send_signal(signal.SIGKILL)
     a.wait()

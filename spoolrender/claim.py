@@ -320,8 +320,9 @@ def _claim_retry(
     cancel = CancelToken()
     try:
         # THE claim of a retry: the whole job directory moves in one atomic rename. Its
-        # old heartbeat (if any) carries an older token than the new name, so nobody
-        # takes the moment before our lock and heartbeat exist for a dead owner.
+        # old heartbeats (if any: a recovered claim's are left in it) are named by older
+        # tokens than the new name's, so nobody reads them as ours, nor takes the moment
+        # before our lock and heartbeat exist for a dead owner; ours never touches theirs.
         os.rename(layout.retry / candidate.name, job_dir)
     except FileNotFoundError:
         log.debug("lost the race for retry %s to another runner", candidate.name)

@@ -490,7 +490,8 @@ def cancel_entry(config: SpoolConfig, where: Located, who: str) -> str | None:
         )  # fmt: skip
         if not decide(claimed.job_dir, record):
             return None  # someone else decided this run meanwhile
-        target = carry_out(layout, config.output_root, claimed.job_dir, where.job_id, claimed.uid, record, config.hooks)
+        target = carry_out(layout, config.output_root, claimed.job_dir, where.job_id, claimed.uid, record, config.hooks,
+                           claim_token=claimed.token)  # fmt: skip
         return f"{where.entry}: moved to {target.parent.name}/{target.name}"
     finally:
         heartbeat.remove(claimed.token)

@@ -565,6 +565,7 @@ class JobExecutor(SplitJobRuns):
                 lambda: carry_out(
                     self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
                     self._config.hooks, chunk_entry=claim.chunk_entry, file_mode=claim.file_mode(),
+                    claim_token=claim.token,
                 ),
             )  # fmt: skip
         except FileNotFoundError:

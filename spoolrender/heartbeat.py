@@ -1,7 +1,10 @@
 """Heartbeats (a running job's proof of life) and judging whether an owner is dead.
 
 While a job runs, its runner holds ``running/<job>/lock-<token>`` (an flock) and rewrites
-``running/<job>/heartbeat`` every few seconds with a counter that always changes.
+``running/<job>/heartbeat-<token>`` every few seconds with a counter that always changes.
+
+Both names carry the claim's token (:mod:`spoolrender.heartbeat_file` says why, and how
+an older runner's ``heartbeat`` is still read).
 
 Two ways to prove an owner dead:
 - same host: the kernel releases a flock when its holder dies (SIGKILL included), so a
@@ -23,71 +26,24 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from spoolrender import defaults
 from spoolrender.clock import Clock
 from spoolrender.durable import overwrite_in_place, write_atomic
 from spoolrender.errors import ClaimLost
+
+# The heartbeat file itself (its record, its name per claim, reading it) lives in
+# heartbeat_file; most callers know these names from here.
+from spoolrender.heartbeat_file import Heartbeat as Heartbeat
+from spoolrender.heartbeat_file import entry_token as entry_token
+from spoolrender.heartbeat_file import heartbeat_path as heartbeat_path
+from spoolrender.heartbeat_file import heartbeat_stat as heartbeat_stat
+from spoolrender.heartbeat_file import read_heartbeat as read_heartbeat
 from spoolrender.spool_io import SPOOL_IO_ERRNOS, SpoolIOCondition
 
 log = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    host: str
-    pid: int
-    token: str
-    run: int
-    counter: int
-    progress: float | None = None
-    stage: str | None = None
-    started: float | None = None  # owner's wall clock, informational
-    updated: float | None = None  # owner's wall clock, informational
-    runner: str | None = None
-    pgid: int | None = None  # the render's process group, killed if the job is recovered
-    # Which boot of the host, and when the group's leader started (clock ticks since that
-    # boot): a recoverer kills ``pgid`` only if both still match, never a group that
-    # reused the number after a reboot or a pid wrap-around.
-    boot: str | None = None
-    pgid_start: int | None = None
-    # The owner could not write to the spool for this job (a full disk: the kernel's text).
-    # A recoverer that finds it dead requeues the job without counting an attempt.
-    spool_io: str | None = None
-
-    def to_json(self) -> bytes:
-        return json.dumps(self.__dict__, sort_keys=True).encode("utf-8")
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Heartbeat:
-        raw: dict[str, Any] = json.loads(data)
-        return cls(
-            host=str(raw["host"]),
-            pid=int(raw["pid"]),
-            token=str(raw["token"]),
-            run=int(raw["run"]),
-            counter=int(raw["counter"]),
-            progress=None if raw.get("progress") is None else float(raw["progress"]),
-            stage=raw.get("stage"),
-            started=raw.get("started"),
-            updated=raw.get("updated"),
-            runner=raw.get("runner"),
-            pgid=None if raw.get("pgid") is None else int(raw["pgid"]),
-            boot=None if raw.get("boot") is None else str(raw["boot"]),
-            pgid_start=None if raw.get("pgid_start") is None else int(raw["pgid_start"]),
-            spool_io=None if raw.get("spool_io") is None else str(raw["spool_io"]),
-        )
-
-
-def read_heartbeat(job_dir: Path) -> Heartbeat | None:
-    """The job's heartbeat, or None when it is missing or unreadable (treated as silent)."""
-    try:
-        return Heartbeat.from_json((job_dir / defaults.HEARTBEAT_FILENAME).read_bytes())
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def lock_path(job_dir: Path, token: str) -> Path:
@@ -411,7 +367,9 @@ class HeartbeatWriter:
                 spool_io=job.spool_io,
             )
             job_dir = job.job_dir
-        path = job_dir / defaults.HEARTBEAT_FILENAME
+        # The claim's own name (and so its own temporary name): nobody else ever operates on
+        # them, so a frozen owner's locks on them block no other claim (module docstring).
+        path = heartbeat_path(job_dir, job.token)
         try:
             # Atomic replace so readers never see half a heartbeat; no fsync: a heartbeat
             # lost in a power cut only makes the job look dead sooner, which is the truth.

@@ -18,7 +18,7 @@ from spoolrender.chunks.progress import chunk_progress, describe_chunks
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable
 from spoolrender.errors import JobInvalid, JobMoving, JobNotFound
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.heartbeat import entry_token, read_heartbeat
 from spoolrender.id_hints import id_hint
 from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
@@ -383,7 +383,8 @@ def describe(config: SpoolConfig, where: Located, through: Path | None = None) -
         if chunks is not None:
             info["split"] = chunks
     if where.state == "running":
-        hb = read_heartbeat(job_dir)
+        # The token from the entry's name: ``job_dir`` may name the open descriptor instead.
+        hb = read_heartbeat(job_dir, entry_token(where.path))
         info["heartbeat"] = None if hb is None else hb.__dict__
         info["cancel_requested"] = (job_dir / defaults.CANCEL_FILENAME).exists()
     return info

@@ -16,6 +16,17 @@ file was moved in. It is never deleted where it lies: a claimer that only stalle
 complete its rename at any moment. It is first renamed into ``.spoolrender/abandoned/``
 (after which the claimer's rename fails with ENOENT and the file stays in incoming/), and
 a job file that made it in before that rename goes back to incoming/ (below), never deleted.
+What is left of a parked claim is removed on a thread of its own (background_removal): it
+may hold the names of a claimer frozen while writing them, whose unlink would wait for it.
+
+A recoverer never creates, renames, removes or opens for writing the dead claim's own
+files (its heartbeat, the heartbeat's temporary file, its lock): it reads them, decides the
+run with a run file of its own (a name the dead claim writes only to decide the run itself)
+and moves the whole directory on (a rename of the directory's name in running/, an entry
+of running/, not of the directory). The dead claim's names travel with the job, named by a
+token no later claim has, so nothing reads them again. On GlusterFS a host frozen in the
+middle of its heartbeat keeps that name locked for as long as it is frozen: anything done
+to the name would wait for it (heartbeat.py's docstring, docs/reliability.md).
 
 An entry holding ``submitted.yaml`` but no ``job.yaml`` and no run record is a claim whose
 owner died (or stalled) between the claim rename and the private copy (spoolrender.owncopy):
@@ -37,12 +48,12 @@ import contextlib
 import logging
 import os
 import random
-import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 from spoolrender import defaults
+from spoolrender.background_removal import remove_tree, removing
 from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
 from spoolrender.durable import sync_fd
@@ -53,6 +64,7 @@ from spoolrender.heartbeat import (
     Heartbeat,
     LivenessTracker,
     boot_id,
+    heartbeat_stat,
     lock_is_free,
     process_start,
     read_heartbeat,
@@ -125,6 +137,8 @@ class Recoverer:
             if abandoned is not None:
                 # Left by a recoverer that died between parking a claim and clearing it.
                 for parked in abandoned.names():
+                    if removing(abandoned.path, parked):
+                        continue  # not even a look inside: a hung unlink holds its lock
                     with contextlib.suppress(FileNotFoundError):
                         self._clear_parked(abandoned.anchored(parked))
         # Named by the key's digest; by the key itself in versions before it (a mixed cluster).
@@ -163,14 +177,15 @@ class Recoverer:
         return recovered
 
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
-        hb = read_heartbeat(job_dir)
+        # Read only (see the module's docstring): the lock is probed read-only, on this host.
+        hb = read_heartbeat(job_dir, token)
         if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir, token):
             if process_start(hb.pid) is not None:  # (or its pid is another process's by now)
                 return f"runner pid {hb.pid} on {hb.host} released its lock while still running"
             return f"runner pid {hb.pid} on {hb.host} died (its lock was released)"
         # An unreadable heartbeat still proves life if it keeps being rewritten (the
         # owner replaces the file every beat): then the file's identity is the signature.
-        signature: object = (hb.token, hb.counter) if hb is not None else _file_signature(job_dir)
+        signature: object = (hb.token, hb.counter) if hb is not None else _file_signature(job_dir, token)
         silent = self._tracker.silent_for(name, signature)
         if silent >= self._config.lease_seconds:
             owner = "no heartbeat" if hb is None else f"runner pid {hb.pid} on {hb.host}"
@@ -193,7 +208,7 @@ class Recoverer:
             log.info("cleared abandoned claim %s (%s)", job_dir.name, why)
             self._clear_parked(parked)
             return True
-        hb = read_heartbeat(job_dir)
+        hb = read_heartbeat(job_dir, token)
         if hb is not None and hb.token == token:
             _stop_orphaned_render(hb)
         run = hb.run if hb is not None and hb.token == token else next_run_number(job_dir)
@@ -232,12 +247,13 @@ class Recoverer:
         run file and the rename pick one.
         """
         m = RUNNING_NAME.fullmatch(parked.name.rsplit(".", 1)[0])
+        parking = self._layout.private / ABANDONED_DIR
         if m is None or not holds_job(parked):
-            shutil.rmtree(parked, ignore_errors=True)
+            remove_tree(parking, parked.name)  # on its own thread: see the module's docstring
             return
         job_id, uid = m.group("id"), m.group("uid")
         if _claim_unchecked(parked) and self._give_back(parked, job_id):
-            shutil.rmtree(parked, ignore_errors=True)  # only the claim's lock, heartbeat, queue
+            remove_tree(parking, parked.name)  # only the claim's lock, heartbeat, queue
             return
         run = next_run_number(parked)
         stalled = "claimed by a runner that stalled before starting it"
@@ -417,7 +433,7 @@ def _claim_unchecked(job_dir: Path) -> bool:
     return all(r.outcome == REQUEUE and (r.error or {}).get("kind") == CLAIM_ABANDONED for r in read_runs(job_dir))
 
 
-def _file_signature(job_dir: Path) -> tuple[int | None, tuple[int, int, int] | None]:
+def _file_signature(job_dir: Path, token: str) -> tuple[int | None, tuple[int, int, int] | None]:
     """What changes while an owner lives, when its heartbeat cannot be read.
 
     The directory's mtime is part of it: every heartbeat is an atomic replace, a rename
@@ -429,8 +445,5 @@ def _file_signature(job_dir: Path) -> tuple[int | None, tuple[int, int, int] | N
         dir_mtime: int | None = os.stat(job_dir).st_mtime_ns
     except OSError:
         dir_mtime = None
-    try:
-        st = os.stat(job_dir / defaults.HEARTBEAT_FILENAME)
-    except OSError:
-        return (dir_mtime, None)
-    return (dir_mtime, (st.st_ino, st.st_mtime_ns, st.st_size))
+    st = heartbeat_stat(job_dir, token)
+    return (dir_mtime, None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size))

@@ -23,7 +23,7 @@ from spoolrender.chunks.progress import describe_chunks, joining_info, joining_k
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
-from spoolrender.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.heartbeat import Heartbeat, heartbeat_stat, read_heartbeat
 from spoolrender.host_blocks import block_states
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
@@ -131,10 +131,11 @@ def running_info(
     it is opened through running/'s descriptor (spoolrender.spooldir).
     """
     m = RUNNING_NAME.fullmatch(name)
+    token = m.group("token") if m else None
     if job_dir is not None:
-        hb, hb_mtime = read_heartbeat(job_dir), _mtime(job_dir / defaults.HEARTBEAT_FILENAME)
+        hb, hb_mtime = read_heartbeat(job_dir, token), _heartbeat_mtime(job_dir, token)
     else:
-        hb, hb_mtime = _heartbeat_of(layout, name)
+        hb, hb_mtime = _heartbeat_of(layout, name, token)
     age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)
     started = hb.started if hb is not None else None
     progress = hb.progress if hb is not None else None
@@ -155,14 +156,22 @@ def running_info(
     }
 
 
-def _heartbeat_of(layout: SpoolLayout, name: str) -> tuple[Heartbeat | None, float | None]:
-    """The heartbeat of running/``name`` and its file's mtime, read through running/'s
-    descriptor (a listed name is never re-resolved by path); (None, None) when it is gone."""
+def _heartbeat_of(layout: SpoolLayout, name: str, token: str | None) -> tuple[Heartbeat | None, float | None]:
+    """The heartbeat of running/``name`` (claim ``token``'s, heartbeat.read_heartbeat) and its
+    file's mtime, read through running/'s descriptor (a listed name is never re-resolved by
+    path); (None, None) when it is gone."""
     try:
         with DirHandle.open(layout.running) as running, running.sub(name) as entry:
-            return read_heartbeat(entry.through), _mtime(entry.through / defaults.HEARTBEAT_FILENAME)
+            return read_heartbeat(entry.through, token), _heartbeat_mtime(entry.through, token)
     except (OSError, SpoolPathRefused):
         return None, None
+
+
+def _heartbeat_mtime(job_dir: Path, token: str | None) -> float | None:
+    """The mtime of the file :func:`read_heartbeat` reads (the claim's own, or an older
+    version's ``heartbeat``); None without one."""
+    st = heartbeat_stat(job_dir, token)
+    return None if st is None else st.st_mtime
 
 
 def _failure_of(failed: DirHandle, name: str) -> tuple[str | None, str | None]:

@@ -23,7 +23,7 @@ from spoolrender.chunks.naming import is_chunk_name, ledger_dir
 from spoolrender.durable import rename_durable, write_json_atomic
 from spoolrender.errors import PublishError
 from spoolrender.failpoints import crash_point
-from spoolrender.heartbeat import HOSTNAME
+from spoolrender.heartbeat import HOSTNAME, heartbeat_path, lock_path
 from spoolrender.hook_config import HookSpec
 from spoolrender.hook_plan import plan_hooks
 from spoolrender.ids import release_id
@@ -64,11 +64,21 @@ def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fi
     logger.info("job %s: %s -> %s %s", job_id, src, dst, detail, extra={"event": event})
 
 
-def _drop_heartbeat(job_dir: Path) -> None:
-    # Only running/ entries have a meaningful heartbeat and lock; stale ones elsewhere
-    # would just mislead. Unlinking a per-claim lock file is safe: nobody else ever
-    # locks that name, and its holder's flock lives on the inode until released.
-    for path in (job_dir / defaults.HEARTBEAT_FILENAME, *job_dir.glob(f"{defaults.LOCK_FILENAME}-*")):
+def _drop_heartbeat(job_dir: Path, claim_token: str | None) -> None:
+    """Remove the heartbeat and lock of the caller's own claim ``claim_token`` from the moved
+    ``job_dir``; None (a recoverer carrying out a dead claim's run) removes nothing.
+
+    Only running/ entries have a meaningful heartbeat and lock; the caller's own are
+    removed, since nobody else may: every other claim's names are left where they are
+    (heartbeat.py's docstring). Their owner may be frozen in the middle of writing them, and
+    on GlusterFS an unlink of such a name waits for as long as it stays frozen. Left, they
+    travel with the job under a token no later claim has, and nothing reads them. Unlinking
+    our own lock file is safe: nobody else ever locks that name, and its flock lives on
+    the inode until released.
+    """
+    if claim_token is None:
+        return
+    for path in (heartbeat_path(job_dir, claim_token), lock_path(job_dir, claim_token)):
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -104,7 +114,14 @@ def retry_due(job_dir: Path, record: RunRecord) -> float:
 
 
 def move_to_retry(
-    layout: SpoolLayout, job_dir: Path, job_id: str, uid: str, record: RunRecord, hooks: Hooks = None
+    layout: SpoolLayout,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks = None,
+    *,
+    claim_token: str | None = None,
 ) -> Path:
     due = retry_due(job_dir, record)
     priority = int(record.details.get("priority", defaults.DEFAULT_PRIORITY))
@@ -116,7 +133,7 @@ def move_to_retry(
         }  # fmt: skip
         plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "retry", retry)
     rename_durable(job_dir, target)
-    _drop_heartbeat(target)
+    _drop_heartbeat(target, claim_token)
     return target
 
 
@@ -128,6 +145,8 @@ def move_to_failed(
     record: RunRecord,
     hooks: Hooks = None,
     file_mode: int | None = None,
+    *,
+    claim_token: str | None = None,
 ) -> Path:
     runs = read_runs(job_dir)
     error = record.error or {}
@@ -150,7 +169,7 @@ def move_to_failed(
         plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "failed", failure)
     target = layout.failed / final_name(job_id, uid)
     rename_durable(job_dir, target)
-    _drop_heartbeat(target)
+    _drop_heartbeat(target, claim_token)
     release_id(layout, job_id, uid)
     return target
 
@@ -164,9 +183,12 @@ def complete_publish(
     record: RunRecord,
     hooks: Hooks = None,
     file_mode: int | None = None,
+    *,
+    claim_token: str | None = None,
 ) -> Path:
     """Publish the verified output named in a PUBLISHING record, then move the job to done/.
-    ``file_mode``: result.json's (job_file_modes.private_file_mode), if the caller knows it."""
+    ``file_mode``: result.json's (job_file_modes.private_file_mode), if the caller knows it;
+    ``claim_token``: the caller's own claim, whose heartbeat and lock go (_drop_heartbeat)."""
     info = record.publish or {}
     # ``temp`` is relative to the output root (absolute in records of older versions):
     # joined with *our* output root, it works on a host that mounts it elsewhere.
@@ -213,7 +235,7 @@ def complete_publish(
         plan_hooks(layout, hooks, job_dir, job_id, uid, record.run, "done", result)
     target = layout.done / final_name(job_id, uid)
     rename_durable(job_dir, target)
-    _drop_heartbeat(target)
+    _drop_heartbeat(target, claim_token)
     return target
 
 
@@ -228,6 +250,7 @@ def carry_out(
     *,
     chunk_entry: bool | None = None,
     file_mode: int | None = None,
+    claim_token: str | None = None,
 ) -> Path:
     """Move the job where its decided ``record`` says; returns the new directory.
 
@@ -235,25 +258,30 @@ def carry_out(
     A chunk of a split job (spoolrender.chunks) ends in its job's ledger instead, and
     fires no hook: the job it belongs to does, once. The run's owner passes what it knows
     already, saving a look each: ``chunk_entry`` (is it a chunk entry, ledger.is_chunk_entry)
-    and ``file_mode`` (its outcome file's mode, job_file_modes.private_file_mode).
+    and ``file_mode`` (its outcome file's mode, job_file_modes.private_file_mode), and
+    ``claim_token``, its own claim's: that claim's heartbeat and lock are removed from the
+    moved directory. A recoverer passes none, and no file of the dead claim is touched
+    (_drop_heartbeat).
     """
     if is_chunk_name(job_id) or (is_chunk_entry(job_dir) if chunk_entry is None else chunk_entry):
         if record.outcome in (PUBLISHING, FAILED):
             return finish_chunk(layout, output_root, job_dir, record)
         hooks = None
     if record.outcome in (RETRY, REQUEUE):
-        return move_to_retry(layout, job_dir, job_id, uid, record, hooks)
+        return move_to_retry(layout, job_dir, job_id, uid, record, hooks, claim_token=claim_token)
     if record.outcome == SPLIT:
         target = move_to_split(layout, output_root, job_dir, job_id, uid, record)
-        _drop_heartbeat(target)
+        _drop_heartbeat(target, claim_token)
         return target
     if record.outcome == FAILED:
-        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks, file_mode)
+        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token)
         _end_chunks(layout, output_root, job_id, uid)
         return target
     if record.outcome == PUBLISHING:
         try:
-            target = complete_publish(layout, output_root, job_dir, job_id, uid, record, hooks, file_mode)
+            target = complete_publish(
+                layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token
+            )
             _end_chunks(layout, output_root, job_id, uid)
             return target
         except PublishError as exc:
@@ -284,7 +312,9 @@ def carry_out(
                 if decided is None:
                     raise
                 follow = decided
-            return carry_out(layout, output_root, job_dir, job_id, uid, follow, hooks, file_mode=file_mode)
+            return carry_out(
+                layout, output_root, job_dir, job_id, uid, follow, hooks, file_mode=file_mode, claim_token=claim_token
+            )
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")
 
 

@@ -26,7 +26,7 @@ def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, m
     writer = HeartbeatWriter(ManualClock(), 60.0, "runner")  # no thread: beats by hand
     job = ActiveJob(job_dir, "tok", 1, 0.0, on_lost=lambda: None)
     writer.add(job)  # the first beat, written at once
-    first = read_heartbeat(job_dir)
+    first = read_heartbeat(job_dir, "tok")
     assert first is not None and first.counter == 1
 
     entered, release = threading.Event(), threading.Event()
@@ -54,10 +54,10 @@ def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, m
     beating.join(30)
     remover.join(30)
     assert removed.is_set()  # ...and returns once it is done
-    in_flight = read_heartbeat(job_dir)
+    in_flight = read_heartbeat(job_dir, "tok")
     assert in_flight is not None and in_flight.counter == 2
 
     monkeypatch.setattr(heartbeat_module, "write_atomic", real_write)
     writer.beat(job)  # a late beat of a removed job (the heartbeat thread's snapshot)
-    after = read_heartbeat(job_dir)
+    after = read_heartbeat(job_dir, "tok")
     assert after is not None and after.counter == 2  # wrote nothing

@@ -53,9 +53,10 @@ def test_success_publishes_output_and_keeps_job_bytes(spool: SpoolLayout) -> Non
     assert result["output"] == str(out) and result["bytes"] == 5 and result["attempts"] == 1
     assert out.read_bytes() == b"hello"
     assert (spool.done / entry / "run-0001.log").read_text().count("PROGRESS") == 10
-    # Nothing left behind: no scratch, no heartbeat outside running/.
+    # Nothing left behind: no scratch, no heartbeat or lock outside running/ (the owner's
+    # move removes its own claim's).
     assert os.listdir(spool.root / "output" / ".spoolrender-tmp") == []
-    assert not (spool.done / entry / "heartbeat").exists()
+    assert [n for n in os.listdir(spool.done / entry) if n.startswith(("heartbeat", "lock"))] == []
     assert entries(spool, "incoming") == entries(spool, "running") == []
 
 

@@ -37,7 +37,7 @@ from spoolrender import defaults
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.heartbeat import entry_token, read_heartbeat
 from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job, read_job_bytes
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
 from spoolrender.lookup import Located, entry_holder
@@ -161,7 +161,8 @@ def _entered(state: str, holder: DirHandle, base: str) -> float | None:
     if state == "running":
         # The directory's mtime moves with every heartbeat: the run's start is in the heartbeat.
         with holder.sub(base) as job_dir:
-            hb = read_heartbeat(job_dir.through)
+            # The token from the entry's name: ``through`` names the descriptor, not the entry.
+            hb = read_heartbeat(job_dir.through, entry_token(Path(base)))
         return None if hb is None else hb.started
     if state in STAMP_FILE:
         with holder.sub(base) as job_dir:

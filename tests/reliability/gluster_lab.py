@@ -67,6 +67,22 @@ def _gsyncd() -> Path | None:
     return None
 
 
+def _granted_entry_locks(dump: str, path: str, host: str) -> set[str]:
+    """Basenames in directory ``path`` on which a client of ``host`` holds a granted
+    (ACTIVE) entry lock, in one brick's statedump. The locks translator dumps an inode's
+    locks in a section with ``path=``, each entry lock a line ``...entrylk[N](ACTIVE)=type=
+    ENTRYLK_WRLCK on basename=NAME, pid = ..., client=..., connection-id=...HOST:<host>-...``."""
+    names: set[str] = set()
+    for section in dump.split("\n["):
+        if f"\npath={path}\n" not in f"\n{section}\n":
+            continue
+        for line in section.splitlines():
+            m = re.search(r"entrylk\[\d+\]\(ACTIVE\)=type=\S+ on basename=([^,]*),", line)
+            if m is not None and f"HOST:{host}-" in line:
+                names.add(m.group(1))
+    return names
+
+
 class GlusterHost(Host):
     """A client host: the volume mounted in its own namespaces, then ``argv`` as its init."""
 
@@ -234,6 +250,19 @@ class GlusterLab:
                     if os.readlink(f"/proc/{entry}/ns/net") == f"net:[{inode}]":
                         pids.append(int(entry))
         return pids
+
+    def entry_locks(self, path: str, host: str) -> list[str]:
+        """The names in directory ``path`` (from the volume's root) that client host ``host``
+        holds a granted entry lock on, on any brick: a `gluster volume statedump` of the
+        bricks (each into its server's /run/gluster), its locks sections read."""
+        started = time.time()
+        self.gluster("volume", "statedump", self.volume)
+        names: set[str] = set()
+        for i in range(1, SERVERS + 1):
+            for dump in (self.work / f"s{i}" / "run" / "gluster").glob("*.dump.*"):
+                if dump.stat().st_mtime >= started - 1:
+                    names |= _granted_entry_locks(dump.read_text(errors="replace"), path, host)
+        return sorted(names)
 
     def brick_pid(self, i: int) -> int | None:
         for pid in self._in_netns(f"{self.tag}-s{i}"):

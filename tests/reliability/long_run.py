@@ -8,9 +8,12 @@
 - hostile corpus: the 60 bad job files of test_hostile.py against a real runner;
 - --split-jobs N: N more jobs per chaos round rendered in 2-5 chunks each (issue 14);
 - --gluster-freezes N: N runs of a client host frozen whole (SIGSTOP) mid-render on the
-  GlusterFS lab (root, glusterfs-server): how often its job came back after the lease, and
-  how often a lock the frozen client holds kept it until the thaw (issue 26, kept out of the
-  suite for that: docs/reliability.md, "A frozen host's locks");
+  GlusterFS lab (root, glusterfs-server): how often its job came back after the lease and
+  was done elsewhere, and how often it was held until the thaw (issue 26: docs/reliability.md,
+  "A frozen host's locks");
+- --gluster-freezes-mid-write N: the same, each freeze retried (thawed within the lease)
+  until a statedump shows the frozen client holding an entry lock in the job's directory:
+  frozen in the middle of a heartbeat's replace, the 1-in-9 case made certain;
 - --gluster-bricks N: N runs of a brick killed mid-run, restarted and healed on that lab,
   each ending with the healed brick holding what the others hold (the suite's brick test
   stops before the heal: a heal that does not converge is GlusterFS's, not the spool's).
@@ -21,6 +24,7 @@ run in CI through pytest (tests/reliability/).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -52,6 +56,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--split-jobs", type=int, default=0, help="more jobs per round, rendered in 2-5 chunks each")
     parser.add_argument("--gluster-freezes", type=int, default=0, help="frozen-host runs on the GlusterFS lab")
+    parser.add_argument("--gluster-freezes-mid-write", type=int, default=0,
+                        help="frozen-host runs, each frozen holding an entry lock in its job's directory")  # fmt: skip
     parser.add_argument("--gluster-bricks", type=int, default=0, help="brick kill, restart and heal runs on it")
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
@@ -85,6 +91,8 @@ def main() -> None:
                      "writes outside root": outside, "seconds": round(time.monotonic() - t0, 1)})  # fmt: skip
         if args.gluster_freezes:
             rows.append(gluster_freezes(base / "gluster", args.gluster_freezes))
+        if args.gluster_freezes_mid_write:
+            rows.append(gluster_freezes(base / "gluster-mid-write", args.gluster_freezes_mid_write, mid_write=True))
         if args.gluster_bricks:
             rows.append(gluster_bricks(base / "gluster-bricks", args.gluster_bricks))
     columns = ["part", "jobs", "kills", "freezes", "lost", "duplicated", "partial files", "bad outputs", "orphans",
@@ -99,18 +107,21 @@ def main() -> None:
           f"--kills {args.kills} --freezes {args.freezes} --rounds {args.rounds}"
           + (f" --split-jobs {args.split_jobs}" if args.split_jobs else "")
           + (f" --gluster-freezes {args.gluster_freezes}" if args.gluster_freezes else "")
+          + (f" --gluster-freezes-mid-write {args.gluster_freezes_mid_write}" if args.gluster_freezes_mid_write else "")
           + (f" --gluster-bricks {args.gluster_bricks}" if args.gluster_bricks else ""))  # fmt: skip
 
 
-def gluster_freezes(work: Path, runs: int) -> dict[str, object]:
+def gluster_freezes(work: Path, runs: int, *, mid_write: bool = False) -> dict[str, object]:
     """``runs`` frozen-host cases on one GlusterFS lab: recovered after the lease, or held
-    (not recovered within the case's deadline: the frozen client's lock, until the thaw)."""
-    done = _lab_cases(work, runs, frozen_host_case, "gluster freeze")
+    (not recovered within the case's deadline: the frozen client's lock, until the thaw).
+    ``mid_write``: each frozen holding an entry lock in its job's directory."""
+    part = "gluster freezes mid-write" if mid_write else "gluster freezes"
+    done = _lab_cases(work, runs, functools.partial(frozen_host_case, mid_write=mid_write), part)
     if done is None:
-        return {"part": "gluster freezes", "frozen recovered": "skipped"}
+        return {"part": part, "frozen recovered": "skipped"}
     recovered, failed, seconds = done
     median = round(statistics.median(recovered), 1) if recovered else ""
-    return {"part": "gluster freezes", "frozen recovered": f"{len(recovered)}/{runs}", "frozen held": failed,
+    return {"part": part, "frozen recovered": f"{len(recovered)}/{runs}", "frozen held": failed,
             "recovery s (median)": median, "seconds": seconds}  # fmt: skip
 
 

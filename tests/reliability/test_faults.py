@@ -20,6 +20,7 @@ from conftest import allow_steps
 from invariants import audit
 
 from spoolrender import defaults
+from spoolrender.heartbeat import heartbeat_path
 from spoolrender.layout import SpoolLayout, init_spool
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
@@ -160,7 +161,7 @@ def test_heartbeat_deleted_and_corrupted_under_a_running_job(tmp_path: Path) -> 
         drop(layout, "j.yaml", {"until_file": str(release), "content": "intact"})
         wait_until(lambda: bool(os.listdir(layout.running)), 60)
         (entry,) = os.listdir(layout.running)
-        hb = layout.running / entry / "heartbeat"
+        hb = heartbeat_path(layout.running / entry, entry.rsplit(".", 1)[1])  # the claim's own name
         end = time.monotonic() + 3.5  # longer than the lease (2 s)
         while time.monotonic() < end:
             try:

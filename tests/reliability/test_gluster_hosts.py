@@ -15,9 +15,12 @@ volume, its output root beside it; the test drops jobs and judges through an obs
   brick holds what the others hold;
 - a slow upload written through another client host's mount, never claimed before the
   settle time has passed after its last write (issue 26 item 4);
-- a client host frozen whole mid-render (`frozen_host_case`): not a test of the suite, run
-  by tests/reliability/long_run.py --gluster-freezes N (in 1 of 9 runs a lock the frozen
-  client held kept its job until the thaw).
+- a client host frozen whole mid-render (`frozen_host_case`), or frozen in the middle of
+  a heartbeat's replace, holding entry locks on its name (``mid_write``): not tests of the
+  suite (a minute or more each), run by tests/reliability/long_run.py --gluster-freezes N
+  and --gluster-freezes-mid-write N. Before per-claim heartbeat names (issue 26) such a
+  freeze kept its job from ever being done until the thaw: the recoverer's unlink of the
+  dead claim's ``heartbeat`` and the next claim's first heartbeat waited behind its locks.
 
 Every job is rendered and published exactly once (a file per render, named by job, host
 and pid), nothing partial or left behind (`invariants.audit`).
@@ -25,11 +28,13 @@ and pid), nothing partial or left behind (`invariants.audit`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -86,10 +91,15 @@ class Spool:
         quick = ["sh", "-c", f'{marker} && echo "$2" > "$1"', "sh", "{output}", "{job_id}", str(self.renders)]
         slow = ["sh", "-c", f'{marker} && sleep {LONG} && echo "$2 $(hostname)" > "$1"',
                 "sh", "{output}", "{job_id}", str(self.renders)]  # fmt: skip
+        # Renders until the test opens the gate (a freeze that needs many tries, each a
+        # heartbeat apart, must find the job still rendering).
+        self.gate = self.base / "gate"
+        gated = ["sh", "-c", f'{marker} && while [ ! -e "$4" ]; do sleep 0.2; done && echo "$2 $(hostname)" > "$1"',
+                 "sh", "{output}", "{job_id}", str(self.renders), str(self.gate)]  # fmt: skip
         config = {
             "settle_seconds": settle, "heartbeat_seconds": 0.5, "lease_seconds": lease, "rescan_seconds": 0.5,
             "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
-            "commands": {"quick": quick, "slow": slow, "jobhash": job_hash_command()},
+            "commands": {"quick": quick, "slow": slow, "gated": gated, "jobhash": job_hash_command()},
         }  # fmt: skip
         (self.layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
         self.hosts: dict[str, GlusterHost] = {}
@@ -117,7 +127,7 @@ class Spool:
         # Written under a hidden name, renamed into place (as scp or rsync leave an upload).
         # Long jobs go first (priority), so that the fault finds them rendering soon.
         tmp = self.layout.incoming / f".{name}.part"
-        priority = 10 if command == "slow" else 0
+        priority = 10 if command in ("slow", "gated") else 0
         tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command, "priority": priority}))
         os.rename(tmp, self.layout.incoming / f"{name}.yaml")
 
@@ -308,7 +318,64 @@ def test_a_visibility_delay_three_times_the_default_is_handled_by_the_protocol(l
         lab.gluster("volume", "set", lab.volume, "performance.stat-prefetch", "off")
 
 
-def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
+def freeze_mid_write(
+    lab: GlusterLab, spool: Spool, owner: GlusterHost, entry: str, attempts: int = 80
+) -> tuple[list[str], float]:
+    """Freeze ``owner`` whole just as another of its heartbeats lands, until a statedump of
+    the bricks shows its frozen client holding an entry lock in running/``entry``/ on the
+    heartbeat's own name (caught in the rename of a heartbeat's replace, before the unlock
+    that ends it: the 1-in-9 freeze of docs/reliability.md "A frozen host's locks", made
+    certain; a lock on the temporary name alone, the create before it, does not count);
+    thawed and tried again otherwise, each try shorter than the lease. Returns the names it
+    holds locked and the (monotonic) time of that freeze."""
+    job_dir = spool.layout.running / entry
+    path = "/" + str(job_dir.relative_to(lab.mountpoint))
+    # The host's FUSE client, stopped first and by one kill(): it holds the locks, and
+    # listing the host's processes (a scan of /proc) would take longer than the window.
+    fuse = [pid for pid in owner.pids() if _comm(pid) == "glusterfs"]
+    for attempt in range(1, attempts + 1):
+        # Every heartbeat is a rename into the job's directory: its mtime moves. Polled
+        # without a pause (each stat is a round trip through the observer's client), so the
+        # freeze follows the rename's reply, before its unlock has gone out.
+        before = os.stat(job_dir).st_mtime_ns
+        deadline = time.monotonic() + WAIT
+        while os.stat(job_dir).st_mtime_ns == before:
+            assert time.monotonic() < deadline, "no heartbeat within the deadline"
+        for pid in fuse:
+            os.kill(pid, signal.SIGSTOP)
+        owner.freeze()
+        frozen_since = time.monotonic()
+        held = lab.entry_locks(path, owner.name)
+        if any(name.startswith("heartbeat") for name in held):
+            print(f"gluster freeze mid-write: caught on try {attempt}", flush=True)
+            return held, frozen_since
+        owner.thaw()
+        # Beating again, long enough for every recoverer (a rescan every 0.5 s) to see it
+        # change: the lease of the freeze that holds a lock then starts at that freeze.
+        counted = functools.partial(_beats_since, job_dir, [])
+        wait_until(lambda: counted() >= 4, WAIT, "heartbeats after a thaw")  # noqa: B023 - bound to this try
+    raise AssertionError(f"no freeze of {attempts} caught {owner.name} holding an entry lock in {path}")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _beats_since(job_dir: Path, first: list[int]) -> int:
+    """How many beats the heartbeat's counter moved on from ``first[0]`` (which it sets, if
+    empty, on the first readable look)."""
+    hb = read_heartbeat(job_dir)
+    if hb is None:
+        return 0
+    if not first:
+        first.append(hb.counter)
+    return hb.counter - first[0]
+
+
+def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False) -> float:
     """A VM pause: every process of the host rendering a long job SIGSTOPped, its FUSE client
     too; returns the seconds until another host recovered the job. The bricks never release
     the flock it holds (its TCP connection stays up: measured, docs/reliability.md "A frozen
@@ -317,15 +384,17 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
     exclusive run file and renders the job again. Thawed, the late owner finds its job taken
     over and lets it go: one output, no record of its own.
 
-    Not in the suite: in 1 of 9 runs the frozen client still held a lock that the recoverer's
-    rename of the job's directory out of running/ waited for, until the thaw (the job late,
-    never run twice). tests/reliability/long_run.py --gluster-freezes N runs it
-    N times on one lab and counts both outcomes."""
+    Not in the suite (a minute or more a run): tests/reliability/long_run.py --gluster-freezes N
+    runs it N times on one lab and counts how many were recovered and done, and how many
+    held (before issue 26's fix, 1 of 9: frozen mid-heartbeat, docs/reliability.md "A frozen
+    host's locks"). ``mid_write``: frozen only once the frozen client holds an entry lock on
+    its heartbeat's name (freeze_mid_write; long_run.py --gluster-freezes-mid-write N); the
+    seconds are then counted from that freeze."""
     spool = Spool(lab, tmp_path)
     quick = {"j000"}
     try:
         spool.render_quick_jobs(quick)
-        spool.drop("frozen", "slow")
+        spool.drop("frozen", "gated" if mid_write else "slow")
         wait_until(lambda: spool.rendering("frozen"), WAIT, "frozen job rendering")
         found = spool.rendering("frozen")
         assert found is not None
@@ -334,8 +403,15 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path) -> float:
         # Frozen mid-render, not between the marker's creation and its write (thawed, the
         # owner kills its render at once: an empty marker).
         wait_until(lambda: spool.render_started("frozen"), WAIT, "frozen job's render started")
-        owner.freeze()
-        recovered = wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, "job recovered")
+        if mid_write:
+            held, frozen_since = freeze_mid_write(lab, spool, owner, entry)
+            print(f"gluster freeze mid-write: {owner.name} frozen holding entry locks on {held}", flush=True)
+            spool.gate.touch()  # the render elsewhere ends at once
+        else:
+            owner.freeze()
+            frozen_since = time.monotonic()
+        wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, "job recovered")
+        recovered = time.monotonic() - frozen_since
         wait_until(lambda: spool.done() == len(quick) + 1, WAIT, "frozen host's job done elsewhere")
         owner.thaw()
         wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "thawed owner lets go")
