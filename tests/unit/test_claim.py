@@ -10,6 +10,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
+from spoolrender.heartbeat_file import heartbeat_path
 
 JOB = {"composition": "Intro", "output": "x.mp4"}
 
@@ -35,7 +36,7 @@ def test_a_claim_moves_the_file_into_its_own_running_directory(slot: Slot) -> No
         copy = claimed.job_dir / defaults.JOB_FILENAME
         assert copy.read_bytes() == data
         assert not os.stat(copy).st_mode & 0o222
-        assert (claimed.job_dir / defaults.HEARTBEAT_FILENAME).exists()  # a first beat before the rename
+        assert (heartbeat_path(claimed.job_dir, claimed.token)).exists()  # a first beat before the rename
     finally:
         slot.heartbeat.remove(claimed.token)
         claimed.release()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from support.unit_spool import Slot, entries
 
-from spoolrender import defaults
 from spoolrender.claim import Claim
+from spoolrender.heartbeat_file import heartbeat_path
 from spoolrender.records import read_runs
 from spoolrender.recovery import Recoverer
 
@@ -56,7 +56,7 @@ def test_a_job_whose_lock_was_released_goes_back_to_retry_and_runs_again(slot: S
 
 def test_a_silent_heartbeat_is_dead_only_after_a_whole_lease_of_this_sweepers_watching(slot: Slot) -> None:
     claim = claimed(slot, "intro.yaml")
-    beat = claim.job_dir / defaults.HEARTBEAT_FILENAME
+    beat = heartbeat_path(claim.job_dir, claim.token)
     other_host = {**json.loads(beat.read_bytes()), "host": "elsewhere"}  # its lock proves nothing here
     beat.write_text(json.dumps(other_host))
     died(slot, claim)
@@ -78,7 +78,7 @@ def test_a_silent_heartbeat_is_dead_only_after_a_whole_lease_of_this_sweepers_wa
 def test_a_heartbeat_another_host_keeps_writing_is_alive_and_own_jobs_are_never_recovered(slot: Slot) -> None:
     claim = claimed(slot, "intro.yaml")
     died(slot, claim)
-    beat = claim.job_dir / defaults.HEARTBEAT_FILENAME
+    beat = heartbeat_path(claim.job_dir, claim.token)
     heartbeat = {**json.loads(beat.read_bytes()), "host": "elsewhere"}
     recoverer = Recoverer(slot.layout, slot.config, slot.clock, random.Random(27))
     for counter in range(2, 6):  # its runner on another host beats every half lease
