@@ -47,11 +47,14 @@ class RetryScan:
         self._retry_held: dict[str, float] = {}  # retry entry -> monotonic time to look again
         self._retry_routes: dict[str, _RetryInfo] = {}  # by retry entry name (unique per move)
         self._others: list[dict[str, Any]] | None = None  # other hosts' online beacons, per listing
+        self.listed: frozenset[str] = frozenset()  # the names of the last listing of retry/
 
-    def hold(self, name: str) -> None:
+    def hold(self, name: str, until: float | None = None) -> None:
         """A local process still writes the job file of entry ``name`` (a discarded run):
-        look at it again after a poll. The caller holds the shared lock."""
-        self._retry_held[name] = self._clock.monotonic() + self._config.poll_seconds
+        look at it again after a poll; or its claim failed: not before ``until`` (monotonic,
+        SpoolScanner.claim_failed's backoff). The caller holds the shared lock."""
+        until = self._clock.monotonic() + self._config.poll_seconds if until is None else until
+        self._retry_held[name] = max(until, self._retry_held.get(name, until))
 
     def _retry_info(self, retry: DirHandle, name: str) -> _RetryInfo:
         """A retry entry's route (None: unreadable, any runner takes it to fail it) and the
@@ -119,6 +122,7 @@ class RetryScan:
             retry = DirHandle.open(self._layout.retry)
         except FileNotFoundError:  # a missing retry/ lists as empty: no entry's route is kept
             self._retry_routes.clear()
+            self.listed = frozenset()
             return [], None
         with retry:
             return self._scan_held(retry, routes, fs_now, now)
@@ -129,6 +133,7 @@ class RetryScan:
         out: list[Candidate] = []
         wake: float | None = None
         names = retry.names()
+        self.listed = frozenset(names)
         for gone in set(self._retry_routes) - set(names):
             del self._retry_routes[gone]
         with self._lock:

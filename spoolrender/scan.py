@@ -68,6 +68,7 @@ class Blocked:
     reason: str
     failures: int
     next_try: float  # monotonic
+    source: str = "incoming"  # where it is listed ("incoming" or "retry"): forgotten once gone from there
 
 
 class SpoolScanner:
@@ -198,7 +199,14 @@ class SpoolScanner:
             failures = 1 if old is None else old.failures + 1
             delay = defaults.BLOCKED_CLAIM_RETRY.delay(failures)
             next_try = self._clock.monotonic() + delay
-            self._blocked[name] = Blocked(reason, failures, next_try)
+            # Where the entry was offered from (the listing's candidate; else as blocked before).
+            offered = None if self._cached is None else self._cached.get(name)
+            source = offered.source if offered is not None else "incoming" if old is None else old.source
+            self._blocked[name] = Blocked(reason, failures, next_try, source)
+            if source == "retry":
+                # The retry/ listing skips it until then (the incoming/ one checks _blocked):
+                # else every listing offered it again, its failures never counted up.
+                self._retry.hold(name, next_try)
             if self._cached is not None and self._cached.pop(name, None) is not None:
                 # The reused listing must end when the entry may be tried again, as a fresh
                 # listing's wake would say; else it came back only at the next full listing
@@ -208,7 +216,7 @@ class SpoolScanner:
                 self._last = ScanResult(last.candidates, last.waiting_uploads, wake, last.waiting)
         if failures == 1 or failures % 10 == 0:
             log.warning(
-                "cannot claim incoming/%s: %s (tried %d times; next try in %g s)", name, reason, failures, delay
+                "cannot claim %s/%s: %s (tried %d times; next try in %g s)", source, name, reason, failures, delay
             )
 
     def blocked(self) -> dict[str, str]:
@@ -243,6 +251,9 @@ class SpoolScanner:
         fs_now = spool_now()
         incoming, waiting, wake = self._scan_incoming(fs_now, routes)
         retry, retry_wake = self._retry.scan(routes, fs_now)
+        with self._lock:
+            for gone in [n for n, b in self._blocked.items() if b.source == "retry" and n not in self._retry.listed]:
+                del self._blocked[gone]  # claimed, or moved on (a retry entry's name changes with every move)
         wakes = [w for w in (wake, retry_wake) if w is not None]
         result = ScanResult(sorted(incoming + retry), waiting, min(wakes) if wakes else None, waiting_groups(routes))
         with self._lock:  # with the listing it describes: claim_failed amends both at once
@@ -281,7 +292,7 @@ class SpoolScanner:
         with self._lock:
             for gone in [n for n in self._seen if n not in present]:
                 del self._seen[gone]
-            for gone in [n for n in self._blocked if n not in present]:
+            for gone in [n for n, b in self._blocked.items() if b.source == "incoming" and n not in present]:
                 del self._blocked[gone]
             blocked = dict(self._blocked)
         self.uploads.retain(present)

@@ -11,6 +11,7 @@ import pytest
 from support.unit_spool import Slot
 
 from spoolrender import defaults
+from spoolrender.testing import Fail, Succeed
 
 JOB = {"composition": "Intro", "output": "x.mp4"}
 
@@ -138,3 +139,33 @@ def test_a_job_dropped_into_a_queue_directory_carries_that_queue(tmp_path: Path)
     candidates = slot.scan().candidates
     assert [(c.name, c.queue_dir, c.sort_key[0]) for c in candidates] == [("urgent/a.yaml", "urgent", 0),
                                                                           ("b.yaml", None, 1)]  # fmt: skip
+
+
+def test_a_retry_entry_that_cannot_be_claimed_backs_off_doubling_too(slot: Slot) -> None:
+    """A retry/ entry whose claim fails (a directory of mode 555 cannot be renamed) waits out
+    its backoff, doubling, as an incoming/ one does: its blocked record was dropped at every
+    listing (not in incoming/), so it was offered again at each listing, and since
+    claim_failed shortens the reused listing's wake, a listing every second for good."""
+    slot.fake.script("intro", Fail("worker-crash"), Succeed())
+    slot.drop("intro.yaml", JOB)
+    assert slot.run_next().state == "retry"
+    slot.clock.advance(1)
+    [retry] = [c for c in slot.scan().candidates if c.source == "retry"]
+    slot.scanner.claim_failed(retry.name, "Permission denied")
+    assert slot.scanner.blocked() == {retry.name: "Permission denied"}
+    slot.scanner.note_event("", "")  # a full listing does not offer it before its next try
+    result = slot.scan()
+    assert result.candidates == []
+    assert result.next_wake == slot.clock.monotonic() + defaults.BLOCKED_RETRY_MIN_S
+    slot.clock.advance(defaults.BLOCKED_RETRY_MIN_S)
+    assert names(slot) == [retry.name]
+    slot.scanner.claim_failed(retry.name, "Permission denied")  # the second: twice as long
+    slot.clock.advance(defaults.BLOCKED_RETRY_MIN_S)
+    assert names(slot) == []
+    assert slot.scanner.blocked() == {retry.name: "Permission denied"}
+    slot.clock.advance(defaults.BLOCKED_RETRY_MIN_S)
+    assert names(slot) == [retry.name]
+    taken = slot.claim(retry)
+    assert taken is not None and slot.executor.execute(taken).state == "done"
+    slot.scanner.note_event("", "")
+    assert names(slot) == [] and slot.scanner.blocked() == {}  # gone from retry/: forgotten
