@@ -284,7 +284,14 @@ class Purged:
     kept: tuple[tuple[str, str], ...] = ()
 
     def __add__(self, other: Purged) -> Purged:
-        return Purged(self.removed + other.removed, self.kept + other.kept)
+        # One record per entry: retention's count limit tries again what its age limit could
+        # not remove (kept twice, it was counted twice), or removes it after all.
+        removed = self.removed + other.removed
+        kept: dict[str, str] = {}
+        for entry, why in self.kept + other.kept:
+            if entry not in removed:
+                kept.setdefault(entry, why)
+        return Purged(removed, tuple(kept.items()))
 
 
 def purge(

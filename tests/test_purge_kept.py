@@ -100,3 +100,16 @@ def test_the_api_and_retention_count_only_what_was_removed(spool: SpoolLayout) -
     assert purged["failed"].removed == ("failed/bad.0003",) and purged["failed"].kept == ()
     # Once it can be removed, the next purge does.
     assert purge_older(config, 3600).removed == ("done/pinned.0001",)
+
+
+def test_retention_by_age_and_count_reports_an_unremovable_record_once(spool: SpoolLayout) -> None:
+    """Kept by the age limit and then beyond the count limit too: one record kept, not two (the
+    warning's count and list were of attempts, not of records)."""
+    config = load_config(spool.root)
+    pinned = old_entry(spool, "done", "pinned.0001")
+    old_entry(spool, "done", "gone.0002")
+    with unremovable(pinned):
+        policy = RetentionPolicy(keep_done=3600, keep_failed=None, keep_done_max=0, keep_failed_max=None)
+        purged = apply_retention(config, policy)
+    assert purged["done"].removed == ("done/gone.0002",)
+    assert [entry for entry, _ in purged["done"].kept] == ["done/pinned.0001"]
