@@ -16,6 +16,7 @@ from it (:func:`settings_reference_markdown`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -258,7 +259,12 @@ def load_config(
     except TypeError as exc:  # pragma: no cover - keys are checked above
         raise ConfigError(str(exc)) from exc
     except ConfigError as exc:
-        source = next((where for key, where in given.items() if str(exc).startswith(f"{key}:")), None)
-        if source is None:
+        message = str(exc)
+        sources = [where for key, where in given.items() if message.startswith(f"{key}:")]
+        if not sources:
+            # A check of settings together ("backoff_cap_seconds must be >= ..."): each of
+            # them the environment set is named, the message saying which settings it is.
+            sources = [where for key, where in given.items() if re.search(rf"(?<!\w){re.escape(key)}(?!\w)", message)]
+        if not sources:
             raise
-        raise ConfigError(f"{exc} (set by {source})") from exc
+        raise ConfigError(f"{exc} (set by {' and '.join(sources)})") from exc

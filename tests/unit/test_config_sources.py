@@ -46,3 +46,19 @@ def test_a_wrong_value_from_the_environment_is_refused_too(tmp_path: Path) -> No
         load_config(config.spool, environ={"SPOOLRENDER_SLOTS": "zero"})
     with pytest.raises(ConfigError, match=r"^slots: expected a whole number >= 1, got 0$"):  # overridden: its key
         load_config(config.spool, overrides={"slots": "0"}, environ={"SPOOLRENDER_SLOTS": "zero"})
+
+
+def test_settings_refused_together_name_the_environment_variable_that_set_one(tmp_path: Path) -> None:
+    """A check of two settings at once ("cap >= base") names the variable too: its message
+    does not start with "key:", and the variable went unnamed."""
+    config = make_spool(tmp_path / "spool", {"heartbeat_seconds": 1})
+    cap = r"\(set by the environment variable SPOOLRENDER_BACKOFF_CAP_SECONDS\)$"
+    with pytest.raises(ConfigError, match=r"^backoff_cap_seconds must be >= backoff_base_seconds " + cap):
+        load_config(config.spool, environ={"SPOOLRENDER_BACKOFF_CAP_SECONDS": "1"})
+    lease = r"or live jobs look dead \(set by the environment variable SPOOLRENDER_LEASE_SECONDS\)$"
+    with pytest.raises(
+        ConfigError, match=r"^lease_seconds \(0.1\) must be at least twice heartbeat_seconds \(1\), " + lease
+    ):
+        load_config(config.spool, environ={"SPOOLRENDER_LEASE_SECONDS": "0.1"})
+    with pytest.raises(ConfigError, match=r"look dead$"):  # both from the file: no variable to name
+        make_spool(tmp_path / "other", {"heartbeat_seconds": 1, "lease_seconds": 0.1})
