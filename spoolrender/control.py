@@ -364,8 +364,9 @@ def _forget_all(layout: SpoolLayout, directory: DirHandle, state: str, names: li
         why = forget_finished(layout, directory, state, name)
         if why is None:
             removed.append(f"{state}/{name}")
-        else:
+        elif directory.try_stat(name) is not None:
             kept.append((f"{state}/{name}", why))
+        # else: gone meanwhile (another purge, a retry): neither this purge's nor kept
     return Purged(tuple(removed), tuple(kept))
 
 

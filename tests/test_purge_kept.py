@@ -15,10 +15,11 @@ import pytest
 
 from spoolrender.cli import main
 from spoolrender.config import load_config
-from spoolrender.control import purge, purge_older
+from spoolrender.control import Purged, purge, purge_older
 from spoolrender.layout import SpoolLayout
 from spoolrender.retention import apply_retention
 from spoolrender.retention_lease import RetentionPolicy
+from spoolrender.spooldir import DirHandle
 
 FS_IOC_GETFLAGS = 0x80086601
 FS_IOC_SETFLAGS = 0x40086602
@@ -113,3 +114,21 @@ def test_retention_by_age_and_count_reports_an_unremovable_record_once(spool: Sp
         purged = apply_retention(config, policy)
     assert purged["done"].removed == ("done/gone.0002",)
     assert [entry for entry, _ in purged["done"].kept] == ["done/pinned.0001"]
+
+
+def test_a_record_removed_meanwhile_by_another_purge_is_neither_purged_nor_kept(
+    spool: SpoolLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race is narrow (another purge removes the entry between this one's stat and its
+    removal), so the other purge is played by rmtree itself: it removes the tree, then fails
+    as the loser of that race does (ENOENT at its first open)."""
+    config = load_config(spool.root)
+    old_entry(spool, "done", "raced.0001")
+    real_rmtree = DirHandle.rmtree
+
+    def lose_the_race(self: DirHandle, name: str) -> None:
+        real_rmtree(self, name)
+        raise FileNotFoundError(2, "No such file or directory", name)
+
+    monkeypatch.setattr(DirHandle, "rmtree", lose_the_race)
+    assert purge_older(config, 3600) == Purged()
