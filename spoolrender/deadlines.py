@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+_CANCELLED_KEPT = 1000  # cancelled entries left in the heap before a sweep (bounded memory)
+
 
 class Deadline:
     """One armed call (:meth:`Deadlines.call_after`); :meth:`cancel` before it is due stops it."""
@@ -39,8 +41,9 @@ class Deadlines:
     thread started at the first :meth:`call_after`, in the order of their times.
 
     Like ``threading.Timer``, the function runs on that thread: it must be short (a cancel
-    token's ``cancel``). Cancelled entries leave the heap when it holds more of them than
-    of armed ones, so a long-running runner's heap does not grow with its jobs.
+    token's ``cancel``). Cancelled entries leave the heap when it holds more than
+    ``_CANCELLED_KEPT`` of them and more of them than of armed ones, so a long-running
+    runner's heap does not grow with its jobs.
     """
 
     def __init__(self, name: str = "deadlines") -> None:
@@ -75,11 +78,14 @@ class Deadlines:
                 return
             deadline.cancelled = True
             self._cancelled += 1
-            if self._cancelled * 2 > len(self._heap):
+            # No wake-up: the thread finds the entry cancelled when its time comes. Nor is
+            # it taken out now: with every run's timeout alike, the cancelled earliest entry
+            # keeps the thread asleep past each new one, and arming needs no notify (an
+            # empty heap would need one per run). Swept out once they are many.
+            if self._cancelled > _CANCELLED_KEPT and self._cancelled * 2 > len(self._heap):
                 self._heap = [entry for entry in self._heap if not entry[2].cancelled]
                 heapq.heapify(self._heap)
                 self._cancelled = 0
-            # No wake-up: the thread finds the entry cancelled when its time comes.
 
     def _loop(self) -> None:
         while True:

@@ -170,7 +170,11 @@ class JobExecutor(SplitJobRuns):
 
     def _execute(self, claim: Claim) -> RunEnd:
         job_dir = claim.job_dir
-        runs = read_runs(job_dir)
+        # A first run has no run file to read: its claim listed none (a retry/ entry's run
+        # number is the next after its files; every claim from incoming/ makes a new
+        # directory), and only a recoverer could have written one since, after moving the
+        # directory away (holds_job below finds that out). One listing less per job.
+        runs = read_runs(job_dir) if claim.run > 1 else []
         attempt = attempts_used(runs) + 1
         base = _base(claim, attempt)
         if claim.refusal is None and not holds_job(job_dir):
