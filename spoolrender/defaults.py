@@ -122,6 +122,9 @@ LEASE_S = 60.0  # a heartbeat unchanged this long (observer's monotonic clock) i
 RUNNER_EXPIRY_S = 24 * 3600.0
 RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
+# How long a runner reuses its last probe of the spool filesystem's clock, moved on by
+# the seconds passed (spoolrender.clock.SpoolClock): one probe write a second, not a pass.
+SPOOL_CLOCK_REUSE_SECONDS = 1.0
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 # A job's failed attempt waits before its next one: doubling from the base, capped, with
 # equal jitter (retry_policy.py); the spool's backoff_*_seconds settings replace both, and

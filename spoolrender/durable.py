@@ -34,6 +34,12 @@ def set_fsync(enabled: bool) -> None:
     _FSYNC = enabled
 
 
+def fsync_enabled() -> bool:
+    """Whether the protocol's fsyncs are on (:func:`set_fsync`): with them off, a caller
+    that would open a file only to fsync it need not open it at all."""
+    return _FSYNC
+
+
 def sync_fd(fd: int) -> None:
     """fsync ``fd`` unless fsyncs are turned off (see :func:`set_fsync`)."""
     if _FSYNC:

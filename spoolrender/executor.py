@@ -9,10 +9,10 @@ while we worked) simply dropped, its scratch output deleted, never published.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +27,7 @@ from spoolrender.chunks.runs import SplitJobRuns
 from spoolrender.claim import Claim
 from spoolrender.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
 from spoolrender.config import SpoolConfig
+from spoolrender.deadlines import DEADLINES, Deadline
 from spoolrender.errors import JobInvalid, PublishError, RenderCancelled, RenderError
 from spoolrender.failpoints import crash_point
 from spoolrender.heartbeat import HOSTNAME, HeartbeatWriter
@@ -170,7 +171,11 @@ class JobExecutor(SplitJobRuns):
 
     def _execute(self, claim: Claim) -> RunEnd:
         job_dir = claim.job_dir
-        runs = read_runs(job_dir)
+        # A first run has no run file to read: its claim listed none (a retry/ entry's run
+        # number is the next after its files; every claim from incoming/ makes a new
+        # directory), and only a recoverer could have written one since, after moving the
+        # directory away (holds_job below finds that out). One listing less per job.
+        runs = read_runs(job_dir) if claim.run > 1 else []
         attempt = attempts_used(runs) + 1
         base = _base(claim, attempt)
         if claim.refusal is None and not holds_job(job_dir):
@@ -294,13 +299,12 @@ class JobExecutor(SplitJobRuns):
         """Write the job's whole output (``request.output``, in an emptied scratch dir) under
         the job's timeout: from the render cache, or with ``produce`` (a render or a join,
         verified), stored in the cache; then the publish decision."""
-        timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=(CancelReason.TIMEOUT,))
-        timer.daemon = True
+        timer: Deadline | None = None
         turn: CacheTurn | None = None
         try:
             prepare_scratch(self._config.output_root, claim.key)  # request.output's directory
             renderer = self._renderer(spec.renderer)
-            timer.start()
+            timer = DEADLINES.call_after(spec.timeout, functools.partial(claim.cancel.cancel, CancelReason.TIMEOUT))
             # The render cache (off unless enabled): a hit, or a miss this run renders (having
             # waited while an identical job rendered), under the same timeout and cancel.
             turn = self._cache.lookup(renderer, request, claim)
@@ -312,7 +316,8 @@ class JobExecutor(SplitJobRuns):
         except (RenderCancelled, RenderError, OSError) as exc:
             return self._interrupted(claim, base, spec, attempt, exc)
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._cache.release(turn)
         if turn is not None:
             base["details"].update(turn.record())

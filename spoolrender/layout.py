@@ -17,6 +17,7 @@ Entry names (``uid`` is fixed at the first claim, ``token`` is new for every cla
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import re
@@ -50,41 +51,45 @@ def priority_from_key(key: str) -> int:
 
 @dataclass(frozen=True)
 class SpoolLayout:
+    """The spool's directories by name. Each path is built once per layout (cached): the
+    runner's loop and every run ask for them many times per job, and pathlib's joins were
+    a measurable share of a no-op job's time (bench/README.md, "P2 queue overhead")."""
+
     root: Path
 
-    @property
+    @functools.cached_property
     def incoming(self) -> Path:
         return self.root / JobState.INCOMING.value
 
-    @property
+    @functools.cached_property
     def running(self) -> Path:
         return self.root / JobState.RUNNING.value
 
-    @property
+    @functools.cached_property
     def retry(self) -> Path:
         return self.root / JobState.RETRY.value
 
-    @property
+    @functools.cached_property
     def done(self) -> Path:
         return self.root / JobState.DONE.value
 
-    @property
+    @functools.cached_property
     def failed(self) -> Path:
         return self.root / JobState.FAILED.value
 
-    @property
+    @functools.cached_property
     def split(self) -> Path:
         return self.root / JobState.SPLIT.value
 
-    @property
+    @functools.cached_property
     def private(self) -> Path:
         return self.root / defaults.PRIVATE_DIR
 
-    @property
+    @functools.cached_property
     def ids(self) -> Path:
         return self.private / "ids"
 
-    @property
+    @functools.cached_property
     def runners(self) -> Path:
         return self.private / "runners"
 

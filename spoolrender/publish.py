@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from spoolrender.durable import sync_fd
+from spoolrender.durable import fsync_enabled, sync_fd
 from spoolrender.errors import PublishError, RenderError
 from spoolrender.trusted_dirs import (
     FOREIGN_OUTPUT_TREE,
@@ -248,6 +248,8 @@ def existing_output(output_root: Path, rel: PurePosixPath) -> os.stat_result | N
 
 
 def fsync_file(path: Path) -> None:
+    if not fsync_enabled():
+        return  # `fsync: false`: the open and close would be for a no-op sync_fd
     fd = os.open(path, os.O_RDONLY)
     try:
         sync_fd(fd)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -57,6 +58,7 @@ from spoolrender.recovery import Recoverer
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.retention import RetentionWorker
 from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
+from spoolrender.slot_threads import SlotThread
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
 from spoolrender.transitions import log_transition
 from spoolrender.trusted_dirs import shared_root_warning
@@ -72,7 +74,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Active:
     claim: Claim
-    thread: threading.Thread
+    done: threading.Event  # set by the slot's thread once the run has ended (SlotThread)
     slot: int
 
 
@@ -201,6 +203,10 @@ class Runner:
             for _ in range(self.capacity.slots)
         ]
         self._free = list(range(self.capacity.slots))
+        self._slots = [
+            SlotThread[Claim](f"slot-{slot}", functools.partial(self._run_slot, slot), self._slot_finished)
+            for slot in range(self.capacity.slots)
+        ]
         self._failures: collections.deque[FailureView] = collections.deque(maxlen=RECENT_FAILURES_SHOWN)
         # Each warning this runner's runs went ahead despite (mixed Remotion versions...),
         # with the job that last had it, newest last: told in the beacon for `status`.
@@ -296,6 +302,8 @@ class Runner:
             self._loop()
         finally:
             self._shutdown_jobs()
+            for slot_thread in self._slots:
+                slot_thread.stop()
             if not self._force.is_set():
                 self._retention.wait()  # a purge cut short leaves a half-deleted job directory
             if self._hooks is not None:
@@ -485,9 +493,9 @@ class Runner:
 
     def _start(self, claimed: Claim) -> None:
         slot = self._free.pop(0)
-        thread = threading.Thread(target=self._run_slot, args=(slot, claimed), name=f"slot-{slot}", daemon=True)
+        done = threading.Event()
         with self._lock:
-            self._active[claimed.key] = _Active(claimed, thread, slot)
+            self._active[claimed.key] = _Active(claimed, done, slot)
             self.metrics.set_busy(len(self._active))
         self.summary.claimed += 1
         self.metrics.job_claimed()
@@ -499,7 +507,7 @@ class Runner:
             run=claimed.run,
             slot=slot,
         )
-        thread.start()
+        self._slots[slot].hand(claimed, done)
 
     def _run_slot(self, slot: int, claimed: Claim) -> None:
         try:
@@ -537,6 +545,9 @@ class Runner:
                     self._warnings[warning] = claimed.job_id
                 while len(self._warnings) > defaults.RUNNER_WARNINGS_SHOWN:
                     del self._warnings[next(iter(self._warnings))]
+
+    def _slot_finished(self) -> None:
+        # After the slot's done is set (SlotThread): the loop woken here finds the slot free.
         if self._hooks is not None:
             self._hooks.wake()
         self._wake.set()
@@ -566,10 +577,9 @@ class Runner:
 
     def _reap(self) -> None:
         with self._lock:
-            finished = [key for key, a in self._active.items() if not a.thread.is_alive()]
+            finished = [key for key, a in self._active.items() if a.done.is_set()]
             for key in finished:
                 active = self._active.pop(key)
-                active.thread.join()
                 self._free.append(active.slot)
             self.metrics.set_busy(len(self._active))
 
@@ -582,16 +592,16 @@ class Runner:
             log.info("waiting up to %g s for %d running job(s)", self.config.grace_seconds, len(active))
             deadline = self.clock.monotonic() + self.config.grace_seconds
             for a in active:
-                while a.thread.is_alive() and not self._force.is_set():
+                while not a.done.is_set() and not self._force.is_set():
                     remaining = deadline - self.clock.monotonic()
                     if remaining <= 0:
                         break
-                    a.thread.join(min(remaining, 0.2))
+                    a.done.wait(min(remaining, 0.2))
         for a in active:
-            if a.thread.is_alive():
+            if not a.done.is_set():
                 a.claim.cancel.cancel(CancelReason.SHUTDOWN)
         for a in active:
-            a.thread.join()
+            a.done.wait()
         self._reap()
 
     def _purged(self, counts: dict[str, int]) -> None:

@@ -103,6 +103,8 @@ def room_by_device(*paths: Path) -> dict[int, int]:
     for path in paths:
         try:
             device = os.stat(path).st_dev
+            if device in room:
+                continue  # the same filesystem as an earlier path (the spool's beside the output)
             st = os.statvfs(path)
         except OSError:
             continue

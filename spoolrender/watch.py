@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import watchdog.events
 from watchdog.events import (
     DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
     FileClosedEvent,
     FileCreatedEvent,
+    FileDeletedEvent,
     FileModifiedEvent,
+    FileMovedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
     FileSystemMovedEvent,
@@ -31,6 +36,26 @@ from watchdog.observers.polling import PollingObserver
 from spoolrender import defaults
 
 log = logging.getLogger(__name__)
+
+# The events the spool's watches ask for: everything but opens and closes without writing
+# (FileOpenedEvent, FileClosedNoWriteEvent), which the kernel then does not even queue.
+# Those are the runner's own reads of incoming/ (the scan's, the claim's: about six per
+# job) and say nothing of an upload, yet each crossed watchdog's three threads and woke
+# the runner's loop for a pass (bench/README.md, "P2 queue overhead").
+# Nor a directory's "modified" (DirModifiedEvent), which watchdog adds for the directory
+# beside every creation, deletion and rename in it: the file's own event says it.
+# A change of attributes (watchdog >= 5 tells it apart from a write) still wakes, as before.
+SPOOL_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, FileClosedEvent,
+    FileMovedEvent, DirMovedEvent, FileDeletedEvent, DirDeletedEvent,
+    *(getattr(watchdog.events, name) for name in ("FileAttribEvent", "DirAttribEvent")
+      if hasattr(watchdog.events, name)),
+]  # fmt: skip
+# The pause marker is made (renamed into place) and removed: the clock probes every runner
+# rewrites beside it in .spoolrender/ (an open, a write and a close each pass) are not asked for.
+PAUSE_MARKER_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
+]  # fmt: skip
 
 NETWORK_FILESYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs",
@@ -94,6 +119,10 @@ class _Wake(FileSystemEventHandler):
         # listings with no close to follow, so there they only wake the runner.
         if isinstance(event, FileSystemMovedEvent):
             path, kind = os.fsdecode(event.dest_path), "moved_in"
+            if not path:
+                # A rename out of the watched directories (a claim: into running/): nothing
+                # arrived, and each claim's wake-up was a pass of the loop for nothing.
+                return
         elif isinstance(event, FileClosedEvent):
             path, kind = os.fsdecode(event.src_path), "closed"
         elif isinstance(event, FileCreatedEvent | DirCreatedEvent):
@@ -149,7 +178,7 @@ class SpoolWatcher:
         handler = _Wake(wake, on_event, incoming, retry, writes=self.mode != "polling")
         for d in dirs:
             # incoming/ recursively: its queue directories (queues.py) are drop targets too.
-            self._observer.schedule(handler, os.fspath(d), recursive=d == incoming)
+            self._observer.schedule(handler, os.fspath(d), recursive=d == incoming, event_filter=SPOOL_EVENTS)
         self._observer.daemon = True
         self._observer.start()
         log.debug("watching %s with %s", ", ".join(map(str, dirs)), self.mode)
@@ -160,7 +189,9 @@ class SpoolWatcher:
         The same observer (so the polling mode notices at its next poll); only events
         naming the marker wake, not the clock probes every runner rewrites there.
         """
-        self._observer.schedule(_PauseMarkerWake(wake), os.fspath(private), recursive=False)
+        self._observer.schedule(
+            _PauseMarkerWake(wake), os.fspath(private), recursive=False, event_filter=PAUSE_MARKER_EVENTS
+        )
 
     def stop(self) -> None:
         self._observer.stop()
