@@ -20,6 +20,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 _CANCELLED_KEPT = 1000  # cancelled entries left in the heap before a sweep (bounded memory)
+_LONGEST_WAIT_S = 86400.0  # one wait of the thread at most (below threading.TIMEOUT_MAX)
 
 
 class Deadline:
@@ -97,7 +98,10 @@ class Deadlines:
                     delay = self._heap[0][0] - time.monotonic()
                     if delay <= 0:
                         break
-                    self._cond.wait(delay)
+                    # At most a day per wait, looked at again after: a longer timeout (a
+                    # job's "never", 1e10 s) overflows the wait, and the OverflowError ended
+                    # this thread, so that no run of the process ever timed out again.
+                    self._cond.wait(min(delay, _LONGEST_WAIT_S))
                 _, _, deadline = heapq.heappop(self._heap)
                 if deadline.cancelled:
                     self._cancelled -= 1

@@ -66,7 +66,7 @@ def log_transition(logger: logging.Logger, job_id: str, src: str, dst: str, **fi
 
 def _drop_heartbeat(job_dir: Path, claim_token: str | None) -> None:
     """Remove the heartbeat and lock of the caller's own claim ``claim_token`` from the moved
-    ``job_dir``; None (a recoverer carrying out a dead claim's run) removes nothing.
+    ``job_dir``; None (a recoverer carrying out a dead claim's run) removes none of its names.
 
     Only running/ entries have a meaningful heartbeat and lock; the caller's own are
     removed, since nobody else may: every other claim's names are left where they are
@@ -75,7 +75,14 @@ def _drop_heartbeat(job_dir: Path, claim_token: str | None) -> None:
     travel with the job under a token no later claim has, and nothing reads them. Unlinking
     our own lock file is safe: nobody else ever locks that name, and its flock lives on
     the inode until released.
+
+    An older version's ``heartbeat`` is removed by whoever moves the job, as those versions did
+    (so a frozen older runner's lock on it is no new wait): older runners judge every
+    claim by that name alone, and one left here would stand, never changing, for the
+    job's next claim, which they would then recover a lease later, live.
     """
+    with contextlib.suppress(OSError):
+        (job_dir / defaults.HEARTBEAT_FILENAME).unlink()
     if claim_token is None:
         return
     for path in (heartbeat_path(job_dir, claim_token), lock_path(job_dir, claim_token)):

@@ -164,3 +164,34 @@ def test_a_parked_claims_leftovers_are_removed_off_the_recoverers_thread(
     assert rec.sweep(set()) == [job_dir.name]
     assert entries(spool, "running") == entries(spool, "retry") == []
     wait_for(lambda: os.listdir(spool.private / ABANDONED_DIR) == [], timeout=30)
+
+
+def test_an_older_runners_recovered_claim_leaves_no_heartbeat_to_judge_the_next_claim_by(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    """An older runner (mixed versions) judges every claim by ``heartbeat`` alone: left in
+    the directory by the recovery of its own dead claim, it would stand for the job's next
+    claim (a newer runner's, beating under ``heartbeat-<token>``), its counter never
+    changing, and that older runner would recover the live claim a lease later, at every
+    claim of the job. The dead claim's ``heartbeat`` goes with the recovery, as older
+    versions did (only the per-claim names are never touched)."""
+    job_dir, token = claim_dir(spool)
+    (job_dir / defaults.HEARTBEAT_FILENAME).write_bytes(
+        Heartbeat(host="old-host", pid=4242, token=token, run=1, counter=7).to_json()
+    )
+    clock = ManualClock()
+    rec = Recoverer(spool, config, clock, random.Random(1))
+    assert rec.sweep(set()) == []
+    clock.advance(config.lease_seconds)
+    assert rec.sweep(set()) == [job_dir.name]
+    (entry,) = entries(spool, "retry")
+    # The next claim, a newer runner's: an older runner reads running/<entry>/heartbeat only.
+    new_token_ = new_token()
+    again = spool.running / running_name("x", RUNNING_NAME.fullmatch(job_dir.name)["uid"], new_token_)  # type: ignore[index]
+    os.rename(spool.retry / entry, again)
+    writer = HeartbeatWriter(ManualClock(), 60.0, "runner")
+    writer.add(ActiveJob(again, new_token_, 2, 0.0, on_lost=lambda: None))
+    try:
+        assert not (again / defaults.HEARTBEAT_FILENAME).exists(), "the dead claim's heartbeat stands for the live one"
+    finally:
+        writer.remove(new_token_)

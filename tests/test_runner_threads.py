@@ -64,3 +64,15 @@ def test_cancelled_deadlines_are_swept_out_of_the_heap() -> None:
     for _ in range(3 * _CANCELLED_KEPT):
         deadlines.call_after(3600, lambda: None).cancel()
     assert len(deadlines._heap) <= _CANCELLED_KEPT + 1
+
+
+def test_a_timeout_too_long_for_a_wait_leaves_the_others_firing() -> None:
+    """A timeout past what a wait takes (``timeout_seconds: 1e10``, "never") must not end the
+    one thread every run's timeout depends on: a sooner one armed after it still fires."""
+    deadlines = Deadlines(name="test-deadlines")
+    never = deadlines.call_after(1e10, lambda: None)
+    for _ in range(2):  # after the first, the thread waits for the long one
+        due = threading.Event()
+        deadlines.call_after(0.05, due.set)
+        assert due.wait(WAIT)
+    never.cancel()
