@@ -21,7 +21,7 @@ import logging
 import stat
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spoolrender import defaults
@@ -211,9 +211,8 @@ class SpoolScanner:
                 # The reused listing must end when the entry may be tried again, as a fresh
                 # listing's wake would say; else it came back only at the next full listing
                 # (rescan_seconds, or an arrival), not after its backoff.
-                last = self._last
-                wake = next_try if last.next_wake is None else min(last.next_wake, next_try)
-                self._last = ScanResult(last.candidates, last.waiting_uploads, wake, last.waiting)
+                wake = self._last.next_wake
+                self._last = replace(self._last, next_wake=next_try if wake is None else min(wake, next_try))
         if failures == 1 or failures % 10 == 0:
             log.warning(
                 "cannot claim %s/%s: %s (tried %d times; next try in %g s)", source, name, reason, failures, delay

@@ -157,26 +157,28 @@ class Spool:
             found.append((job_id, host, float((self.renders / name).read_text())))
         return found
 
+    def scratch(self, brick: int | None = None) -> Path:
+        """The output root's scratch tree through the volume, or as brick ``brick`` holds it."""
+        rel = self.layout.root / "output" / SCRATCH_DIR
+        return rel if brick is None else self.lab.brick(brick) / rel.relative_to(self.lab.mountpoint)
+
     def quiet(self) -> None:
         """Every runner done with its scratch dirs: the audit judges a quiet spool. Bricks 1
         and 2 (no test faults them) are asked too: a listing through the volume may be served
         by a brick restarted since, which lacks what was made while it was down."""
-        scratch = self.base / "spool" / "output" / SCRATCH_DIR
-        rel = self.layout.root.relative_to(self.lab.mountpoint) / "output" / SCRATCH_DIR
-        held = [self.lab.brick(i) / rel for i in (1, 2)]
+        trees = [self.scratch(), self.scratch(1), self.scratch(2)]
         try:
-            wait_until(lambda: not os.listdir(scratch) and not any(map(os.listdir, held)), 60, "scratch dirs removed")
+            wait_until(lambda: not any(map(os.listdir, trees)), 60, "scratch dirs removed")
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {self.where_scratch()}") from None
 
     def where_scratch(self) -> dict[str, object]:
         """Each scratch dir the volume lists: which bricks hold it, what is in it, and the
         hosts' log lines that name it (what a failed wait for a quiet spool needs said)."""
-        rel = self.layout.root.relative_to(self.lab.mountpoint) / "output" / SCRATCH_DIR
         found: dict[str, object] = {}
-        for name in os.listdir(self.base / "spool" / "output" / SCRATCH_DIR):
-            bricks = {i: sorted(os.listdir(self.lab.brick(i) / rel / name))
-                      for i in (1, 2, 3) if (self.lab.brick(i) / rel / name).is_dir()}  # fmt: skip
+        for name in os.listdir(self.scratch()):
+            held = {i: self.scratch(i) / name for i in (1, 2, 3)}
+            bricks = {i: sorted(os.listdir(path)) for i, path in held.items() if path.is_dir()}
             lines = [line for host in self.hosts for line in self.log(host).splitlines() if name in line]
             found[name] = {"bricks": bricks, "log": lines[-5:]}
         return found
