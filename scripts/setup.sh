@@ -84,20 +84,28 @@ fi
 # projects' node_modules here. Installed once; later runs only check the stamp.
 # Also a starter installed the way the registry gives it (issue 22): remotion 4.0.541 beside
 # @remotion/cli and everything it pulls in at 4.0.529, each with its own nested remotion.
-# install_test_project DIR REMOTION_VERSION CLI_VERSION
+# Also the packages of tests/test_conformance.py's Tailwind, React Three Fiber and Skia
+# shapes, in one tree on the newest version @remotion/tailwind-v4 and @remotion/three have
+# (4.0.527; @remotion/skia stops at 4.0.508, a mixed version as a Skia user gets it).
+# install_test_project DIR REMOTION_VERSION CLI_VERSION [EXTRA_DEPENDENCIES_JSON]
+# The stamp holds the extra dependencies: a changed list installs again.
 install_test_project() {
-  if [ ! -f "$1/node_modules/.spoolrender-installed" ]; then
-    say "installing remotion $2 with @remotion/cli $3 for the project-shape tests ($1)"
+  local extra="${4:-}"
+  if [ ! -f "$1/node_modules/.spoolrender-installed" ] || [ "$(cat "$1/node_modules/.spoolrender-installed")" != "$extra" ]; then
+    say "installing remotion $2 with @remotion/cli $3 ${extra:+and $extra }for the project-shape tests ($1)"
     mkdir -p "$1"
     cat > "$1/package.json" <<JSON
 {"name": "$(basename "$1")", "private": true, "dependencies": {"remotion": "$2",
- "@remotion/cli": "$3", "react": "19.2.0", "react-dom": "19.2.0"}}
+ "@remotion/cli": "$3", "react": "19.2.0", "react-dom": "19.2.0"${extra:+, $extra}}}
 JSON
     (cd "$1" && npm install --no-audit --no-fund --loglevel=error)
-    touch "$1/node_modules/.spoolrender-installed"
+    printf '%s' "$extra" > "$1/node_modules/.spoolrender-installed"
   fi
 }
 if [ "${1:-}" = --test ]; then
   install_test_project .cache/remotion-4.0.527 4.0.527 4.0.527
   install_test_project .cache/remotion-mixed 4.0.541 4.0.529
+  install_test_project .cache/remotion-shapes 4.0.527 4.0.527 '"@remotion/tailwind-v4": "4.0.527",
+ "@remotion/three": "4.0.527", "three": "0.187.0", "@react-three/fiber": "9.8.2", "@remotion/skia": "4.0.508",
+ "@shopify/react-native-skia": "2.2.12"'
 fi

@@ -10,12 +10,14 @@ project's renders), renders the same compositions with the project's CLI and Deb
 Chromium, and compares: streams, sizes, frame counts, durations, audio sample counts, and
 a PSNR of at least 60 dB for every frame and the audio (identical is inf).
 
-Not here, and why: React Three Fiber (``@remotion/three``, ``three``) and Skia
-(``@remotion/skia``, CanvasKit) are in no npm cache of this machine, so a case would
-download them at every CI run (and ``@remotion/skia`` is at 4.0.508, behind every other
-Remotion package); Tailwind likewise (``@remotion/tailwind`` pins its bundler at 4.0.527).
-Their shapes are stood in for by the webpack override above; WebGL (``gl: angle`` vs
-``swangle``) is tests/test_projects.py's. zod schemas: issue 22 item 2's tests.
+Also Tailwind (``@remotion/tailwind-v4``'s enableTailwind as the config's webpack
+override), a React Three Fiber scene (``@remotion/three``) and a Skia one
+(``@remotion/skia``, CanvasKit), both with ``gl: swangle`` in remotion.config.ts, from one
+tree that ``scripts/setup.sh --test`` installs at 4.0.527 (neither @remotion/tailwind-v4 nor
+@remotion/three has a 4.0.529; @remotion/skia stops at 4.0.508). Each of those also checks
+a pixel of the CLI's frame 0, so an unstyled card or a blank canvas fails though both
+sides would agree. What ``gl: angle`` does (no context here): tests/test_webgl_rule.py.
+zod schemas: issue 22 item 2's tests.
 
 Time: every CLI render bundles the project again (webpack's cache in the shared
 node_modules keeps that short after the first run), so projects are tiny (a second of
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REMOTION_MARKS, drop, entries, spoolrender_cmd, write_spool_config
-from support.conformance import MIXED_MODULES, SHAPES, Shape, differences, run_cli
+from support.conformance import REMOTION_MODULES, SHAPES, Shape, differences, pixel_problem, run_cli
 
 from spoolrender.layout import init_spool
 
@@ -41,9 +43,10 @@ DRAIN_TIMEOUT_S = 900.0  # a bundle and a few renders on a loaded host
 
 def _param(shape: Shape) -> object:
     marks = []
-    if shape.node_modules == MIXED_MODULES:
-        missing = not (MIXED_MODULES / ".spoolrender-installed").is_file()
-        marks.append(pytest.mark.skipif(missing, reason="mixed Remotion versions missing: run scripts/setup.sh --test"))
+    if shape.node_modules != REMOTION_MODULES:  # a tree of scripts/setup.sh --test's
+        missing = not (shape.node_modules / ".spoolrender-installed").is_file()
+        reason = f"{shape.node_modules.parent.name} missing: run scripts/setup.sh --test"
+        marks.append(pytest.mark.skipif(missing, reason=reason))
     return pytest.param(shape, id=shape.name, marks=marks)
 
 
@@ -64,6 +67,7 @@ def test_spoolrender_renders_what_the_projects_own_cli_renders(shape: Shape, tmp
     problems = []
     for render in shape.renders:
         run_cli(project, render, cli / render.output)
+        problems += [f"{render.composition}: {p}" for p in [pixel_problem(cli / render.output, render)] if p]
         problems += [f"{render.composition}: {p}" for p in differences(cli / render.output, spool.root / "output" /
                                                                                    render.output)]  # fmt: skip
     assert problems == []

@@ -34,8 +34,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 REMOTION_MODULES = REPO / "remotion" / "node_modules"
 MIXED_MODULES = REPO / ".cache" / "remotion-mixed" / "node_modules"  # scripts/setup.sh --test
+# Tailwind's, React Three Fiber's and Skia's packages, one tree at 4.0.527 (scripts/setup.sh
+# --test): @remotion/tailwind-v4 and @remotion/three have no 4.0.529, @remotion/skia stops at 4.0.508.
+SHAPES_MODULES = REPO / ".cache" / "remotion-shapes" / "node_modules"
+SHAPES_REMOTION = "4.0.527"
 COMPOSITOR = REMOTION_MODULES / "@remotion/compositor-linux-x64-gnu"
 CHROMIUM = "/usr/bin/chromium"
+PIXEL_TOLERANCE = 24  # per channel: h264's 4:2:0 chroma and limited range shift flat colours a little
 MIN_PSNR_DB = 60.0  # issue 22: "PSNR >= 60 dB on sampled frames"; identical frames are inf
 CLI_TIMEOUT_S = 600.0  # a bundle and a render on a loaded 2-core host
 
@@ -90,11 +95,16 @@ def tone_wav(seconds: float, rate: int = 22050) -> bytes:
 @dataclass(frozen=True)
 class Render:
     """One render of a shape: ``npx remotion render|still <composition> <output>``, and the
-    same as a spoolrender job (``still: true`` for a still)."""
+    same as a spoolrender job (``still: true`` for a still).
+
+    ``pixel``: (x, y, rgb) that frame 0 of the CLI's output shows there (each channel within
+    :data:`PIXEL_TOLERANCE`), so a shape whose point did not apply (Tailwind's classes left
+    unstyled, a WebGL scene left blank) fails, though both sides would agree on it."""
 
     composition: str
     output: str  # a file name: its suffix picks the format on both sides
     still: bool = False
+    pixel: tuple[int, int, tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         if Path(self.output).name != self.output:
@@ -286,6 +296,19 @@ def differences(cli: Path, ours: Path) -> list[str]:
     return problems
 
 
+def pixel_problem(cli: Path, render: Render) -> str | None:
+    """How frame 0 of the CLI's output misses ``render.pixel`` (None: it shows it)."""
+    if render.pixel is None:
+        return None
+    x, y, want = render.pixel
+    (_, width, height) = next(s for s in probe(cli).streams if s[0] == "video")
+    first = frames(cli, width, height)[0]
+    got = tuple(first[(y * width + x) * 3 : (y * width + x) * 3 + 3])
+    if any(abs(a - b) > PIXEL_TOLERANCE for a, b in zip(got, want, strict=True)):
+        return f"the CLI's frame 0 shows rgb{got} at ({x}, {y}), not rgb{want}: the shape's point did not apply"
+    return None
+
+
 # --- the shapes ---------------------------------------------------------------------------
 
 RED, TEAL = (200, 30, 40), (20, 140, 150)
@@ -462,4 +485,128 @@ export const Root = () => (
     renders=(Render("HelloWorld", "mixed.mp4"),),
 )
 
-SHAPES = (TYPESCRIPT, JAVASCRIPT, NEXT_APP, MIXED)
+SHAPES_DEPS = {"remotion": SHAPES_REMOTION, "@remotion/cli": SHAPES_REMOTION, "react": "19.2.0", "react-dom": "19.2.0"}
+
+# Remotion's Tailwind starter (Tailwind 4): remotion.config.ts hands the webpack config to
+# @remotion/tailwind-v4's enableTailwind; the classes, an arbitrary value among them, exist
+# only if Tailwind ran in the bundle.
+TAILWIND = Shape(
+    name="tailwind",
+    node_modules=SHAPES_MODULES,
+    dependencies={**SHAPES_DEPS, "@remotion/tailwind-v4": SHAPES_REMOTION},
+    files={
+        "tsconfig.json": TSCONFIG,
+        "remotion.config.ts": "import {Config} from '@remotion/cli/config';\n"
+        "import {enableTailwind} from '@remotion/tailwind-v4';\n\nConfig.overrideWebpackConfig(enableTailwind);\n",
+        "src/index.css": '@import "tailwindcss";\n',
+        "src/index.ts": "import {registerRoot} from 'remotion';\nimport {RemotionRoot} from './Root';\n"
+        "registerRoot(RemotionRoot);\n",
+        "src/Root.tsx": """
+import {AbsoluteFill, Composition, interpolate, useCurrentFrame} from 'remotion';
+import './index.css';
+const Card: React.FC = () => {
+  const frame = useCurrentFrame();
+  return (
+    <AbsoluteFill className="bg-[#c81e28] items-center justify-center">
+      <div className="rounded-lg bg-[#f0c828] text-xs font-bold text-slate-900 px-2"
+        style={{width: interpolate(frame, [0, 9], [40, 100])}}>Tailwind {frame}</div>
+    </AbsoluteFill>
+  );
+};
+export const RemotionRoot: React.FC = () => (
+  <Composition id="TailwindCard" component={Card} width={128} height={72} fps={30} durationInFrames={10} />
+);
+""",
+    },
+    renders=(Render("TailwindCard", "tailwind.mp4", pixel=(4, 4, (200, 30, 40))),),
+)
+
+# Remotion's React Three Fiber starter: <ThreeCanvas> from @remotion/three, a lit turning
+# box. Its gl: the starter's own 'angle' gets no WebGL context on a headless host (the CLI
+# fails the same way: tests/test_webgl_rule.py), so the config says swangle, as docs/projects.md's fix.
+THREE = Shape(
+    name="react-three-fiber",
+    node_modules=SHAPES_MODULES,
+    dependencies={**SHAPES_DEPS, "@remotion/three": SHAPES_REMOTION, "three": "0.187.0", "@react-three/fiber": "9.8.2"},
+    files={
+        "tsconfig.json": TSCONFIG,
+        "remotion.config.ts": "import {Config} from '@remotion/cli/config';\n\n"
+        "Config.setChromiumOpenGlRenderer('swangle');\n",
+        "src/index.ts": "import {registerRoot} from 'remotion';\nimport {RemotionRoot} from './Root';\n"
+        "registerRoot(RemotionRoot);\n",
+        "src/Root.tsx": """
+import {ThreeCanvas} from '@remotion/three';
+import {Composition, useCurrentFrame, useVideoConfig} from 'remotion';
+const Scene: React.FC = () => {
+  const frame = useCurrentFrame();
+  const {width, height} = useVideoConfig();
+  return (
+    <ThreeCanvas width={width} height={height} style={{background: 'rgb(10, 10, 40)'}}
+      camera={{fov: 50, position: [0, 0, 3]}}>
+      <ambientLight intensity={1.5} />
+      <pointLight position={[3, 3, 3]} intensity={30} />
+      <mesh rotation={[frame * 0.1, frame * 0.15, 0]}>
+        <boxGeometry args={[1, 1, 1]} />
+        <meshStandardMaterial color="rgb(240, 120, 20)" />
+      </mesh>
+      <mesh position={[0, 0, -1]}>
+        <planeGeometry args={[20, 20]} />
+        <meshBasicMaterial color="rgb(20, 140, 150)" />
+      </mesh>
+    </ThreeCanvas>
+  );
+};
+export const RemotionRoot: React.FC = () => (
+  <Composition id="ThreeScene" component={Scene} width={128} height={72} fps={30} durationInFrames={8} />
+);
+""",
+    },
+    renders=(Render("ThreeScene", "three.mp4", pixel=(4, 4, TEAL)),),
+)
+
+# Remotion's Skia starter: CanvasKit loaded (LoadSkia) before registerRoot, @remotion/skia's
+# enableSkia in the webpack config (it copies canvaskit.wasm into the bundle), a
+# <SkiaCanvas>; gl swangle as above (CanvasKit needs WebGL). @remotion/skia 4.0.508 beside
+# remotion 4.0.527 is what a Skia user gets: a "Version mismatch" warning on both sides.
+SKIA = Shape(
+    name="skia",
+    node_modules=SHAPES_MODULES,
+    dependencies={**SHAPES_DEPS, "@remotion/skia": "4.0.508", "@shopify/react-native-skia": "2.2.12"},
+    files={
+        "tsconfig.json": TSCONFIG,
+        "remotion.config.ts": "import {Config} from '@remotion/cli/config';\n"
+        "import {enableSkia} from '@remotion/skia/enable';\n\nConfig.overrideWebpackConfig(enableSkia);\n"
+        "Config.setChromiumOpenGlRenderer('swangle');\n",
+        "src/index.ts": """
+import {LoadSkia} from '@shopify/react-native-skia/lib/module/web';
+import {continueRender, delayRender, registerRoot} from 'remotion';
+const waiting = delayRender('Loading CanvasKit');
+LoadSkia().then(async () => {
+  const {RemotionRoot} = await import('./Root');
+  registerRoot(RemotionRoot);
+  continueRender(waiting);
+});
+""",
+        "src/Root.tsx": """
+import {SkiaCanvas} from '@remotion/skia';
+import {Circle, Fill} from '@shopify/react-native-skia';
+import {Composition, useCurrentFrame, useVideoConfig} from 'remotion';
+const Drawing: React.FC = () => {
+  const frame = useCurrentFrame();
+  const {width, height} = useVideoConfig();
+  return (
+    <SkiaCanvas width={width} height={height}>
+      <Fill color="rgb(20, 140, 150)" />
+      <Circle cx={30 + frame * 8} cy={height / 2} r={18} color="rgb(240, 200, 40)" />
+    </SkiaCanvas>
+  );
+};
+export const RemotionRoot: React.FC = () => (
+  <Composition id="SkiaDrawing" component={Drawing} width={128} height={72} fps={30} durationInFrames={8} />
+);
+""",
+    },
+    renders=(Render("SkiaDrawing", "skia.mp4", pixel=(4, 4, TEAL)),),
+)
+
+SHAPES = (TYPESCRIPT, JAVASCRIPT, NEXT_APP, MIXED, TAILWIND, THREE, SKIA)
