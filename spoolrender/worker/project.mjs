@@ -109,16 +109,89 @@ const fixVersion = (versionOf, remotionVersion) =>
 		(v) => v != null && majorOf(v) === majorOf(remotionVersion),
 	) ?? remotionVersion;
 
+// name -> Set of every version of each Remotion package installed anywhere a project's
+// packages come from: the node_modules of the project and of each ancestor (a
+// workspace's root), Remotion packages nested under Remotion packages (npm puts an exactly
+// pinned remotion 4.0.529 under @remotion/cli when remotion 4.0.541 sits at the top), and
+// pnpm's store entries (node_modules/.pnpm/@remotion+cli@4.0.529). An installed version is
+// one the registry has: the fix may name it without asking the registry (issue 22), where
+// the CLI's version may not exist for a lagging package (@remotion/tailwind stops at
+// 4.0.527 beside @remotion/cli 4.0.529: ETARGET).
+const NESTING_LIMIT = 4; // npm nests a few levels at most; pnpm's symlinks could loop
+const installedVersions = (dir) => {
+	const known = new Map();
+	const add = (name, version) => {
+		if (!REMOTION_PACKAGE_RE.test(name) || !version) return;
+		known.set(name, (known.get(name) ?? new Set()).add(String(version)));
+	};
+	const readVersion = (packageDir) => {
+		try {
+			return JSON.parse(fs.readFileSync(path.join(packageDir, 'package.json'), 'utf8')).version ?? null;
+		} catch {
+			return null; // not a package (a stray folder, a broken link): no evidence
+		}
+	};
+	const entries = (d) => {
+		try {
+			return fs.readdirSync(d);
+		} catch {
+			return [];
+		}
+	};
+	const walk = (nodeModules, depth) => {
+		const names = [
+			'remotion',
+			...entries(path.join(nodeModules, '@remotion')).map((e) => `@remotion/${e}`),
+		].filter((n) => REMOTION_PACKAGE_RE.test(n));
+		for (const name of names) {
+			const packageDir = path.join(nodeModules, name);
+			const version = readVersion(packageDir);
+			if (version === null) continue;
+			add(name, version);
+			if (depth < NESTING_LIMIT) walk(path.join(packageDir, 'node_modules'), depth + 1);
+		}
+		for (const entry of entries(path.join(nodeModules, '.pnpm'))) {
+			const match = /^(remotion|@remotion\+[^@]+)@([^_]+)/.exec(entry);
+			if (match) add(match[1].replace('+', '/'), match[2]);
+		}
+	};
+	for (let d = dir; ; d = path.dirname(d)) {
+		walk(path.join(d, 'node_modules'), 0);
+		if (path.dirname(d) === d) return known;
+	}
+};
+
+// How to give every Remotion package the version `target`, naming only versions known to
+// exist (installed somewhere): {command, text}. `command` (or null when it would change
+// nothing) pins every package whose `target` is installed somewhere; a package that has
+// no installed copy at `target` is named as unknown, never offered a version the
+// registry may not have.
+const alignment = (versions, known, manager, target) => {
+	const exists = (name) => versions.get(name) === target || (known.get(name)?.has(target) ?? false);
+	const names = [...versions.keys()];
+	const pinned = names.filter(exists);
+	const unknown = names.filter((n) => !exists(n));
+	const changes = pinned.some((n) => versions.get(n) !== target);
+	const command = changes ? installCommand(manager, pinned, target) : null;
+	const unknownText = unknown.length === 0 ? '' : `${unknown.map((n) => `${n} ${versions.get(n)}`).join(', ')} ${
+		unknown.length > 1 ? 'have' : 'has'
+	} no copy installed at ${target}, so whether ${target} exists for ${unknown.length > 1 ? 'them' : 'it'} is unknown here (${unknown
+		.map((n) => `\`npm view ${n} versions\``)
+		.join(', ')} lists what the registry has; pin every Remotion package to one version all of them have)`;
+	const text = [command && `run \`${command}\``, unknownText].filter(Boolean).join('; ');
+	return {command, text};
+};
+
 // {warning, fix} when the project's Remotion packages do not share one version, else null.
-const mismatch = (versions, manager, target) => {
+const mismatch = (versions, known, manager, target) => {
 	const byVersion = new Map();
 	for (const [name, version] of versions) byVersion.set(version, [...(byVersion.get(version) ?? []), name]);
 	if (byVersion.size < 2) return null;
-	const fix = installCommand(manager, [...versions.keys()], target);
+	const fix = alignment(versions, known, manager, target);
 	const groups = [...byVersion.keys()].sort(compareVersions).reverse().map((v) => `${byVersion.get(v).join(', ')} ${v}`);
 	return {
 		fix,
-		warning: `Version mismatch (Remotion's CLI warns the same and renders): ${groups.join('; ')}; to give every Remotion package one version, run \`${fix}\``,
+		warning: `Version mismatch (Remotion's CLI warns the same and renders): ${groups.join('; ')}; to give every Remotion package one version${fix.command ? ', ' : ': '}${fix.text}`,
 	};
 };
 
@@ -178,13 +251,14 @@ export const openProject = (projectDir) => {
 	// published (remotion 4.0.541 beside @remotion/* 4.0.529): the project's own
 	// `remotion render` warns ("Version mismatch") and renders, so spoolrender does too.
 	// Only a major version apart is refused: those packages do not speak one protocol.
-	const versionProblem = mismatch(versions, manager, target);
+	const known = installedVersions(dir);
+	const versionProblem = mismatch(versions, known, manager, target);
 	const checkVersion = (name) => {
 		const version = versionOf(name);
 		if (version !== null && majorOf(version) !== majorOf(remotionVersion)) {
-			const fix = versionProblem?.fix ?? installCommand(manager, [...new Set([...versions.keys(), name])].sort(), target);
+			const fix = versionProblem?.fix ?? alignment(new Map([...versions, [name, version]]), known, manager, target);
 			throw new SetupError(
-				`${dir} has ${name} ${version} but remotion ${remotionVersion}, a major version apart, which cannot render: run \`${fix}\``,
+				`${dir} has ${name} ${version} but remotion ${remotionVersion}, a major version apart, which cannot render: ${fix.text}`,
 			);
 		}
 	};
