@@ -24,6 +24,12 @@ node_modules keeps that short after the first run), so projects are tiny (a seco
 video or less, at most 160x90). Measured 2026-12-01 on a 2-core host shared at load
 40-95: the four cases took 547 + 1318 + 715 + 770 s of wall time but only about 340 s of
 CPU (user + sys of everything they ran): a few minutes of an idle 2-core CI host.
+Tailwind, React Three Fiber and Skia, measured 2026-12-02 at load 25-45: Tailwind 286 s
+and R3F 958 s of wall time (with a first Skia run that the drain's timeout cut short: its
+bundle, retried, outlasted spoolrender's 600 s bundle limit at load 45) about 206 s of CPU;
+Skia alone at load 26-33: 583 s of wall time, 74 s of CPU. The bundles of three.js and
+CanvasKit are most of it. Their tree's install (scripts/setup.sh
+--test, empty npm cache): 51 s, 757 MB (@shopify/react-native-skia's native libraries 440).
 """
 
 from __future__ import annotations
