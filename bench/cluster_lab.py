@@ -68,7 +68,8 @@ FS_DEFAULT = "gluster,sshfs,local"
 HELD = "2099-01-01T00:00:00Z"  # a not_before no run of this bench reaches
 # One row of `gluster volume profile V info incremental`'s table:
 # %-latency  Avg-latency  Min-Latency  Max-Latency  No. of calls  Fop
-_FOP_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+ us\s+[\d.]+ us\s+[\d.]+ us\s+(\d+)\s+([A-Z_]+)\s*$", re.MULTILINE)
+# (latencies in ns in 10.3, in us in older releases).
+_FOP_ROW = re.compile(r"^\s*[\d.]+(?:\s+[\d.]+ [nu]s){3}\s+(\d+)\s+([A-Z_]+)\s*$", re.MULTILINE)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
