@@ -28,8 +28,9 @@ the per-job costs say what each host adds. Needs root, network namespaces, FUSE,
 glusterfs-server, sshfs and sshd (scripts/setup.sh --test); a filesystem whose lab cannot
 run here is skipped, saying why.
 
-    .venv/bin/python bench/cluster_lab.py                 # about 10 minutes on 2 cores
-    .venv/bin/python bench/cluster_lab.py --quick         # about a minute: 1-2 hosts, few jobs
+    .venv/bin/python bench/cluster_lab.py                 # 200-job batches: long at any load
+    .venv/bin/python bench/cluster_lab.py --quick         # 1-2 hosts, 10 jobs a batch: about a minute
+                                                           # idle; at load 25-40, GlusterFS took minutes
 """
 
 from __future__ import annotations
