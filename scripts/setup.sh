@@ -102,6 +102,17 @@ JSON
     printf '%s' "$extra" > "$1/node_modules/.spoolrender-installed"
   fi
 }
+# --test: checkov, the security scanner tests/test_contrib_kubernetes.py runs on
+# contrib/kubernetes/ (non-root, read-only root filesystem, resource limits). A venv of its
+# own: its ~100 dependencies pin versions of libraries spoolrender's venv also has.
+# Measured 2026-12-02 (empty pip cache, load 9-18): 84 s, 291 MB; a scan takes 3-5 s.
+checkov_version=3.3.30
+if [ "${1:-}" = --test ] && [ "$(cat .cache/checkov/.spoolrender-installed 2>/dev/null)" != "$checkov_version" ]; then
+  say "installing checkov $checkov_version into .cache/checkov for the Kubernetes manifests' tests"
+  python3 -m venv .cache/checkov
+  .cache/checkov/bin/python -m pip install -q "checkov==$checkov_version"
+  echo "$checkov_version" > .cache/checkov/.spoolrender-installed
+fi
 if [ "${1:-}" = --test ]; then
   install_test_project .cache/remotion-4.0.527 4.0.527 4.0.527
   install_test_project .cache/remotion-mixed 4.0.541 4.0.529

@@ -1,8 +1,8 @@
 """contrib/kubernetes/: the manifests, checked by the tools a cluster's operator would use.
 
 kubernetes-validate (the API's own schemas, strict: an unknown field fails) against the
-oldest and the newest Kubernetes version the README names, checkov.cfg's skips each with a
-reason (checkov itself is run by hand, see contrib/kubernetes/README.md), promtool
+oldest and the newest Kubernetes version the README names, checkov with checkov.cfg (each
+skip with its reason; installed by scripts/setup.sh --test in a venv of its own), promtool
 for the autoscaling rule, and the manifests' settings against spoolrender's own: its
 argument parser, its config loader, its defaults and metric names. The runners' probe runs
 against a real runner on a real spool. No cluster runs here: what only a cluster can show
@@ -11,6 +11,7 @@ against a real runner on a real spool. No cluster runs here: what only a cluster
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -130,10 +131,48 @@ def checkov_skips() -> dict[str, str]:
 
 
 def test_checkov_skips_each_carry_a_reason() -> None:
-    """checkov itself is run by hand (contrib/kubernetes/README.md): its install alone costs
-    CI minutes of its 30. Its configuration is checked here: each skip names its reason."""
     assert checkov_skips()
     assert all(len(r) > 20 for r in checkov_skips().values())
+
+
+# A root container with a writable root filesystem: what checkov must refuse in runner.yaml.
+ROOT_CONTAINER = {
+    "runAsNonRoot: true": "runAsNonRoot: false",
+    "readOnlyRootFilesystem: true": "readOnlyRootFilesystem: false",
+    "runAsUser: 10001": "runAsUser: 0",
+}
+ROOT_CONTAINER_CHECKS = {"CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_40"}  # read-only root fs, non-root, high uid
+
+
+def test_checkov_passes_the_manifests_and_refuses_a_root_container(tmp_path: Path) -> None:
+    """checkov (contrib/kubernetes/README.md's command, checkov.cfg's skips) over the manifests
+    as shipped plus one copy of runner.yaml made to run as root on a writable root
+    filesystem, in one scan: every failed check is the broken copy's, and it fails the
+    three that the change breaks, so the scan that passes the real manifests is one that
+    can fail."""
+    checkov = REPO / ".cache" / "checkov" / "bin" / "checkov"
+    if not checkov.is_file():
+        pytest.skip("checkov not installed (bash scripts/test.sh installs it via scripts/setup.sh --test)")
+    scanned = tmp_path / "kubernetes"
+    scanned.mkdir()
+    for path in manifest_files():
+        shutil.copy(path, scanned / path.name)
+    broken = (K8S / "runner.yaml").read_text()
+    for old, new in ROOT_CONTAINER.items():
+        assert old in broken, old
+        broken = broken.replace(old, new)
+    (scanned / "root-runner.yaml").write_text(broken)
+    args = ["--config-file", str(CHECKOV_CONFIG), "--directory", str(scanned), "-o", "json", "--quiet"]
+    result = run([str(checkov), *args])
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    (kubernetes,) = [r for r in (report if isinstance(report, list) else [report]) if r["check_type"] == "kubernetes"]
+    summary = kubernetes["summary"]
+    assert summary["parsing_errors"] == 0 and summary["passed"] > 100, summary
+    failed = {(Path(c["file_path"]).name, c["check_id"]) for c in kubernetes["results"]["failed_checks"]}
+    assert {name for name, _ in failed} == {"root-runner.yaml"}, sorted(failed)
+    assert {check for _, check in failed} >= ROOT_CONTAINER_CHECKS, sorted(failed)
+    assert not {check for _, check in failed} & set(checkov_skips())
 
 
 def test_autoscaling_rule_passes_promtool() -> None:
