@@ -71,10 +71,12 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _temp_name(target: Path) -> Path:
+def _temp_name(target: Path) -> str:
     # A dot-prefixed, random temporary name beside the target: same directory, so the
     # final rename cannot cross filesystems, and never taken for a job by a scanner.
-    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    # Joined as text: pathlib's with_name was a share of every heartbeat (P2).
+    head, name = os.path.split(os.fspath(target))
+    return os.path.join(head, f".{name}.{secrets.token_hex(6)}.tmp")
 
 
 def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644) -> None:

@@ -193,7 +193,9 @@ class JobExecutor(SplitJobRuns):
         try:
             # The private copy (owncopy.py): runner-owned and read-only, so these bytes are
             # the ones every later step reads too ({job_file}, chunks, hooks, show).
-            data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
+            data = claim.copied
+            if data is None:  # not copied by this claim (a retry's copy is older)
+                data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
         except JobInvalid as exc:
             return self._finish(
                 claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
