@@ -75,6 +75,9 @@ class Claim:
     room_at_start: dict[int, int] = field(default_factory=dict)
     _file_mode: int | None = None  # file_mode(), once known
     chunk_entry: bool | None = None  # a chunk of a split job (its chunk.json), once read
+    # The bytes this claim wrote as job.yaml (the copy is read-only and the directory the
+    # runner's alone): the run parses them instead of reading its own copy back.
+    copied: bytes | None = None
 
     @property
     def key(self) -> str:
@@ -198,7 +201,7 @@ def _move_in(
         os.rename(base, f"{job_dir.name}/{defaults.SUBMITTED_FILENAME}", src_dir_fd=source.fd, dst_dir_fd=running.fd)
         moved = True
         crash_point("claim-after-rename")
-        refusal, attrs = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
+        refusal, attrs, copied = _copy_claimed(candidate, job, source, base, max_bytes, uncached)
         # The owner and mode of the inode just read (its fstat), not a second lstat by name:
         # the file was renamed into our directory, which only the runner can change.
         owner = submitted_owner(job_dir) if attrs is None else (attrs.uid, stat.S_IMODE(attrs.mode))
@@ -237,8 +240,9 @@ def _move_in(
         return None
     # The default id derives from the file's own name.
     return Claim(
-        job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal, submitted_owner=owner
-    )
+        job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock,
+        refusal=refusal, submitted_owner=owner, copied=copied,
+    )  # fmt: skip
 
 
 def _refuse_in_place(
@@ -278,12 +282,12 @@ class _NotScanned(Exception):
 
 def _copy_claimed(
     candidate: Candidate, job: DirHandle, source: DirHandle, base: str, max_bytes: int, uncached: bool
-) -> tuple[str | None, Attributes | None]:
+) -> tuple[str | None, Attributes | None, bytes | None]:
     """Read the claimed file once, check it is the scan's, write the private copy.
 
     Returns why the job cannot run (no regular file, too big: it fails with that reason,
-    its file kept as evidence), or None; and the attributes of the file read (None if it
-    could not be). Raises _NotScanned when the file is another than
+    its file kept as evidence), or None; the attributes of the file read (None if it
+    could not be); and the bytes of the copy written (None: none was). Raises _NotScanned when the file is another than
     the scan parsed: its id, queue and priority were the other file's, so nothing of them
     may be used for it; it goes back to incoming/ under its name, and is scanned afresh.
     """
@@ -302,13 +306,18 @@ def _copy_claimed(
             # Its name was taken again: it cannot go back, so it fails (kept as evidence),
             # and nothing of the scanned job (its id) is reserved for it.
             return (
-                "the job file was replaced between the scan and the claim, and its name in "
-                "incoming/ was taken again; submit it again"
-            ), attrs
+                (
+                    "the job file was replaced between the scan and the claim, and its name in "
+                    "incoming/ was taken again; submit it again"
+                ),
+                attrs,
+                None,
+            )
         raise _NotScanned("the file was replaced after the scan read it")
     if attrs is not None and refusal is None:
         write_copy(job, data, attrs.mode)
-    return refusal, attrs
+        return None, attrs, data
+    return refusal, attrs, None
 
 
 def _claim_retry(

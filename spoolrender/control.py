@@ -249,7 +249,7 @@ def _due_now(config: SpoolConfig, retry_dir: DirHandle, m: re.Match[str], now: f
 
 
 def is_paused(layout: SpoolLayout) -> bool:
-    return (layout.private / defaults.PAUSE_FILENAME).exists()
+    return os.path.exists(layout.pause_marker)  # following a link, as Path.exists did
 
 
 def pause(config: SpoolConfig, reason: str) -> Path:

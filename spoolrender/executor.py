@@ -47,6 +47,7 @@ from spoolrender.records import (
     SPOOL_IO,
     WARNINGS_KEY,
     RunRecord,
+    as_read_back,
     attempts_used,
     decide,
     log_path,
@@ -192,7 +193,9 @@ class JobExecutor(SplitJobRuns):
         try:
             # The private copy (owncopy.py): runner-owned and read-only, so these bytes are
             # the ones every later step reads too ({job_file}, chunks, hooks, show).
-            data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
+            data = claim.copied
+            if data is None:  # not copied by this claim (a retry's copy is older)
+                data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
         except JobInvalid as exc:
             return self._finish(
                 claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
@@ -541,9 +544,13 @@ class JobExecutor(SplitJobRuns):
         if offset is not None:
             # Both clocks: ``started``/``ended``/``due`` are this host's; minus this, the spool's.
             record = replace(record, details={**record.details, CLOCK_OFFSET_KEY: round(offset, 3)})
+        encoded = record.to_json()
         try:
-            won = self._spool_write(claim, f"recording run {claim.run} of job {claim.job_id}",
-                                    lambda: decide(claim.job_dir, record, claim.file_mode()))  # fmt: skip
+            won = self._spool_write(
+                claim,
+                f"recording run {claim.run} of job {claim.job_id}",
+                lambda: decide(claim.job_dir, record, claim.file_mode(), encoded=encoded),
+            )
         except FileNotFoundError:
             won = False
         self._cache.decided(won and outcome == PUBLISHING)  # a staged render becomes an entry only now
@@ -554,6 +561,11 @@ class JobExecutor(SplitJobRuns):
         # Decided: stop beating before the directory moves (a recoverer that finds the
         # job silent from now on can only carry out this same decision).
         self._heartbeat.remove(claim.token)
+        # A first run's record is the job's only one: its claim found no run file (a new
+        # directory, or a retry/ entry without any, whose run number would be higher), and
+        # only a recoverer could add one, after moving the directory away (then the move
+        # below fails). What the move would read back is what this run just wrote.
+        runs = [as_read_back(encoded)] if claim.run == 1 else None
         end = RunEnd(
             state=_STATE_OF[outcome],
             outcome=_METRIC_OF[outcome],
@@ -570,7 +582,7 @@ class JobExecutor(SplitJobRuns):
                 lambda: carry_out(
                     self._layout, self._config.output_root, claim.job_dir, claim.job_id, claim.uid, record,
                     self._config.hooks, chunk_entry=claim.chunk_entry, file_mode=claim.file_mode(),
-                    claim_token=claim.token,
+                    claim_token=claim.token, runs=runs,
                 ),
             )  # fmt: skip
         except FileNotFoundError:

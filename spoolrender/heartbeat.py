@@ -273,9 +273,12 @@ class HeartbeatWriter:
             self._thread.join()
 
     def add(self, job: ActiveJob) -> None:
+        """Beat ``job`` from now on, the first time at once. That first beat, at the claim,
+        does not look for a cancel request: the run's first step does (executor), and the
+        claim is the claiming loop's, which every other claim waits for (P2)."""
         with self._lock:
             self._jobs[job.token] = job
-        self.beat(job)
+        self.beat(job, poll_cancel=False)
 
     def remove(self, token: str) -> None:
         """Stop beating ``token``; on return nothing writes into its directory any more.
@@ -320,8 +323,9 @@ class HeartbeatWriter:
         if job is not None and changed:
             self.beat(job)  # at once: the runner may give up on the job right after
 
-    def beat(self, job: ActiveJob) -> bool:
-        """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone."""
+    def beat(self, job: ActiveJob, *, poll_cancel: bool = True) -> bool:
+        """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone.
+        ``poll_cancel``: then look for a `spoolrender cancel` request too."""
         with self._writing:
             gone = self._write(job)
         if gone:
@@ -339,7 +343,7 @@ class HeartbeatWriter:
                 return True  # removed meanwhile: nothing of it to poll any more
         # Polled here, with the heartbeat, because the request may come from any host
         # sharing the spool: a file in the job's directory is what all of them can see.
-        if job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():
+        if poll_cancel and job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():
             log.info("job %s: cancel requested", job.job_dir.name)
             job.on_cancel()
         return True

@@ -24,6 +24,7 @@ the probe that lifts it, is :mod:`spoolrender.host_blocks`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -66,6 +67,7 @@ def _safe(host: str) -> str:
     return host.replace("/", "_").lstrip(".") or "_"
 
 
+@functools.lru_cache(maxsize=64)  # built once: the claiming loop looks for its host's on every pass
 def marker_path(layout: SpoolLayout, host: str) -> Path:
     return hosts_dir(layout) / f"{_safe(host)}{BLOCKED_SUFFIX}"
 

@@ -86,6 +86,11 @@ class SpoolLayout:
         return self.root / defaults.PRIVATE_DIR
 
     @functools.cached_property
+    def pause_marker(self) -> Path:
+        # `spoolrender pause`'s marker, looked for on every pass of the claiming loop.
+        return self.private / defaults.PAUSE_FILENAME
+
+    @functools.cached_property
     def ids(self) -> Path:
         return self.private / "ids"
 

@@ -181,20 +181,24 @@ class RunnerMetrics:
         )  # fmt: skip
         for state in ("done", "failed"):
             self.purged.labels(**labels, state=state)
-        # Pre-create every series so dashboards and rate() see zeros, not absences.
-        self.claimed.labels(**labels)
-        for outcome in OUTCOMES:
-            self.finished.labels(**labels, outcome=outcome)
-        self.busy.labels(**labels).set(0)
+        # Pre-create every series so dashboards and rate() see zeros, not absences. The
+        # per-job series are kept: labels() takes a lock and builds a key per call (P2).
+        self._claimed = self.claimed.labels(**labels)
+        self._finished = {outcome: self.finished.labels(**labels, outcome=outcome) for outcome in OUTCOMES}
+        self._busy = self.busy.labels(**labels)
+        self._busy.set(0)
         self.spool_io_failing.labels(**labels).set(0)
         self.spool_io_errors.labels(**labels)
         self.render_cache = RenderCacheMetrics(self.registry, labels)
 
     def job_claimed(self) -> None:
-        self.claimed.labels(**self._labels).inc()
+        self._claimed.inc()
 
     def job_finished(self, outcome: str, *, duration: float | None, attempts: int | None) -> None:
-        self.finished.labels(**self._labels, outcome=outcome).inc()
+        finished = self._finished.get(outcome)
+        if finished is None:
+            finished = self.finished.labels(**self._labels, outcome=outcome)
+        finished.inc()
         if outcome == "done" and duration is not None:
             self.duration.labels(**self._labels).observe(duration)
         if outcome in ("done", "failed") and attempts is not None:
@@ -212,7 +216,7 @@ class RunnerMetrics:
             self.purged.labels(**self._labels, state=state).inc(count)
 
     def set_busy(self, busy: int) -> None:
-        self.busy.labels(**self._labels).set(busy)
+        self._busy.set(busy)
 
     def write_textfile(self, path: Path, config: SpoolConfig) -> None:
         self.spool.update(*_spool_state(config))

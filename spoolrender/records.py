@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoolrender.durable import create_exclusive
+from spoolrender.durable import create_exclusive, json_bytes
 from spoolrender.job_file_modes import private_file_mode
 from spoolrender.vocabulary import FailureKind, RunOutcome
 
@@ -72,7 +72,7 @@ class RunRecord:
             raise ValueError("run numbers start at 1")
 
     def to_json(self) -> bytes:
-        return (json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n").encode()
+        return json_bytes(asdict(self))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunRecord:
@@ -173,13 +173,21 @@ def next_run_number(job_dir: Path) -> int:
     return (numbers[-1] + 1) if numbers else 1
 
 
-def decide(job_dir: Path, record: RunRecord, mode: int | None = None) -> bool:
+def decide(job_dir: Path, record: RunRecord, mode: int | None = None, *, encoded: bytes | None = None) -> bool:
     """Write the run's outcome if nobody has; True if this call decided it.
 
     The record is no more readable than the job (job_file_modes.private_file_mode, or
     ``mode`` when the caller knows it): its error message quotes what the render printed.
+    ``encoded``: ``record.to_json()``, if the caller has it already.
     FileNotFoundError propagates: the job directory moved, so it is not ours any more.
     """
     if mode is None:
         mode = private_file_mode(job_dir)
-    return create_exclusive(run_path(job_dir, record.run), record.to_json(), mode=mode)
+    data = record.to_json() if encoded is None else encoded
+    return create_exclusive(run_path(job_dir, record.run), data, mode=mode)
+
+
+def as_read_back(encoded: bytes) -> RunRecord:
+    """The record read_runs reads from a run file holding ``encoded`` (run files are
+    written once and never changed): its writer need not read its own file again."""
+    return RunRecord.from_dict(json.loads(encoded))

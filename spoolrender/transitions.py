@@ -154,8 +154,9 @@ def move_to_failed(
     file_mode: int | None = None,
     *,
     claim_token: str | None = None,
+    runs: list[RunRecord] | None = None,
 ) -> Path:
-    runs = read_runs(job_dir)
+    runs = read_runs(job_dir) if runs is None else runs
     error = record.error or {}
     failure = {
         "id": job_id,
@@ -192,10 +193,13 @@ def complete_publish(
     file_mode: int | None = None,
     *,
     claim_token: str | None = None,
+    runs: list[RunRecord] | None = None,
 ) -> Path:
     """Publish the verified output named in a PUBLISHING record, then move the job to done/.
     ``file_mode``: result.json's (job_file_modes.private_file_mode), if the caller knows it;
-    ``claim_token``: the caller's own claim, whose heartbeat and lock go (_drop_heartbeat)."""
+    ``claim_token``: the caller's own claim, whose heartbeat and lock go (_drop_heartbeat);
+    ``runs``: the job's run records as read_runs would read them now, if the caller knows
+    them (carry_out)."""
     info = record.publish or {}
     # ``temp`` is relative to the output root (absolute in records of older versions):
     # joined with *our* output root, it works on a host that mounts it elsewhere.
@@ -213,7 +217,7 @@ def complete_publish(
     # crash in between is carried out again by recovery (spoolrender.output_index).
     record_publish(layout, rel, job_id, uid, published.file)
     crash_point("after-publish")
-    runs = read_runs(job_dir)
+    runs = read_runs(job_dir) if runs is None else runs
     # A job rendered in chunks took from its split to its join's end, not the join alone;
     # a split before the last `spoolrender retry` (RESET) belongs to an earlier try.
     since_reset = runs[max((i + 1 for i, r in enumerate(runs) if r.outcome == RESET), default=0) :]
@@ -258,6 +262,7 @@ def carry_out(
     chunk_entry: bool | None = None,
     file_mode: int | None = None,
     claim_token: str | None = None,
+    runs: list[RunRecord] | None = None,
 ) -> Path:
     """Move the job where its decided ``record`` says; returns the new directory.
 
@@ -268,7 +273,9 @@ def carry_out(
     and ``file_mode`` (its outcome file's mode, job_file_modes.private_file_mode), and
     ``claim_token``, its own claim's: that claim's heartbeat and lock are removed from the
     moved directory. A recoverer passes none, and no file of the dead claim is touched
-    (_drop_heartbeat).
+    (_drop_heartbeat). ``runs``: every run record of the job, ``record`` last, exactly as
+    read_runs would read them (the owner of a first run, which has just written the only
+    one: no listing and no read-back of its own record, P2 in bench/README.md).
     """
     if is_chunk_name(job_id) or (is_chunk_entry(job_dir) if chunk_entry is None else chunk_entry):
         if record.outcome in (PUBLISHING, FAILED):
@@ -281,13 +288,15 @@ def carry_out(
         _drop_heartbeat(target, claim_token)
         return target
     if record.outcome == FAILED:
-        target = move_to_failed(layout, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token)
+        target = move_to_failed(
+            layout, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token, runs=runs
+        )
         _end_chunks(layout, output_root, job_id, uid)
         return target
     if record.outcome == PUBLISHING:
         try:
             target = complete_publish(
-                layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token
+                layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token, runs=runs
             )
             _end_chunks(layout, output_root, job_id, uid)
             return target

@@ -48,13 +48,27 @@ def read_job_at(
             raise JobInvalid([f"job file: {st.size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
         if uncached:
             drop_cached_pages(fd)
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+        data = _read_upto(fd, max_bytes + 1, st.size)
         if len(data) > max_bytes:  # grew after fstat
             raise JobInvalid([f"job file: over the limit of {max_bytes} bytes (max_job_bytes)"])
         return data, st
     finally:
         os.close(fd)
+
+
+def _read_upto(fd: int, limit: int, size: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``, to its end, with plain read(2) calls (``size``:
+    its fstat's, the first read's length): a file object would cost an fstat, an ioctl
+    and an lseek more, and allocate ``limit`` bytes up front (a mmap of 1 MiB per read)."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, max(size + 1, 65536) if parts else size + 1))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def file_kind(mode: int) -> str:
