@@ -137,6 +137,20 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
+BLOCKED_DIRS = ("incoming", "retry")  # where a beacon's blocked entries can be
+
+
+def blocked_dirs(beacon: dict[str, Any]) -> dict[str, str]:
+    """The directory of each entry in the beacon's ``blocked``, by name: its ``blocked_in``;
+    ``incoming`` where that says nothing (runners before status schema 7 wrote no
+    ``blocked_in``, and named entries of incoming/ only, but for a blocked retry/ entry)."""
+    blocked, named = beacon.get("blocked"), beacon.get("blocked_in")
+    if not isinstance(blocked, dict):
+        return {}
+    named = named if isinstance(named, dict) else {}
+    return {name: named[name] if named.get(name) in BLOCKED_DIRS else "incoming" for name in blocked}
+
+
 @dataclass(frozen=True)
 class ListedBeacon:
     """A runner's beacon as listed in runners/: ``beacon`` None when unreadable (not JSON,

@@ -643,6 +643,7 @@ class Runner:
                     "busy": len(self._active),
                     "watch": self.watch_mode,
                     "blocked": self._scanner.blocked(),
+                    "blocked_in": self._scanner.blocked_in(),
                     "drain": self.drain,
                     "queues": list(self.config.queues),
                     "tags": list(self.config.tags),
