@@ -11,8 +11,13 @@ cannot, so every runner expires the leftovers of runners that are provably dead:
 - from another host only after ``RUNNER_EXPIRY_S`` of silence: its pids mean nothing
   here, and an operator wants to see a vanished host as OFFLINE for a while first.
 
+A runner SIGKILLed while it rewrites its beacon also leaves the write's temporary file
+(``.<runner>.json.<hex>.tmp``): it goes with the beacon, and so does every throwaway file
+named after a runner of this host whose process is gone (a runner killed during its first
+beacon write has no beacon to prove it dead).
+
 Clock probes are throwaway by nature (recreated by the next scan that needs one), so any
-probe untouched for a lease is removed, as are the probes of `status` and `purge` runs
+other probe silent for an hour is removed, as are the probes of `status` and `purge` runs
 that were killed before they could remove their own, and the temporary files of atomic
 writes (``.<name>.<hex>.tmp``) that a kill mid-write left beside beacons, probes and
 liveness notes.
@@ -24,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,17 @@ log = logging.getLogger(__name__)
 PROBE_PREFIX = "clock-"
 LIVENESS_DIR = "liveness"  # in .spoolrender/: each host's shared liveness observations
 _BOOT = boot_id()
+
+
+def new_runner_id(token: int) -> str:
+    """This process's runner id: ``<host>-<pid>-<4 hex digits of token>`` (see :func:`_runner_here`)."""
+    return f"{HOSTNAME}-{os.getpid()}-{token & 0xFFFF:04x}"
+
+
+# A runner id of this host (new_runner_id): the pid in group 1.
+_RUNNER_HERE = re.compile(re.escape(HOSTNAME) + r"-(\d+)-[0-9a-f]{4}")
+# A beacon write's temporary file in runners/ (durable's ``.<name>.<hex>.tmp``): the runner id in group 1.
+_BEACON_TEMP = re.compile(r"\.(.+)\.json\.[0-9a-f]+\.tmp")
 
 
 def beacon_path(layout: SpoolLayout, runner_id: str) -> Path:
@@ -63,7 +80,7 @@ def write_beacon(layout: SpoolLayout, runner_id: str, fields: dict[str, Any]) ->
     path = beacon_path(layout, runner_id)
     try:
         # No fsync: losing a beacon in a power cut is harmless (rewritten every heartbeat).
-        write_json_atomic(path, beacon, durable=False)
+        write_json_atomic(path, beacon, durable=False, crash_at="beacon-before-replace")
     except OSError as exc:
         if is_spool_io(exc):
             # No room for the replacement (a full disk): `status` must still learn why this
@@ -120,6 +137,20 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
+BLOCKED_DIRS = ("incoming", "retry")  # where a beacon's blocked entries can be
+
+
+def blocked_dirs(beacon: dict[str, Any]) -> dict[str, str]:
+    """The directory of each entry in the beacon's ``blocked``, by name: its ``blocked_in``;
+    ``incoming`` where that says nothing (runners before status schema 7 wrote no
+    ``blocked_in``, and named entries of incoming/ only, but for a blocked retry/ entry)."""
+    blocked, named = beacon.get("blocked"), beacon.get("blocked_in")
+    if not isinstance(blocked, dict):
+        return {}
+    named = named if isinstance(named, dict) else {}
+    return {name: named[name] if named.get(name) in BLOCKED_DIRS else "incoming" for name in blocked}
+
+
 @dataclass(frozen=True)
 class ListedBeacon:
     """A runner's beacon as listed in runners/: ``beacon`` None when unreadable (not JSON,
@@ -171,18 +202,31 @@ def expire_runners(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> 
             return []
         runners = _open_if_present(held, lambda: private.sub(layout.runners.name))
         liveness = _open_if_present(held, lambda: private.sub(LIVENESS_DIR))
+        announced: set[str] = set()  # runner ids with a beacon (alive, or expired just now)
         if runners is not None:
             for listed in read_beacons(runners):
+                runner_id = listed.name.removesuffix(".json")
+                announced.add(runner_id)
                 quiet = max(0.0, fs_now - listed.mtime)
                 # An unreadable beacon that is not rewritten within a lease has no owner.
                 if (quiet > lease_seconds) if listed.beacon is None else runner_is_dead(listed.beacon, quiet):
-                    runner_id = listed.name.removesuffix(".json")
                     _remove_runner_files(private, runners, runner_id)
                     expired.append(runner_id)
         for directory in (d for d in (private, runners, liveness) if d is not None):
             for name in directory.names():
                 throwaway = name.startswith(PROBE_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))
-                idle = _quiet_for(directory, name, fs_now) if throwaway else None
+                if not throwaway:
+                    continue
+                # The files of a runner proven dead go with its beacon, at once: its process
+                # is gone, so nothing of it writes or holds a lock on them any more (the
+                # wait below is for runners that may live). Without a beacon, only a pid of
+                # this host proves it.
+                owner = _owner_of(name, in_runners=directory is runners)
+                if owner is not None and (owner in expired or (owner not in announced and _runner_here_is_dead(owner))):
+                    with contextlib.suppress(OSError):
+                        directory.unlink(name)
+                    continue
+                idle = _quiet_for(directory, name, fs_now)
                 # An hour, not a lease: a host cut off from a GlusterFS volume mid-write
                 # leaves the bricks holding its lock on that file until they notice (~42 s),
                 # and an unlink queued behind that lock hung for good (10.3, issue 26). A
@@ -194,6 +238,27 @@ def expire_runners(layout: SpoolLayout, fs_now: float, lease_seconds: float) -> 
     if expired:
         log.info("expired the beacons of %d dead runner(s): %s", len(expired), ", ".join(sorted(expired)))
     return expired
+
+
+def _owner_of(name: str, *, in_runners: bool) -> str | None:
+    """The runner id a throwaway file is named after: a beacon write's temporary file in
+    runners/, a clock probe (the runner's or its hooks thread's) in .spoolrender/."""
+    if in_runners:
+        temp = _BEACON_TEMP.fullmatch(name)
+        return None if temp is None else temp[1]
+    if name.startswith(PROBE_PREFIX):
+        return name.removeprefix(PROBE_PREFIX).removesuffix("-hooks")
+    return None
+
+
+def _runner_here_is_dead(runner_id: str) -> bool:
+    """True if ``runner_id`` names a runner of this host whose pid no process has.
+
+    A reused pid keeps it alive here (the name has no start time): its files then wait
+    their hour like another host's.
+    """
+    here = _RUNNER_HERE.fullmatch(runner_id)
+    return here is not None and runner_is_dead({"host": HOSTNAME, "pid": int(here[1])}, None)
 
 
 def _open_if_present(held: contextlib.ExitStack, opener: Callable[[], DirHandle]) -> DirHandle | None:

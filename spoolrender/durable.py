@@ -79,11 +79,14 @@ def _temp_name(target: Path) -> str:
     return os.path.join(head, f".{name}.{secrets.token_hex(6)}.tmp")
 
 
-def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644) -> None:
+def write_atomic(
+    target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644, crash_at: str | None = None
+) -> None:
     """Replace ``target`` with ``data`` so readers see the old or the new bytes, never a mix.
 
     ``durable=False`` skips the fsyncs: for files that are rewritten every few seconds
-    and whose loss in a power cut is harmless (heartbeats).
+    and whose loss in a power cut is harmless (heartbeats). ``crash_at``: the failpoint
+    (spoolrender.failpoints) between the temporary file's write and its rename.
     """
     tmp = _temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
@@ -97,6 +100,8 @@ def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int =
                 sync_fd(fd)
         finally:
             os.close(fd)
+        if crash_at is not None:
+            crash_point(crash_at)
         # rename() replaces atomically: there is no moment without a ``target``.
         os.replace(tmp, target)
     except BaseException:
@@ -128,8 +133,10 @@ def overwrite_in_place(path: Path, data: bytes) -> bool:
     return True
 
 
-def write_json_atomic(target: Path, obj: Any, *, durable: bool = True, mode: int = 0o644) -> None:
-    write_atomic(target, json_bytes(obj), durable=durable, mode=mode)
+def write_json_atomic(
+    target: Path, obj: Any, *, durable: bool = True, mode: int = 0o644, crash_at: str | None = None
+) -> None:
+    write_atomic(target, json_bytes(obj), durable=durable, mode=mode, crash_at=crash_at)
 
 
 def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:

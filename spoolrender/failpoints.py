@@ -57,6 +57,7 @@ RACE_POINTS = (
     "discard-before-decide",  # a discarded run's copy removed, its requeue not yet recorded
     "id-moved-aside",  # an id reservation renamed into ids/.aside/, not yet re-created or put back
     "retention-lease-taken",  # a runner holds the retention lease, nothing purged yet
+    "beacon-before-replace",  # a runner's beacon written under its temporary name, not yet renamed
 )
 
 _TARGET = os.environ.get("SPOOLRENDER_CRASH_AT")

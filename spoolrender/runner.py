@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import os
 import random
 import signal
 import threading
@@ -34,7 +33,15 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from spoolrender import __version__, defaults
-from spoolrender.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, probe_path, remove_beacon, write_beacon
+from spoolrender.beacons import (
+    LIVENESS_DIR,
+    expire_runners,
+    hooks_probe_path,
+    new_runner_id,
+    probe_path,
+    remove_beacon,
+    write_beacon,
+)
 from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.runs import CHUNK_OUTCOME_PREFIX
@@ -153,7 +160,7 @@ class Runner:
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
-        self.runner_id = f"{HOSTNAME}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
+        self.runner_id = new_runner_id(id(self))
         self.summary = RunSummary()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -636,6 +643,7 @@ class Runner:
                     "busy": len(self._active),
                     "watch": self.watch_mode,
                     "blocked": self._scanner.blocked(),
+                    "blocked_in": self._scanner.blocked_in(),
                     "drain": self.drain,
                     "queues": list(self.config.queues),
                     "tags": list(self.config.tags),

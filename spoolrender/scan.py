@@ -225,6 +225,13 @@ class SpoolScanner:
             refused = {f"{name}/": why for name, why in self._refused_queues.items()}
             return refused | {name: b.reason for name, b in self._blocked.items()}
 
+    def blocked_in(self) -> dict[str, str]:
+        """The directory (``incoming`` or ``retry``) of each entry :meth:`blocked` names: a
+        retry/ entry whose claim failed is held blocked until its next try too (RetryScan.hold)."""
+        with self._lock:
+            refused = {f"{name}/": "incoming" for name in self._refused_queues}
+            return refused | {name: b.source for name, b in self._blocked.items()}
+
     def scan(self, spool_now: Callable[[], float | None]) -> ScanResult:
         """Claimable candidates in queue order.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.beacons import listed_beacons, runner_is_dead
+from spoolrender.beacons import blocked_dirs, listed_beacons, runner_is_dead
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import describe_chunks, joining_info, joining_key, split_info
 from spoolrender.clock import spool_time
@@ -49,7 +49,8 @@ REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them w
 # 4: "spool_io" (runners whose writes to the spool fail: full disk, read-only...) added.
 # 5: "retention" (keep_done and the other limits, the last purge: retention_lease.py) added.
 # 6: runners[].warnings (what a runner's runs went ahead despite: mixed Remotion versions) added.
-SCHEMA_VERSION = 6
+# 7: runners[].blocked_in (the directory of each blocked entry: incoming or retry) added.
+SCHEMA_VERSION = 7
 
 
 def _mtime(path: os.PathLike[str] | str) -> float | None:
@@ -111,6 +112,8 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         offset = float(updated) - seen if isinstance(updated, (int, float)) else None
         beacon["clock_offset_seconds"] = None if offset is None else round(offset, 1)
         beacon["online"] = age <= lease_seconds
+        if isinstance(beacon.get("blocked"), dict):
+            beacon["blocked_in"] = blocked_dirs(beacon)  # also for an older runner's beacon
         runners.append(beacon)
     return SpoolSnapshot(
         names=names,
@@ -505,8 +508,9 @@ def _cannot_claim_section(status: dict[str, Any], paint: Paint) -> list[str]:
     # Entries a runner cannot claim (a directory of mode 555, ...): tried again with a
     # growing delay, listed here so that someone can fix or remove them.
     online = [r for r in status["runners"] if r["online"]]
-    blocked = sorted({(name, why) for r in online for name, why in (r.get("blocked") or {}).items()})
+    # Named in their directory: a retry/ entry whose claim failed waits blocked too.
+    blocked = sorted({(f"{d}/{name}", r["blocked"][name]) for r in online for name, d in blocked_dirs(r).items()})
     if not blocked:
         return []
-    rows = [[f"incoming/{printable(name)}", printable(why)] for name, why in blocked]
+    rows = [[printable(entry), printable(why)] for entry, why in blocked]
     return ["", paint("CANNOT CLAIM", "1"), *(paint(t, "33") for t in _table(["ENTRY", "REASON"], rows))]

@@ -83,6 +83,26 @@ def test_beacons_and_probes_of_dead_runners_expire(spool: SpoolLayout, start_run
     assert online == {alive: True, "elsewhere-7-aaaa": False}
 
 
+@pytest.mark.parametrize("beacon_before", [True, False], ids=["a-beacon-before", "first-write"])
+def test_a_runner_killed_mid_beacon_write_leaves_nothing(
+    spool: SpoolLayout, start_runner: Any, beacon_before: bool
+) -> None:
+    """ci14's leftover: a runner SIGKILLed between its beacon's temporary file and the rename
+    (failpoint `beacon-before-replace`). The next runner removes the temporary file with the
+    dead runner's beacon and probes at once, not after an hour of silence; also when the
+    kill came at the runner's first write and no beacon names it."""
+    victim = start_runner(env={"SPOOLRENDER_CRASH_AT": "beacon-before-replace"})
+    assert victim.wait(timeout=120) == -signal.SIGKILL
+    (temp,) = [n for n in os.listdir(spool.runners) if n.endswith(".tmp")]
+    dead = temp.removeprefix(".").split(".json.")[0]
+    assert dead.startswith(f"{HOSTNAME}-{victim.pid}-")
+    if beacon_before:  # what an earlier heartbeat's write left: the same bytes, renamed
+        (spool.runners / f"{dead}.json").write_bytes((spool.runners / temp).read_bytes())
+    survivor = start_runner()
+    wait_for(lambda: not any(dead in n for n in os.listdir(spool.runners) + os.listdir(spool.private)), timeout=60)
+    assert survivor.poll() is None
+
+
 @pytest.mark.parametrize("freeze", ["after-claim", "mid-render"])
 def test_a_taken_over_runner_logs_no_error(spool: SpoolLayout, start_runner: Any, tmp_path: Path, freeze: str) -> None:
     """Item 22: a runner frozen (right after its claim, or mid-render) past the lease wakes to

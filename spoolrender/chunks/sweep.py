@@ -135,7 +135,14 @@ def _priority_in(split: DirHandle, key: str) -> int:
 def _decided_for(job_dir: Path, fs_now: float) -> float | None:
     """Seconds since the job's last run was decided, by the spool filesystem's clock."""
     newest = None
-    for path in job_dir.glob("run-*.json"):
+    try:
+        runs = list(job_dir.glob("run-*.json"))
+    except FileNotFoundError:
+        # Moved on meanwhile (woken, ended) by another host: on a path-based mount (sshfs)
+        # the directory held open is then gone from under its descriptor, and a listing
+        # through /proc/self/fd/N says ENOENT (a full run's ERROR "spool trouble").
+        return None
+    for path in runs:
         with contextlib.suppress(OSError):
             mtime = path.stat().st_mtime
             newest = mtime if newest is None else max(newest, mtime)

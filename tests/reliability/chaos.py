@@ -190,8 +190,9 @@ def run_chaos(
     # beacons of the SIGKILLed runners.
     subprocess.run([*CMD, "run", "--drain", "--spool", str(layout.root)], capture_output=True, timeout=DRAIN_TIMEOUT_S)
     alarms = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
-    # Temporary files of a beacon write cut short by a kill go once untouched for a lease:
-    # drains (as cron would start them) until then.
+    # A beacon write cut short by a kill leaves its temporary file: it goes with the dead
+    # runner's beacon at the next runner's sweep (beacons.expire_runners). Drains (as cron
+    # would start them) until then.
     cleanup_deadline = time.monotonic() + 10 * float(CONFIG["lease_seconds"])
     while (leftovers := _leftovers(layout)) and time.monotonic() < cleanup_deadline:
         time.sleep(0.5)

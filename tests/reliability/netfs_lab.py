@@ -99,6 +99,13 @@ def namespace_pids(init_pid: int) -> list[int]:
     return pids
 
 
+def _command_name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def _child_of(pid: int, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -163,9 +170,33 @@ class Host:
     def pids(self) -> list[int]:
         return namespace_pids(self.init_pid) if self.init_pid else []
 
-    def kill(self) -> list[int]:
-        """Power cut: SIGKILL every process of the host at once; returns how many."""
-        pids = self.pids()
+    def kill(self, *, mount_first_gap: float | None = None) -> list[int]:
+        """Power cut: every process of the host stops at one instant, then dies; returns the pids.
+
+        All are stopped (SIGSTOP) before any is SIGKILLed. Killed one by one, a process not
+        yet killed ran on after another had died: once pids wrapped around (pid_max is
+        32768 here, and a suite run goes round it many times) sshfs could come before the
+        runner, and a cron host's drains always come after it; sshfs's death aborts the
+        FUSE connection, and the runner got ECONNABORTED (or ENOTCONN) from its mount and
+        logged ERROR `spool trouble` before its own SIGKILL came (ci14). A stopped process
+        runs no more code of its own: the SIGSTOP is pending before anything dies, and a
+        fork under way is restarted after it (its child cannot escape).
+
+        ``mount_first_gap``: the lab's own test: SIGKILL sshfs first and wait that long
+        before the rest (what a wrapped pid order gives in microseconds).
+        """
+        pids: list[int] = []
+        while new := [pid for pid in self.pids() if pid not in pids]:  # until no child appears
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            pids += new
+        if mount_first_gap is not None:
+            for pid in pids:
+                if _command_name(pid) == "sshfs":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(mount_first_gap)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -230,3 +230,31 @@ def test_sshfs_hosts_render_the_chunks_of_split_jobs_on_every_host(tmp_path: Pat
         # in order). Never a retry, a failure or a second join.
         assert outcomes[0] == "split" and outcomes[-1] == "publishing", outcomes
         assert set(outcomes[1:-1]) <= {"split"}, outcomes
+
+
+def test_a_host_killed_whole_logs_nothing_after_its_mount_dies(tmp_path: Path) -> None:
+    """ci14's ERROR: the lab SIGKILLed a host's processes one by one, and a runner listed after
+    sshfs (pids wrapped around; a cron host's drains always) met its dead mount, logged
+    `ERROR spool trouble ([Errno 103] Software caused connection abort ...)` and only then
+    died. Host.kill stops every process first: here sshfs is killed a whole second before
+    the rest (the gap a wrapped order gives in microseconds), and no host logs a thing."""
+    share = tmp_path / "share"
+    layout = init_spool(share / "spool")
+    (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump({"rescan_seconds": 0.2, "poll_seconds": 0.2}))
+    lab = NetfsLab(tmp_path, share)
+    spool = lab.mountpoint / "spool"
+    logs = {name: tmp_path / f"{name}.log" for name in ("host-a", "host-d")}
+    try:
+        hosts = {
+            "host-a": lab.host("host-a", runner_argv(spool), logs["host-a"]),
+            "host-d": lab.host("host-d", runner_argv(spool, drain=True), logs["host-d"]),
+        }
+        wait_until(lambda: "drained" in logs["host-d"].read_text(), 120, "a cron drain done")
+        wait_until(lambda: "host-a" in beacon_hosts(layout), 90, "host-a's runner up")
+        for host in hosts.values():
+            assert host.kill(mount_first_gap=1.0)
+    finally:
+        lab.close()
+    for name, path in logs.items():
+        text = path.read_text()
+        assert "ERROR" not in text and "Traceback" not in text, (name, text[-2000:])
