@@ -107,11 +107,17 @@ JSON
 # own: its ~100 dependencies pin versions of libraries spoolrender's venv also has.
 # Measured 2026-12-02 (empty pip cache, load 9-18): 84 s, 291 MB; a scan takes 3-5 s.
 checkov_version=3.3.30
+# In the background, beside the npm installs below: each waits on downloads and unpacking
+# as much as on the CPU, so together they take less than one after the other.
+checkov_install=
 if [ "${1:-}" = --test ] && [ "$(cat .cache/checkov/.spoolrender-installed 2>/dev/null)" != "$checkov_version" ]; then
   say "installing checkov $checkov_version into .cache/checkov for the Kubernetes manifests' tests"
-  python3 -m venv .cache/checkov
-  .cache/checkov/bin/python -m pip install -q "checkov==$checkov_version"
-  echo "$checkov_version" > .cache/checkov/.spoolrender-installed
+  (
+    python3 -m venv .cache/checkov
+    .cache/checkov/bin/python -m pip install -q "checkov==$checkov_version"
+    echo "$checkov_version" > .cache/checkov/.spoolrender-installed  # last: a killed pip leaves no stamp
+  ) &
+  checkov_install=$!
 fi
 if [ "${1:-}" = --test ]; then
   install_test_project .cache/remotion-4.0.527 4.0.527 4.0.527
@@ -120,3 +126,5 @@ if [ "${1:-}" = --test ]; then
  "@remotion/three": "4.0.527", "three": "0.187.0", "@react-three/fiber": "9.8.2", "@remotion/skia": "4.0.508",
  "@shopify/react-native-skia": "2.2.12"'
 fi
+# set -e: a failed checkov install fails the set-up here, as in the foreground.
+if [ -n "$checkov_install" ]; then wait "$checkov_install"; fi
