@@ -643,10 +643,6 @@ def refuses_writes(probe: Path) -> bool:
     return False
 
 
-# Known product bug (docs/reliability.md "A full brick"): a claim stopped by ENOSPC with two
-# bricks full was judged "claim-abandoned" (permanent) while its job file was back in
-# incoming/: the job was failed/ and done/ both (2 of the last 6 runs). Not fixed yet.
-@pytest.mark.xfail(reason="claim-abandoned recorded for a claim stopped by ENOSPC (issue 26, not fixed)", strict=False)
 def test_a_full_brick_then_two_cost_no_attempt_and_heal(lab: GlusterLab, tmp_path: Path) -> None:
     """Issue 26's full brick. A volume of the module's lab whose bricks 2 and 3 each live on a
     24 MiB filesystem of their own (``storage.reserve`` 12 MB); three hosts (two runners each)
