@@ -147,13 +147,27 @@ def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
             sync_fd(fh.fileno())
         try:
             os.link(tmp, target)
-        except FileExistsError:
-            return False
+        except OSError as exc:
+            # A link that reported an error may have been made all the same (below a
+            # GlusterFS quorum one brick keeps it, and the client answers ENOTCONN or
+            # ENOSPC): the name is ours if it names our file.
+            if not _names_file(target, tmp):
+                if isinstance(exc, FileExistsError):
+                    return False
+                raise
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     fsync_dir(target.parent)
     return True
+
+
+def _names_file(target: Path, tmp: Path) -> bool:
+    """Whether ``target`` is the file ``tmp`` (both looked up now, never followed)."""
+    try:
+        return os.path.samestat(os.stat(tmp, follow_symlinks=False), os.stat(target, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def rename_durable(src: Path, dst: Path) -> None:

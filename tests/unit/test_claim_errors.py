@@ -32,6 +32,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender import spooldir
+from spoolrender.executor import RunEnd
 from spoolrender.recovery import ABANDONED_DIR, Recoverer
 
 JOB = {"composition": "Intro", "output": "intro.mp4"}
@@ -191,3 +192,60 @@ def test_enospc_at_each_step_of_a_claim_leaves_the_job_in_exactly_one_state(
     while one_claim(tmp_path, monkeypatch, Injector(target, after=after, full=full), noreplace).failed is not None:
         target += 1
     assert target > 10  # every step of a whole claim was failed in turn
+
+
+@pytest.mark.parametrize(
+    ("error", "looked_up"),
+    [(errno.ENOTCONN, True), (errno.ENOTCONN, False), (errno.ENOSPC, False)],
+    ids=["enotconn-looked-up", "enotconn-unknown", "enospc-tried-again"],
+)
+def test_a_decision_whose_link_reports_an_error_though_made_is_carried_out_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, looked_up: bool
+) -> None:
+    """Issue 26's full brick, a run's record: its link into ``run-0001.json`` made on one
+    brick, the client answering an error. The run knows its decision when it can look (its
+    temporary file's inode is the name's; or, tried again after ENOSPC, the record's bytes
+    are its own) and publishes; when it cannot (ENOTCONN, no look), it leaves the job to
+    recovery with the verified output kept, and recovery publishes it. Never a recoverer
+    finding the decision without its output ("vanished before publishing": failed/)."""
+    slot = Slot(tmp_path / "spool")
+    try:
+        slot.drop("intro.yaml", JOB)
+        [candidate] = slot.scan().candidates
+        taken = slot.claim(candidate)
+        assert taken is not None
+        real_link, real_stat = os.link, os.stat
+        made: list[str] = []
+
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            real_link(src, dst, *args, **kwargs)
+            if str(dst).endswith("run-0001.json") and not made:
+                made.append(str(dst))
+                raise OSError(error, os.strerror(error), str(src), None, str(dst))
+
+        def lookup(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            if not looked_up and len(made) == 1 and str(path).endswith("run-0001.json"):
+                made.append("no look")  # once: the name is readable nowhere for now
+                raise OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN), str(path))
+            return real_stat(path, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "link", link)
+            patch.setattr(os, "stat", lookup)
+            try:
+                end: RunEnd | None = slot.executor.execute(taken)
+            except OSError as exc:  # as the runner's slot does: left to recovery
+                assert exc.errno == errno.ENOTCONN and not looked_up, exc
+                end = None
+        assert made
+        recover_and_drain(slot)
+        found = where(slot)
+        assert (list(found), len(found["done"])) == (["done"], 1), (end, found)
+        assert end is None or end.state == "done", end
+        assert (slot.config.output_root / "intro.mp4").exists()
+        assert [run.job_id for run in slot.fake.runs] == ["intro"]
+        [done] = found["done"]
+        outcomes = [r["outcome"] for r in json.loads((slot.layout.done / done / "result.json").read_text())["runs"]]
+        assert outcomes == ["publishing"], outcomes
+    finally:
+        slot.close()
