@@ -68,6 +68,22 @@ def _temp_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
 
 
+def _create_temp(tmp: Path, mode: int) -> int:
+    """Create the temporary file ``tmp`` (O_EXCL), returning its descriptor.
+
+    A create that reported an error may have been made all the same (below a GlusterFS
+    quorum the brick that made it keeps it, nothing to heal): the name is ours alone (random),
+    so it is unlinked, in case, before the error propagates."""
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        raise  # another's (a random name taken: never in practice), not ours to remove
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644) -> None:
     """Replace ``target`` with ``data`` so readers see the old or the new bytes, never a mix.
 
@@ -75,7 +91,7 @@ def write_atomic(target: Path, data: bytes, *, durable: bool = True, mode: int =
     and whose loss in a power cut is harmless (heartbeats).
     """
     tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = _create_temp(tmp, mode)
     try:
         os.fchmod(fd, mode)  # exactly ``mode``: open() filters it through the umask
         with os.fdopen(fd, "wb") as fh:
@@ -139,7 +155,7 @@ def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
     readable by the runner only, job_file_modes.py), and no fchmod per record.
     """
     tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = _create_temp(tmp, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
