@@ -9,6 +9,7 @@ importable from here too, as they always were).
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import hashlib
 import logging
@@ -31,7 +32,7 @@ from spoolrender.job_file_modes import private_file_mode
 from spoolrender.jobfile.reading import file_kind, read_job_at
 from spoolrender.layout import SpoolLayout, new_token, running_name
 from spoolrender.netcache import Attributes
-from spoolrender.owncopy import ensure_copy, job_dir_mode, submitted_owner, write_copy
+from spoolrender.owncopy import ensure_copy, job_dir_mode, remove_stale_temps, submitted_owner, write_copy
 from spoolrender.queues import QUEUE_FILENAME
 from spoolrender.records import next_run_number
 from spoolrender.renderers.base import CancelToken
@@ -113,7 +114,10 @@ def claim(
     Either way the job renders from a private copy (spoolrender.owncopy) of the bytes read
     once at the claim (``max_job_bytes``: the cap; ``uncached``: past a network
     filesystem's caches). A spool I/O error (:func:`spoolrender.spool_io.is_spool_io`: a
-    full disk...) propagates, with nothing of the claim left behind: the caller backs off.
+    full disk...) propagates, the caller backs off: the job file is back in incoming/, or
+    (when it cannot go back) in a claim directory holding nothing else, with its lock
+    released, that recovery gives back. Whatever the error, nothing is left that recovery
+    would run besides the file given back (tests/unit/test_claim_errors.py).
     ``held``: the runner's incoming/ and running/, held open (held_dirs.HeldDir), else
     both are opened for this claim.
     """
@@ -205,20 +209,31 @@ def _move_in(
         # The owner and mode of the inode just read (its fstat), not a second lstat by name:
         # the file was renamed into our directory, which only the runner can change.
         owner = submitted_owner(job_dir) if attrs is None else (attrs.uid, stat.S_IMODE(attrs.mode))
-    except (FileNotFoundError, ClaimLost, _NotScanned, OSError) as exc:
+    except Exception as exc:
+        # Whatever stopped the claim (a lost race, ENOSPC, EIO, anything), what is on disk
+        # decides what to undo, never what this code believes it did: a rename or link that
+        # reported an error may have happened all the same (a GlusterFS volume below its
+        # quorum keeps what one brick did: docs/reliability.md "A full brick"). Undone
+        # under our lock and heartbeat, so that no recoverer takes the claim for dead and
+        # gives the file back too while we do.
+        back = _give_back_claimed(job, source, base)
         heartbeat.remove(token)
         if lock is not None:
             lock.release()
-        if moved and not isinstance(exc, _NotScanned) and not _put_back(job, source, base):
-            if job.try_stat(defaults.SUBMITTED_FILENAME) is None:
-                # Gone from our directory: we stalled past the lease and recovery gave it
-                # back to incoming/ (recovery._give_back). The claim is lost, nothing to undo.
-                log.info("lost the claim of %s: recovery took it back while this runner stalled", candidate.name)
-                return None
-            # The submitter's file is in our directory and cannot go back: the claim is
-            # left to recovery (its lock released), which gives it back. Never deleted.
-            raise
-        shutil.rmtree(job_dir, ignore_errors=True)
+        if back is _GivenBack.NO:
+            # The submitter's file is in our directory and cannot go back (nor be found
+            # back already): the claim is left to recovery (its lock released), which gives
+            # it back (recovery._give_back). Never deleted.
+            if is_spool_io(exc) or not isinstance(exc, OSError | ClaimLost | _NotScanned):
+                raise
+            log.warning("could not claim %s: %s; left to recovery to give back", candidate.name, exc)
+            return None
+        if back is _GivenBack.GONE and moved and not isinstance(exc, _NotScanned):
+            # Gone from our directory: we stalled past the lease and recovery gave it back
+            # to incoming/ (recovery._give_back). The claim is lost, nothing to undo.
+            log.info("lost the claim of %s: recovery took it back while this runner stalled", candidate.name)
+            return None
+        shutil.rmtree(job_dir, ignore_errors=True)  # what is left of it, no job: recovery's if it stays
         if isinstance(exc, _NotScanned):
             log.info("not claiming incoming/%s: %s; it went back to incoming/ to be scanned again", candidate.name, exc)
             return None
@@ -234,7 +249,7 @@ def _move_in(
             st = source.try_stat(base)
             hint = " (a directory must be writable to be moved or removed)" if st and stat.S_ISDIR(st.st_mode) else ""
             raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
-        if is_spool_io(exc):
+        if is_spool_io(exc) or not isinstance(exc, OSError):
             raise
         log.warning("could not claim %s: %s", candidate.name, exc)
         return None
@@ -267,13 +282,51 @@ def _refuse_in_place(
     return Claim(job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock, refusal=refusal)
 
 
-def _put_back(job: DirHandle, source: DirHandle, base: str) -> bool:
-    """Return a claimed file to where it was (never over a file dropped there since)."""
+class _GivenBack(enum.Enum):
+    """Where a stopped claim left the job file (_give_back_claimed)."""
+
+    BACK = "back"  # put back now: in incoming/ under its name
+    GONE = "gone"  # not in our directory: never moved in, put back before, or recovery's now
+    NO = "no"  # still in our directory: recovery gives it back
+
+
+def _give_back_claimed(job: DirHandle, source: DirHandle, base: str) -> _GivenBack:
+    """Undo a claim that stopped: the job file goes back to where it was, exactly once.
+
+    Our copy and its temporary files go first: a directory left behind then holds the
+    submitted file alone (recovery gives it back) or nothing (recovery removes it), never a
+    copy whose file went back to incoming/ (recovery would run it as well). Then the file
+    goes back, never over a file dropped there since. A put back that reported an error may
+    have linked the name all the same (RENAME_NOREPLACE's fallback, below a GlusterFS
+    quorum): if incoming/ names our very inode, it is back, and our name of it goes.
+    """
+    try:
+        held = job.try_stat(defaults.SUBMITTED_FILENAME)
+        if held is None:
+            return _GivenBack.GONE
+        job.unlink_if_present(defaults.JOB_FILENAME)
+        remove_stale_temps(job)
+    except OSError:
+        return _GivenBack.NO  # cannot tell, or cannot remove the copy: recovery decides
     try:
         job.rename(defaults.SUBMITTED_FILENAME, source, base, replace=False)
+        return _GivenBack.BACK
+    except FileNotFoundError:
+        return _GivenBack.GONE  # recovery gave it back meanwhile
     except OSError:
-        return False
-    return True
+        pass
+    try:
+        there = source.try_stat(base)
+        if there is None or not os.path.samestat(there, held):
+            return _GivenBack.NO
+        # Two names of one file: incoming/'s is the job's, ours goes (unlink works on a
+        # full disk; if it fails, recovery finds the file back and drops ours).
+        job.unlink(defaults.SUBMITTED_FILENAME)
+    except FileNotFoundError:
+        return _GivenBack.BACK
+    except OSError:
+        return _GivenBack.NO
+    return _GivenBack.BACK
 
 
 class _NotScanned(Exception):
@@ -342,6 +395,7 @@ def _claim_retry(
         log.warning("could not claim retry %s: %s", candidate.name, exc)
         return None
     crash_point("retry-claim-after-rename")
+    lock = None
     try:
         # Lock, records and heartbeat only ever *inside* the directory we renamed: if we
         # stalled here past the lease, another runner has moved the job on, and ENOENT
@@ -354,16 +408,25 @@ def _claim_retry(
         refusal = ensure_copy(job_dir, max_bytes, uncached=uncached)
         owner = submitted_owner(job_dir)
     except (ClaimLost, FileNotFoundError):
+        if lock is not None:
+            with contextlib.suppress(OSError):
+                lock.release()
         log.info("retry %s was taken over by another runner while this one stalled claiming it", candidate.name)
         return None
     except OSError as exc:
-        if is_spool_io(exc):
-            # No lock file could be made: give the job back to retry/ as it was (its name
-            # there is free again), rather than leave it in running/ unlocked and silent,
-            # where a lease later would count an attempt for it.
+        if lock is not None:
             with contextlib.suppress(OSError):
-                os.rename(job_dir, layout.retry / candidate.name)
-        raise
+                lock.release()
+        # No lock file or copy could be made (a full disk, EIO, anything): give the job back
+        # to retry/ as it was (its name there is free again; a half-made copy is redone by
+        # the next claim), rather than leave it in running/ unlocked and silent, where a
+        # lease later would count an attempt for it. If even that fails, recovery decides it.
+        with contextlib.suppress(OSError):
+            os.rename(job_dir, layout.retry / candidate.name)
+        if is_spool_io(exc):
+            raise
+        log.warning("could not claim retry %s: %s; it went back to retry/", candidate.name, exc)
+        return None
     heartbeat.add(_active_job(job_dir, token, run, started, cancel))
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.

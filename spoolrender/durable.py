@@ -79,6 +79,22 @@ def _temp_name(target: Path) -> str:
     return os.path.join(head, f".{name}.{secrets.token_hex(6)}.tmp")
 
 
+def _create_temp(tmp: str, mode: int) -> int:
+    """Create the temporary file ``tmp`` (O_EXCL), returning its descriptor.
+
+    A create that reported an error may have been made all the same (below a GlusterFS
+    quorum the brick that made it keeps it, nothing to heal): the name is ours alone (random),
+    so it is unlinked, in case, before the error propagates."""
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        raise  # another's (a random name taken: never in practice), not ours to remove
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_atomic(
     target: Path, data: bytes, *, durable: bool = True, mode: int = 0o644, crash_at: str | None = None
 ) -> None:
@@ -89,7 +105,7 @@ def write_atomic(
     (spoolrender.failpoints) between the temporary file's write and its rename.
     """
     tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = _create_temp(tmp, mode)
     try:
         try:
             os.fchmod(fd, mode)  # exactly ``mode``: open() filters it through the umask
@@ -127,9 +143,17 @@ def overwrite_in_place(path: Path, data: bytes) -> bool:
     try:
         os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
     except OSError:
+        with contextlib.suppress(OSError):
+            os.close(fd)
         return False
-    finally:
+    try:
+        # A network filesystem may tell a write failed only when the file is closed: a
+        # GlusterFS client answers the flush with ENOSPC when two of three bricks are full
+        # (docs/reliability.md "A full brick"). Not done, like any other failure here: raised,
+        # it ended the heartbeat thread, and every later claim of the runner beat no more.
         os.close(fd)
+    except OSError:
+        return False
     return True
 
 
@@ -150,7 +174,7 @@ def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
     readable by the runner only, job_file_modes.py), and no fchmod per record.
     """
     tmp = _temp_name(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = _create_temp(tmp, mode)
     try:
         try:
             write_all(fd, data)
@@ -159,13 +183,27 @@ def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
             os.close(fd)
         try:
             os.link(tmp, target)
-        except FileExistsError:
-            return False
+        except OSError as exc:
+            # A link that reported an error may have been made all the same (below a
+            # GlusterFS quorum one brick keeps it, and the client answers ENOTCONN or
+            # ENOSPC): the name is ours if it names our file.
+            if not _names_file(target, tmp):
+                if isinstance(exc, FileExistsError):
+                    return False
+                raise
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     fsync_dir(target.parent)
     return True
+
+
+def _names_file(target: Path, tmp: str) -> bool:
+    """Whether ``target`` is the file ``tmp`` (both looked up now, never followed)."""
+    try:
+        return os.path.samestat(os.stat(tmp, follow_symlinks=False), os.stat(target, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def rename_durable(src: Path, dst: Path) -> None:

@@ -553,6 +553,13 @@ class JobExecutor(SplitJobRuns):
             )
         except FileNotFoundError:
             won = False
+        except OSError:
+            # Not known to be decided, yet the record may be on disk all the same (a link
+            # that reported an error below a GlusterFS quorum): whoever recovers the job may
+            # find it and roll it forward, which needs the verified output. An orphan's
+            # scratch is the sweep's (recovery.Recoverer.sweep).
+            claim.keep_scratch = claim.keep_scratch or outcome == PUBLISHING
+            raise
         self._cache.decided(won and outcome == PUBLISHING)  # a staged render becomes an entry only now
         if not won:
             return self._lost(claim)

@@ -42,6 +42,11 @@ VOLUME_OPTIONS: tuple[tuple[str, str], ...] = (
     # file then hung on every brick for good (10.3, seen with a partitioned runner's clock
     # probe; every later lookup in the directory hung behind it).
     ("cluster.eager-lock", "off"),
+    # Below the quorum (two of three bricks full, or down) a replace that failed can leave its
+    # name on one brick with another file (gfid) than on the other two: a gfid split-brain,
+    # EIO on that name and a heal that never ends until someone resolves it by hand (seen
+    # with heartbeats and liveness files). The majority is what clients were told happened.
+    ("cluster.favorite-child-policy", "majority"),
 )
 # Options of `mount -t glusterfs -o ...` (mount.glusterfs) for the spool and the output root.
 MOUNT_OPTIONS: tuple[str, ...] = (
@@ -75,10 +80,13 @@ class ClientView:
     xlator_types: frozenset[str]
     md_cache_timeout: float
     argv: tuple[str, ...]
+    favorite_child_policy: str = "none"  # cluster.favorite-child-policy (GlusterFS's default: none)
 
     def __post_init__(self) -> None:
         if self.md_cache_timeout < 0:
             raise ValueError(f"md_cache_timeout must be >= 0, not {self.md_cache_timeout}")
+        if not self.favorite_child_policy:
+            raise ValueError("favorite_child_policy must not be empty")
 
     def flag(self, name: str) -> str | None:
         """The value of ``--name=value`` on the client's command line, or None."""
@@ -112,8 +120,12 @@ def read_client(root: Path) -> ClientView:
         raise UnsupportedFilesystem(f"cannot read the GlusterFS client's settings in {meta}: {exc}") from exc
     types = frozenset(re.findall(r"^\s*type\s+(\S+)", volfile, flags=re.MULTILINE))
     timeout = re.search(r"^\s*option\s+md-cache-timeout\s+(\S+)", volfile, flags=re.MULTILINE)
+    policy = re.search(r"^\s*option\s+favorite-child-policy\s+(\S+)", volfile, flags=re.MULTILINE)
     return ClientView(
-        xlator_types=types, md_cache_timeout=float(timeout.group(1)) if timeout else 1.0, argv=tuple(cmdline.split())
+        xlator_types=types,
+        md_cache_timeout=float(timeout.group(1)) if timeout else 1.0,
+        argv=tuple(cmdline.split()),
+        favorite_child_policy=policy.group(1) if policy else "none",
     )
 
 
@@ -141,6 +153,13 @@ def mount_problems(view: ClientView) -> tuple[list[str], list[str]]:
         warnings.append(
             f"{what}: keep lease_seconds and settle_seconds well above that, or run "
             f"`gluster volume set {view.volume} {option} off`"
+        )
+    if "cluster/replicate" in view.xlator_types and view.favorite_child_policy == "none":
+        warnings.append(
+            "a file replaced while two of three bricks refuse writes (full: below storage.reserve, or down) can "
+            "be left a different file on each side (a gfid split-brain): I/O errors on it and a heal that never "
+            f"ends until resolved by hand. Run `gluster volume set {view.volume} cluster.favorite-child-policy "
+            "majority`"
         )
     for flag, (option, default) in _KERNEL_TIMEOUTS.items():
         value = view.flag(flag)

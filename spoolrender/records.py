@@ -184,7 +184,16 @@ def decide(job_dir: Path, record: RunRecord, mode: int | None = None, *, encoded
     if mode is None:
         mode = private_file_mode(job_dir)
     data = record.to_json() if encoded is None else encoded
-    return create_exclusive(run_path(job_dir, record.run), data, mode=mode)
+    if create_exclusive(run_path(job_dir, record.run), data, mode=mode):
+        return True
+    # Taken: by another decider, or by this very record, whose link went through although
+    # it reported an error (ENOTCONN below a GlusterFS quorum) before this call was tried
+    # again (executor._spool_write). The bytes say which: a record names its host, pid,
+    # token and end time, so no other decision has the same.
+    try:
+        return run_path(job_dir, record.run).read_bytes() == data
+    except OSError:
+        return False
 
 
 def as_read_back(encoded: bytes) -> RunRecord:

@@ -36,7 +36,11 @@ meanwhile. So the claim did not happen: the entry is parked like an abandoned cl
 ``submitted.yaml`` goes back to ``incoming/`` (its queue directory, if it came from one),
 as ``<id>.yaml`` (a name that gives the file the same default id), with
 ``renameat2(RENAME_NOREPLACE)``; it is scanned and claimed again as what it is then. If
-that name is taken, it fails with the reason (kept as evidence). One that also holds run
+the file has a name there already (a put back whose link went through although it
+reported an error, as below a GlusterFS quorum, or that stopped between the link and the
+unlink of RENAME_NOREPLACE's fallback), the parked name is dropped: one job, one name. If
+that name is taken by another file, it fails with the reason (kept as evidence). A parked
+claim already decided (by another recoverer) is carried out as decided, never decided again. One that also holds run
 records is a discarded run of a checked claim (only the owner's continued upload may
 change it, see owncopy): decided as a ``requeue`` that uses no attempt, and its retry
 claim copies the submitted file.
@@ -251,21 +255,28 @@ class Recoverer:
         if m is None or not holds_job(parked):
             remove_tree(parking, parked.name)  # on its own thread: see the module's docstring
             return
-        job_id, uid = m.group("id"), m.group("uid")
-        if _claim_unchecked(parked) and self._give_back(parked, job_id):
-            remove_tree(parking, parked.name)  # only the claim's lock, heartbeat, queue
-            return
+        job_id, uid, token = m.group("id"), m.group("uid"), m.group("token")
+        if _claim_unchecked(parked):
+            if self._give_back(parked, job_id):
+                remove_tree(parking, parked.name)  # only the claim's lock, heartbeat, queue
+            return  # else failed by _fail_taken (carried out, or rolled forward below next time)
         run = next_run_number(parked)
-        stalled = "claimed by a runner that stalled before starting it"
-        record = self._requeue_record(parked, run, m.group("token"), stalled)
-        if not decide(parked, record):
-            decided = read_run(parked, run)
-            if decided is None:
-                return
-            record = decided
+        last = read_run(parked, run - 1) if run > 1 else None
+        if last is not None and last.token == token:
+            # Decided for this claim by another recoverer (or by us, before a move that
+            # failed): carried out as decided, never decided a second time otherwise.
+            record = last
+        else:
+            stalled = "claimed by a runner that stalled before starting it"
+            record = self._requeue_record(parked, run, token, stalled)
+            if not decide(parked, record):
+                decided = read_run(parked, run)
+                if decided is None:
+                    return
+                record = decided
         target = carry_out(self._layout, self._config.output_root, parked, job_id, uid, record)
-        log.warning("job %s: its claim was abandoned after the job file moved in; re-queued to %s/",
-                    job_id, target.parent.name)  # fmt: skip
+        log.warning("job %s: its claim was abandoned after the job file moved in; %s, moved to %s/",
+                    job_id, record.outcome, target.parent.name)  # fmt: skip
 
     def _give_back(self, parked: Path, job_id: str) -> bool:
         """Return the submitted file of an unchecked claim to where it was dropped, as
@@ -283,10 +294,25 @@ class Recoverer:
             except (SpoolPathRefused, FileNotFoundError, NotADirectoryError):
                 queue = ""  # its queue directory is gone or no longer honoured: incoming/ itself
                 where, base = held.enter_context(entry_dir(incoming, name))
+            held_st = job.stat(defaults.SUBMITTED_FILENAME)
+            if _named_in(where, held_st, base) is not None:
+                # Already back: a put back (the claim's, or a recoverer's before us) whose
+                # link went through though it reported an error, or that was stopped between
+                # its link and its unlink (RENAME_NOREPLACE's fallback). One name of the job
+                # is enough: ours goes, once the other is durable.
+                sync_fd(where.fd)
+                job.unlink(defaults.SUBMITTED_FILENAME)
+                log.warning("job %s: its claim stopped before the file was checked and copied; the file was "
+                            "back in incoming/ already", job_id)  # fmt: skip
+                return True
             try:
                 # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
                 job.rename(defaults.SUBMITTED_FILENAME, where, base, replace=False)
             except FileExistsError:
+                if _named_in(where, held_st, base) is not None:  # ours, linked meanwhile
+                    sync_fd(where.fd)
+                    job.unlink(defaults.SUBMITTED_FILENAME)
+                    return True
                 self._fail_taken(parked, job_id, name)
                 return False
             # The file's new name durable before the parked entry (the only other place it
@@ -431,6 +457,20 @@ def _claim_unchecked(job_dir: Path) -> bool:
     if os.path.lexists(job_dir / defaults.JOB_FILENAME) or not os.path.lexists(job_dir / defaults.SUBMITTED_FILENAME):
         return False
     return all(r.outcome == REQUEUE and (r.error or {}).get("kind") == CLAIM_ABANDONED for r in read_runs(job_dir))
+
+
+def _named_in(where: DirHandle, st: os.stat_result, first: str) -> str | None:
+    """A name in ``where`` of the file ``st`` (``first`` tried first), or None. Only a file
+    with more than one link can have one: the directory is listed only then."""
+    names = [first] + (where.names() if st.st_nlink > 1 else [])
+    for name in names:
+        try:
+            there = where.try_stat(name)
+        except OSError:
+            continue
+        if there is not None and os.path.samestat(there, st):
+            return name
+    return None
 
 
 def _file_signature(job_dir: Path, token: str) -> tuple[int | None, tuple[int, int, int] | None]:

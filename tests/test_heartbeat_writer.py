@@ -8,6 +8,8 @@ stayed, and another host removed it as an "abandoned claim" a lease later.
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ import spoolrender.heartbeat as heartbeat_module
 from spoolrender.clock import ManualClock
 from spoolrender.durable import write_atomic
 from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, read_heartbeat
+from spoolrender.heartbeat_file import heartbeat_path
+from spoolrender.spool_io import SpoolIOCondition
 
 
 def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,3 +65,42 @@ def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, m
     writer.beat(job)  # a late beat of a removed job (the heartbeat thread's snapshot)
     after = read_heartbeat(job_dir, "tok")
     assert after is not None and after.counter == 2  # wrote nothing
+
+
+def test_a_rewrite_in_place_whose_close_fails_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full spool a heartbeat is rewritten in place; a GlusterFS client with two of three
+    bricks full answered that rewrite's close() (the FUSE flush) with ENOSPC. Raised out of
+    overwrite_in_place it ended the heartbeat thread ("Exception in thread heartbeat", seen in
+    tests/reliability/test_gluster_hosts.py's full-brick test), so the runner's claims stopped
+    beating for good. The beat now reports the spool's condition and the next one, with
+    room again, writes the heartbeat."""
+    job_dir = tmp_path / "running" / "j.tok.tok"
+    job_dir.mkdir(parents=True)
+    condition = SpoolIOCondition(ManualClock())
+    writer = HeartbeatWriter(ManualClock(), 60.0, "runner", condition)  # no thread: beats by hand
+    job = ActiveJob(job_dir, "tok", 1, 0.0, on_lost=lambda: None)
+    writer.add(job)
+    heartbeat = heartbeat_path(job_dir, "tok")
+    real_write, real_close = write_atomic, os.close
+
+    def no_room(target: Path, data: bytes, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+
+    def close_reporting_enospc(fd: int) -> None:
+        # The file was rewritten, but the filesystem says at close that the write failed.
+        on_heartbeat = os.readlink(f"/proc/self/fd/{fd}") == str(heartbeat)
+        real_close(fd)
+        if on_heartbeat:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(heartbeat_module, "write_atomic", no_room)
+    monkeypatch.setattr(os, "close", close_reporting_enospc)
+    assert writer.beat(job)  # no exception: the job is still ours
+    monkeypatch.setattr(os, "close", real_close)
+    assert condition.active and condition.text() == os.strerror(errno.ENOSPC)
+    monkeypatch.setattr(heartbeat_module, "write_atomic", real_write)
+    assert writer.beat(job)
+    after = read_heartbeat(job_dir, "tok")
+    assert after is not None and after.counter == 3, after

@@ -4,7 +4,9 @@
   glusterfs-server) in a mount namespace of its own with ``/var/lib/glusterd``, ``/run`` and
   ``/var/log/glusterfs`` bind-mounted from the lab's directory (nothing of the machine's is
   touched), its bricks plain directories in the lab's directory; one ``replica 3`` volume
-  with spoolrender's options (``spoolrender.glusterfs.VOLUME_OPTIONS``);
+  with spoolrender's options (``spoolrender.glusterfs.VOLUME_OPTIONS``); more volumes on
+  demand, a brick of which may live on a small filesystem of its own (``small_filesystem``:
+  a tmpfs in its server's mount namespace, to be filled up);
 - an observer mount for the test itself (its FUSE client in a namespace of its own, the
   mount in the test's mount namespace);
 - client hosts: network, UTS, PID and mount namespaces of their own (as
@@ -87,17 +89,18 @@ class GlusterHost(Host):
     """A client host: the volume mounted in its own namespaces, then ``argv`` as its init."""
 
     def __init__(self, lab: GlusterLab, name: str, argv: Sequence[str], log: Path, volume: str,
-                 mount_options: Sequence[str] | None = None) -> None:  # fmt: skip
+                 mount_options: Sequence[str] | None = None, mountpoint: Path | None = None) -> None:  # fmt: skip
         self.name = name
         self.netns = lab.node(f"c{len(lab.hosts) + 1}")
         chosen = lab.mount_options if mount_options is None else mount_options
         options = ",".join([*chosen, f"log-file={lab.work / f'{name}-fuse.log'}"])
+        at = lab.mountpoint if mountpoint is None else mountpoint
         script = (
             'hostname "$1" && shift && '
             # The observer's mount came along with the copy of the mount namespace: take it
             # off here only (private propagation), or mount.glusterfs says "already mounted".
-            f'umount -l "{lab.mountpoint}" && '
-            f'mount -t glusterfs -o {options} {NET}.11:/{volume} "{lab.mountpoint}" && exec "$@"'
+            f'umount -l "{at}" && '
+            f'mount -t glusterfs -o {options} {NET}.11:/{volume} "{at}" && exec "$@"'
         )
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
@@ -133,6 +136,7 @@ class GlusterLab:
         self.switch = f"{self.tag}-sw"
         self.observer: str | None = None
         self.mounts: list[Path] = []
+        self.brick_paths: dict[tuple[str, int], Path] = {}  # bricks not at brick(): small_filesystem
         try:
             self._start(volume_options)
         except BaseException:
@@ -193,9 +197,17 @@ class GlusterLab:
         self.mountpoint.mkdir()
         self.mount(self.mountpoint)
 
-    def create_volume(self, volume: str, options: Sequence[tuple[str, str]]) -> None:
-        """A ``replica 3`` volume over the three brick hosts, with ``options`` set, started."""
-        bricks = [f"{NET}.1{i}:{self.brick(i, volume)}" for i in range(1, SERVERS + 1)]
+    def create_volume(self, volume: str, options: Sequence[tuple[str, str]],
+                      small_bricks: Sequence[tuple[int, int]] = ()) -> None:  # fmt: skip
+        """A ``replica 3`` volume over the three brick hosts, with ``options`` set, started.
+        ``small_bricks``: (server, bytes) whose brick lives on a filesystem of its own of that
+        size (``small_filesystem``); ``brick()`` then gives its path as the test sees it."""
+        for i, size in small_bricks:
+            root = self.small_filesystem(i, f"{volume}-fs", size)
+            (root / "brick").mkdir()
+            self.brick_paths[(volume, i)] = root / "brick"
+        paths = {i: self.brick_paths.get((volume, i), self.brick(i, volume)) for i in range(1, SERVERS + 1)}
+        bricks = [f"{NET}.1{i}:{self._on_server(i, paths[i])}" for i in range(1, SERVERS + 1)]
         # force: the bricks are directories on the root filesystem (plain ext4 dirs work).
         self.gluster("volume", "create", volume, "replica", str(SERVERS), *bricks, "force")
         for key, value in options:
@@ -230,7 +242,28 @@ class GlusterLab:
         wait_until(lambda: (d / "run" / "glusterd.socket").is_socket(), 30, f"glusterd s{i} listening")
 
     def brick(self, i: int, volume: str | None = None) -> Path:
-        return self.work / f"s{i}" / "brick" / (volume or self.volume)
+        """Brick ``i`` of ``volume`` (the lab's by default), as the test's processes reach it."""
+        return self.brick_paths.get((volume or self.volume, i), self.work / f"s{i}" / "brick" / (volume or self.volume))
+
+    def _server_root(self, i: int) -> Path:
+        """Server ``i``'s mount namespace as a path: its glusterd's root (/proc/PID/root)."""
+        return Path(f"/proc/{(self.work / f's{i}' / 'run' / 'glusterd.pid').read_text().strip()}/root")
+
+    def _on_server(self, i: int, path: Path) -> Path:
+        """``path`` as server ``i`` names it (a path under its ``_server_root`` loses that prefix)."""
+        root = self._server_root(i)
+        return Path("/") / path.relative_to(root) if path.is_relative_to(root) else path
+
+    def small_filesystem(self, i: int, name: str, size: int) -> Path:
+        """A tmpfs of ``size`` bytes mounted in server ``i``'s mount namespace only (where its
+        glusterd and bricks run), at ``s<i>/brick/<name>``; returns its root as the test's
+        processes reach it (through that glusterd's /proc/PID/root). tmpfs keeps trusted.*
+        xattrs, which bricks need. It goes with the namespace, when the lab's processes end."""
+        path = self.work / f"s{i}" / "brick" / name
+        path.mkdir(parents=True)
+        pid = (self.work / f"s{i}" / "run" / "glusterd.pid").read_text().strip()
+        _run("nsenter", "-t", pid, "-m", "mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path))
+        return self._server_root(i) / path.relative_to("/")
 
     def gluster(self, *args: str) -> str:
         """The gluster CLI against server 1, in glusterd's own mount and network namespaces
@@ -297,8 +330,9 @@ class GlusterLab:
         wait_until(started, 60, "bricks online")
         return time.monotonic() - start
 
-    def heal(self) -> float:
-        """Heal until no entry is pending on any brick; returns the seconds it took.
+    def heal(self, volume: str | None = None) -> float:
+        """Heal ``volume`` (the lab's by default) until no entry is pending on any brick;
+        returns the seconds it took.
 
         `volume heal` is asked again at every look: the self-heal daemon crawls the index
         once per request (else every `cluster.heal-timeout`, 600 s), and entries marked after
@@ -307,8 +341,8 @@ class GlusterLab:
 
         def healed() -> bool:
             try:
-                self.gluster("volume", "heal", self.volume)
-                summary = self.gluster("volume", "heal", self.volume, "info", "summary")
+                self.gluster("volume", "heal", volume or self.volume)
+                summary = self.gluster("volume", "heal", volume or self.volume, "info", "summary")
             except RuntimeError:
                 return False
             counts = [int(n) for n in _ENTRIES.findall(summary)]
@@ -318,10 +352,12 @@ class GlusterLab:
         return time.monotonic() - start
 
     def host(self, name: str, argv: Sequence[str], log: Path, *, volume: str | None = None,
-             mount_options: Sequence[str] | None = None) -> GlusterHost:  # fmt: skip
-        """A client host mounting ``volume`` (the lab's by default) at ``mountpoint``, with
-        ``mount_options`` (the lab's by default)."""
-        return GlusterHost(self, name, argv, log, volume or self.volume, mount_options)
+             mount_options: Sequence[str] | None = None, mountpoint: Path | None = None) -> GlusterHost:  # fmt: skip
+        """A client host mounting ``volume`` (the lab's by default) at ``mountpoint`` (the
+        lab's observer mount's path by default; another volume's: where the observer mounted
+        it, so that paths are the same on every host), with ``mount_options`` (the lab's by
+        default)."""
+        return GlusterHost(self, name, argv, log, volume or self.volume, mount_options, mountpoint)
 
     def close(self) -> None:
         for host in self.hosts:

@@ -15,6 +15,10 @@ volume, its output root beside it; the test drops jobs and judges through an obs
   brick holds what the others hold;
 - a slow upload written through another client host's mount, never claimed before the
   settle time has passed after its last write (issue 26 item 4);
+- a full brick, then two (a volume of its own, bricks 2 and 3 on small filesystems): claims
+  go on over the other bricks, then pause on ENOSPC and resume once space is freed; nothing
+  uses an attempt for it, and the volume heals (`volume heal`) to the same names on every
+  brick;
 - a client host frozen whole mid-render (`frozen_host_case`), or frozen in the middle of
   a heartbeat's replace, holding entry locks on its name (``mid_write``): not tests of the
   suite (a minute or more each), run by tests/reliability/long_run.py --gluster-freezes N
@@ -28,11 +32,15 @@ and pid), nothing partial or left behind (`invariants.audit`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -40,6 +48,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -50,7 +59,7 @@ from uploads_harness import job_hash_command
 
 from spoolrender.errors import UnsupportedFilesystem
 from spoolrender.fscheck import check_filesystem
-from spoolrender.glusterfs import MOUNT_OPTIONS
+from spoolrender.glusterfs import MOUNT_OPTIONS, VOLUME_OPTIONS
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import init_spool
 from spoolrender.publish import SCRATCH_DIR, remove_scratch_dir
@@ -78,9 +87,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterLab]:
 class Spool:
     """A spool of one test on the lab's volume, its hosts, their logs."""
 
-    def __init__(self, lab: GlusterLab, tmp_path: Path, *, settle: float = 0.3, lease: float = LEASE) -> None:
+    def __init__(self, lab: GlusterLab, tmp_path: Path, *, settle: float = 0.3, lease: float = LEASE,
+                 volume: str | None = None, mount: Path | None = None) -> None:  # fmt: skip
+        """``volume`` (the lab's by default) as the observer mounted it at ``mount``."""
         self.lab = lab
-        self.base = lab.mountpoint / f"t-{secrets.token_hex(4)}"  # the observer's path = the hosts'
+        self.volume = volume or lab.volume
+        self.mount = lab.mountpoint if mount is None else mount
+        self.base = self.mount / f"t-{secrets.token_hex(4)}"  # the observer's path = the hosts'
         self.layout = init_spool(self.base / "spool")
         self.renders = self.base / "renders"
         self.renders.mkdir()
@@ -96,10 +109,17 @@ class Spool:
         self.gate = self.base / "gate"
         gated = ["sh", "-c", f'{marker} && while [ ! -e "$4" ]; do sleep 0.2; done && echo "$2 $(hostname)" > "$1"',
                  "sh", "{output}", "{job_id}", str(self.renders), str(self.gate)]  # fmt: skip
+        # Writes its output, then renders on while the file ``hold`` exists, a file in holding/
+        # saying so (a run whose record meets the disk's condition: the full-brick test).
+        self.hold, self.holding = self.base / "hold", self.base / "holding"
+        self.holding.mkdir()
+        held = ["sh", "-c", f'{marker} && echo "$2" > "$1" && touch "$5/$2.$$" && '
+                'while [ -e "$4" ]; do sleep 0.2; done; rm -f "$5/$2.$$"',
+                "sh", "{output}", "{job_id}", str(self.renders), str(self.hold), str(self.holding)]  # fmt: skip
         config = {
             "settle_seconds": settle, "heartbeat_seconds": 0.5, "lease_seconds": lease, "rescan_seconds": 0.5,
             "poll_seconds": 0.3, "backoff_base_seconds": 0.05, "backoff_cap_seconds": 0.1, "slots": 1,
-            "commands": {"quick": quick, "slow": slow, "gated": gated, "jobhash": job_hash_command()},
+            "commands": {"quick": quick, "slow": slow, "gated": gated, "held": held, "jobhash": job_hash_command()},
         }  # fmt: skip
         (self.layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
         self.hosts: dict[str, GlusterHost] = {}
@@ -108,7 +128,8 @@ class Spool:
         # Two runners on the host's one mount (the same-host lock shortcut needs one mount).
         argv = ["sh", "-c", '"$@" & "$@" & wait', "sh", *runner_argv(self.layout.root)]
         log = self.tmp_path / f"{name}.log"
-        self.hosts[name] = self.lab.host(name, argv, log, mount_options=mount_options)
+        self.hosts[name] = self.lab.host(name, argv, log, mount_options=mount_options, volume=self.volume,
+                                         mountpoint=self.mount)  # fmt: skip
         return self.hosts[name]
 
     def render_quick_jobs(self, quick: set[str]) -> None:
@@ -127,7 +148,7 @@ class Spool:
         # Written under a hidden name, renamed into place (as scp or rsync leave an upload).
         # Long jobs go first (priority), so that the fault finds them rendering soon.
         tmp = self.layout.incoming / f".{name}.part"
-        priority = 10 if command in ("slow", "gated") else 0
+        priority = 10 if command in ("slow", "gated", "held") else 0
         tmp.write_text(yaml.safe_dump({"renderer": "command", "command": command, "priority": priority}))
         os.rename(tmp, self.layout.incoming / f"{name}.yaml")
 
@@ -160,7 +181,7 @@ class Spool:
     def scratch(self, brick: int | None = None) -> Path:
         """The output root's scratch tree through the volume, or as brick ``brick`` holds it."""
         rel = self.layout.root / "output" / SCRATCH_DIR
-        return rel if brick is None else self.lab.brick(brick) / rel.relative_to(self.lab.mountpoint)
+        return rel if brick is None else self.lab.brick(brick, self.volume) / rel.relative_to(self.mount)
 
     def quiet(self) -> None:
         """Every runner done with its scratch dirs: the audit judges a quiet spool. Bricks 1
@@ -435,9 +456,9 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False
     return recovered
 
 
-def brick_names(lab: GlusterLab, i: int, base: str) -> set[str]:
+def brick_names(lab: GlusterLab, i: int, base: str, volume: str | None = None) -> set[str]:
     """Every path of the test's tree as brick ``i`` holds it (GlusterFS's own .glusterfs aside)."""
-    root = lab.brick(i) / base
+    root = lab.brick(i, volume) / base
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
@@ -577,6 +598,171 @@ def brick_fault(lab: GlusterLab, tmp_path: Path, *, cut_link: bool = False) -> S
     fault = f"link cut for {up_at - down_at:.1f} s" if cut_link else f"killed, restarted in {restart:.1f} s"
     print(f"\nglusterfs brick 3 {fault}: {len(while_down)} render starts meanwhile, longest gap {max(gaps):.1f} s")
     return spool
+
+
+FULL_BRICK_BYTES = 24 * 1024 * 1024  # each small brick's filesystem (a tmpfs on its server)
+# Below this much free space a brick refuses creates and writes (checked every 5 s). Truly
+# full, a brick flickers: the spool's own unlinks free a page now and then and the next write
+# takes it (seen: hosts met ENOSPC, then wrote again a second later with the disks still
+# full); filled to half the reserve, it stays full for GlusterFS whatever the spool removes.
+RESERVE = ("storage.reserve", "12MB")
+LEFT_FREE = 6 * 1024 * 1024
+
+
+def fill(root: Path, leave: int) -> None:
+    """A file beside the brick on the filesystem at ``root`` until less than ``leave`` bytes
+    are free: the brick's disk filled by someone else."""
+    fd = os.open(root / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for chunk in (1 << 20, 1 << 12):
+            while _free(root) - chunk >= leave:
+                os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def pending_heals(lab: GlusterLab, volume: str) -> list[int]:
+    """Entries pending heal on each brick (`gluster volume heal V info summary`)."""
+    summary = lab.gluster("volume", "heal", volume, "info", "summary")
+    return [int(n) for n in re.findall(r"Total Number of entries:\s*(\d+)", summary)]
+
+
+def refuses_writes(probe: Path) -> bool:
+    """A write through the volume fails with ENOSPC (two bricks refuse: below the quorum)."""
+    try:
+        probe.write_bytes(b"x")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return True
+    return False
+
+
+def test_a_full_brick_then_two_cost_no_attempt_and_heal(lab: GlusterLab, tmp_path: Path) -> None:
+    """Issue 26's full brick. A volume of the module's lab whose bricks 2 and 3 each live on a
+    24 MiB filesystem of their own (``storage.reserve`` 12 MB); three hosts (two runners each)
+    render nine quick jobs. Brick 3's filesystem is filled by a file beside the brick: nothing
+    fails, claims go on (three more jobs done) and bricks 1 and 2 mark what brick 3 refused
+    as pending heal (measured: docs/reliability.md "A full brick"). Then brick 2's too: below
+    the quorum, creates and writes fail with ENOSPC, claiming pauses on every host (each logs
+    it), and a job held rendering since before (``held``) ends then: its record waits for
+    room, its claim kept. Both files removed (`volume heal` asked every 10 s from then on, as
+    an operator would): claims resume, every job is published
+    exactly once, none failed and no attempt used for the disk (the only errors recorded are
+    free spool-io requeues, and a job rendered more than once only for such a requeue); after
+    `volume heal` the three bricks hold the same names and `status --json` agrees on every
+    host. The longest gap between render starts from brick 3's fill to the end is printed."""
+    volume = f"full{secrets.token_hex(2)}"
+    small = [(2, FULL_BRICK_BYTES), (3, FULL_BRICK_BYTES)]
+    lab.create_volume(volume, [*VOLUME_OPTIONS, RESERVE], small_bricks=small)
+    mount = tmp_path / "mnt"
+    lab.mount(mount, volume=volume)
+    spool = Spool(lab, tmp_path, volume=volume, mount=mount)
+    disks = {i: lab.brick(i, volume).parent for i in (2, 3)}
+    quick = {f"j{i:03d}" for i in range(9)}
+    jobs = quick | {"held"}
+    marks: dict[str, float] = {}
+    try:
+        for name in HOSTS:
+            spool.start(name)
+        wait_until(lambda: set(HOSTS) <= beacon_hosts(spool.layout), WAIT, "runners up")
+        spool.hold.touch()
+        spool.drop("held", "held")
+        for job_id in sorted(quick):
+            spool.drop(job_id, "quick")
+        wait_until(lambda: os.listdir(spool.holding), WAIT, "the held job rendering")
+        wait_until(lambda: spool.done() >= 2, WAIT, "first jobs done")
+        fill(disks[3], LEFT_FREE)
+        marks["one full"] = time.time()
+        one_full_done = spool.done()
+        # Bricks 1 and 2 take what brick 3 refuses (its reserve check has seen the fill), and
+        # say so. Meanwhile the jobs go on.
+        wait_until(lambda: (lambda p: p[0] > 0 and p[1] > 0)(pending_heals(lab, volume)), WAIT, "brick 3 refusing")
+        wait_until(lambda: spool.done() >= one_full_done + 3, WAIT, "jobs done with brick 3 full")
+        fill(disks[2], LEFT_FREE)
+        marks["two full"] = time.time()
+        # Refused by bricks 2 and 3 by their reserve (6 MiB are left on each, and brick 1 has
+        # room): it lasts, whatever the spool removes, until the files go.
+        wait_until(lambda: refuses_writes(spool.base / "probe"), WAIT, "the volume refusing writes")
+        # Every host meets it (its beacon, a claim, a record); then the held render's output.
+        full = "spool I/O: No space left on device"
+        wait_until(lambda: all(full in spool.log(name) for name in HOSTS), WAIT, "every host meets ENOSPC")
+        spool.hold.unlink()  # an unlink works on a full volume (measured)
+        wait_until(lambda: not os.listdir(spool.holding), WAIT, "the held render ended")
+        for disk in disks.values():
+            (disk / "filler").unlink()
+        marks["freed"] = time.time()
+        # Freed bricks are healed only when asked (no brick went away: measured), and a file
+        # written as the quorum came back can be readable nowhere until then ("no read
+        # subvols", ENOTCONN: once, a run record, its job stuck in running/): ask, as an
+        # operator who freed the space would, every 10 s until every job is done.
+        asked = [0.0]
+
+        def done_with_heals() -> bool:
+            if time.monotonic() - asked[0] > 10:
+                asked[0] = time.monotonic()
+                with contextlib.suppress(RuntimeError):
+                    lab.gluster("volume", "heal", volume)
+            return spool.done() == len(jobs)
+
+        wait_until(done_with_heals, WAIT, "every job done")
+        marks["all done"] = time.time()
+        (spool.base / "probe").unlink(missing_ok=True)
+        spool.quiet()
+        heal = lab.heal(volume)
+        statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
+    finally:
+        spool.stop()
+        for disk in disks.values():
+            (disk / "filler").unlink(missing_ok=True)
+    result = audit(spool.layout, jobs, check_processes=False)
+    assert not result.lost and not result.duplicated, result.problems()
+    assert not result.partial_files, (result.problems(), spool.where_scratch())
+    assert not result.bad_outputs and not result.attempt_violations, result.problems()
+    assert result.states["done"] == len(jobs), result.states
+    assert render_orphans(str(spool.base)) == []
+    assert not [str(p) for p in spool.base.rglob(".fuse_hidden*")]
+    # No thread of a runner died (a heartbeat thread did, on a close() that said ENOSPC), and
+    # no name was left split between the bricks (EIO: cluster.favorite-child-policy).
+    for name in HOSTS:
+        assert "Traceback" not in spool.log(name), spool.log(name)[-3000:]
+        assert "Input/output error" not in spool.log(name), spool.log(name)[-3000:]
+    # No attempt used for the disk: one run counted per job, every other run a free requeue.
+    runs: dict[str, list[dict[str, Any]]] = {job_id: rec["runs"] for job_id, rec in spool.records().items()}  # type: ignore[misc]
+    kinds = [(job_id, (r.get("error") or {}).get("kind")) for job_id, of_job in runs.items() for r in of_job]
+    assert {kind for _, kind in kinds} <= {None, "spool-io"}, runs
+    requeues = {job_id: sum(1 for j, kind in kinds if j == job_id and kind == "spool-io") for job_id in jobs}
+    for of_job in runs.values():
+        published = [r for r in of_job if r["outcome"] == "publishing"]
+        assert len(published) == 1 and published[0]["attempt"] == 1, of_job
+    # A render runs again only after a run the disk stopped (marker files: one per render start;
+    # one the disk stopped before its time was written counts, at 0).
+    starts = sorted((float((spool.renders / n).read_text().strip() or 0), n) for n in os.listdir(spool.renders))
+    per_job = {job_id: sum(1 for _, n in starts if n.split(".")[0] == job_id) for job_id in jobs}
+    assert all(1 <= per_job[j] <= 1 + requeues[j] for j in jobs), (per_job, requeues)
+    # The held run ended with two bricks full: its record waited for room (the claim kept, no
+    # one took the job for dead), one run, one render. (A render that fails in its own words
+    # is judged by the room at its end: freed right then, it would count as an attempt.)
+    assert len(runs["held"]) == 1 and per_job["held"] == 1, (runs["held"], per_job)
+    names = [brick_names(lab, i, spool.base.name, volume) for i in (1, 2, 3)]
+    assert names[0] == names[1] == names[2], [sorted(n ^ names[0]) for n in names]
+    assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
+    assert next(iter(statuses.values()))["done"] == len(jobs), statuses
+    # Gaps between render starts, from brick 3's fill until every job was done.
+    times = [t for t, _ in starts if marks["one full"] <= t <= marks["all done"]]
+    edges = [marks["one full"], *times, marks["all done"]]
+    gaps = [b - a for a, b in itertools.pairwise(edges)]
+    one_full = [t for t in times if t < marks["two full"]]
+    resumed = min((t - marks["freed"] for t in times if t >= marks["freed"]), default=float("nan"))
+    print(f"\nglusterfs full brick: {len(one_full)} render starts with brick 3 full; two full for"
+          f" {marks['freed'] - marks['two full']:.1f} s; first render start {resumed:.1f} s after freeing;"
+          f" longest gap {max(gaps):.1f} s; {sum(requeues.values())} free spool-io requeues;"
+          f" heal {heal:.1f} s")  # fmt: skip
 
 
 WRITER = Path(__file__).resolve().parent.parent / "programs" / "slow_writer.py"

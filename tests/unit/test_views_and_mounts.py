@@ -101,9 +101,30 @@ def test_a_glusterfs_client_is_judged_by_its_translators_and_flags(tmp_path: Pat
     bare = ClientView(frozenset({"cluster/replicate"}), 1.0, ("/usr/sbin/glusterfs",))
     refusals, warnings = mount_problems(bare)
     assert len(refusals) == 1 and refusals[0].endswith("Mount with -o direct-io-mode=enable")
-    assert [w.rsplit(" ", 1)[1] for w in warnings] == ["attribute-timeout=0", "entry-timeout=0"]
+    assert [w.rsplit(" ", 1)[1] for w in warnings] == ["majority`", "attribute-timeout=0", "entry-timeout=0"]
+    assert "`gluster volume set VOLUME cluster.favorite-child-policy majority`" in warnings[0]
     assert mount_problems(ClientView(frozenset(), 1.0, ("g", "--direct-io-mode=enable", "--attribute-timeout=0",
                                                         "--entry-timeout=0")))[0] == []  # fmt: skip
+
+
+def test_a_replicated_glusterfs_client_without_a_favorite_child_policy_is_warned_about(tmp_path: Path) -> None:
+    """Two of three bricks full: a failed replace can leave a gfid split-brain that only a
+    favorite-child policy heals by itself (docs/reliability.md "A full brick")."""
+    replicate = "volume r-replicate-0\n    type cluster/replicate\n{}end-volume\n"
+    cmdline = (
+        "/usr/sbin/glusterfs --volfile-id=/renders --direct-io-mode=enable --attribute-timeout=0 --entry-timeout=0"
+    )
+    unset = read_client(gluster_meta(tmp_path / "a", replicate.format(""), cmdline))
+    assert unset.favorite_child_policy == "none"
+    assert mount_problems(unset) == ([], [mount_problems(unset)[1][0]])
+    assert "cluster.favorite-child-policy majority" in mount_problems(unset)[1][0]
+    majority = read_client(
+        gluster_meta(tmp_path / "b", replicate.format("    option favorite-child-policy majority\n"), cmdline)
+    )
+    assert majority.favorite_child_policy == "majority"
+    assert mount_problems(majority) == ([], [])
+    one_brick = read_client(gluster_meta(tmp_path / "c", "volume d\n    type storage/posix\nend-volume\n", cmdline))
+    assert mount_problems(one_brick) == ([], [])  # not replicated: no split-brain to heal
 
 
 def test_the_closers_follower_keeps_its_descriptors_within_the_limit() -> None:
