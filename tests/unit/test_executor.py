@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from support.unit_spool import Slot, entries
 
+from spoolrender import defaults
 from spoolrender.records import read_runs
 from spoolrender.testing import Fail, Hang, Succeed
 
@@ -162,3 +163,16 @@ def test_a_retry_is_due_after_its_backoff_however_long_the_steps_before_took(slo
     slot.advance(1)
     assert slot.scan().candidates, "the retry is not due after its backoff"
     assert slot.run_next().state == "done"
+
+
+def test_a_cancel_between_the_claim_and_the_first_step_is_honoured(slot: Slot) -> None:
+    # The claim's own first heartbeat no longer looks for a cancel request (P2): the run's
+    # first step must, or a request made in between renders the job anyway.
+    slot.drop("intro.yaml", {**JOB, "output": "intro.mp4"})
+    [candidate] = slot.scan().candidates
+    taken = slot.claim(candidate)
+    assert taken is not None
+    (taken.job_dir / defaults.CANCEL_FILENAME).write_text("not this one\n")
+    end = slot.executor.execute(taken)
+    assert (end.state, end.error_kind, end.error_message) == ("failed", "cancelled", "not this one")
+    assert slot.fake.runs == [] and not (slot.config.output_root / "intro.mp4").exists()
