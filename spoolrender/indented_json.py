@@ -22,7 +22,7 @@ def dumps_indented(obj: Any) -> str:
     if isinstance(obj, str):
         return encode_basestring_ascii(obj)
     parts: list[str] = []
-    _encode(obj, parts, "\n")
+    _encode(obj, parts, "\n", set())
     return "".join(parts)
 
 
@@ -54,9 +54,20 @@ def _key(key: Any) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {key.__class__.__name__}")
 
 
-def _encode(value: Any, out: list[str], newline: str) -> None:
+def _enter(value: Any, markers: set[int]) -> int:
+    # json.encoder's check_circular: a container inside itself fails as json.dumps fails it
+    # (ValueError, at once), not by recursing until RecursionError.
+    marker = id(value)
+    if marker in markers:
+        raise ValueError("Circular reference detected")
+    markers.add(marker)
+    return marker
+
+
+def _encode(value: Any, out: list[str], newline: str, markers: set[int]) -> None:
     """Append ``value``'s text to ``out``; ``newline``: a line break and the indent of the
-    level ``value`` is on (json.encoder's _iterencode, in its order of type checks)."""
+    level ``value`` is on (json.encoder's _iterencode, in its order of type checks);
+    ``markers``: the ids of the containers ``value`` is inside."""
     if isinstance(value, str):
         out.append(encode_basestring_ascii(value))
     elif value is None:
@@ -73,25 +84,29 @@ def _encode(value: Any, out: list[str], newline: str) -> None:
         if not value:
             out.append("[]")
             return
+        marker = _enter(value, markers)
         inner = newline + "  "
         separator = "[" + inner
         for item in value:
             out.append(separator)
-            _encode(item, out, inner)
+            _encode(item, out, inner, markers)
             separator = "," + inner
         out.append(newline + "]")
+        markers.discard(marker)
     elif isinstance(value, dict):
         if not value:
             out.append("{}")
             return
+        marker = _enter(value, markers)
         inner = newline + "  "
         separator = "{" + inner
         for key, item in sorted(value.items()):
             out.append(separator)
             out.append(encode_basestring_ascii(_key(key)))
             out.append(": ")
-            _encode(item, out, inner)
+            _encode(item, out, inner, markers)
             separator = "," + inner
         out.append(newline + "}")
+        markers.discard(marker)
     else:
-        _encode(str(value), out, newline)  # default=str
+        _encode(str(value), out, newline, markers)  # default=str

@@ -150,9 +150,13 @@ def test_checkov_passes_the_manifests_and_refuses_a_root_container(tmp_path: Pat
     filesystem, in one scan: every failed check is the broken copy's, and it fails the
     three that the change breaks, so the scan that passes the real manifests is one that
     can fail."""
-    checkov = REPO / ".cache" / "checkov" / "bin" / "checkov"
-    if not checkov.is_file():
+    venv = REPO / ".cache" / "checkov"
+    if not venv.exists():
         pytest.skip("checkov not installed (bash scripts/test.sh installs it via scripts/setup.sh --test)")
+    # setup.sh stamps the venv once pip has finished: without the stamp (pip killed
+    # midway) its checkov may lack dependencies, and would fail here with an ImportError.
+    assert (venv / ".spoolrender-installed").is_file(), f"{venv} is half-installed: run bash scripts/setup.sh --test"
+    checkov = venv / "bin" / "checkov"
     scanned = tmp_path / "kubernetes"
     scanned.mkdir()
     for path in manifest_files():

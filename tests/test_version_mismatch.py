@@ -168,3 +168,20 @@ def test_skias_project_as_npm_installs_it_is_told_what_is_unknown(tmp_path: Path
         "whether 4.0.527 exists for it is unknown here (`npm view @remotion/skia versions` lists what the registry "
         "has; pin every Remotion package to one version all of them have)"
     )
+
+
+def test_a_workspace_member_under_yarn_plug_n_play_is_told_to_switch_linkers(tmp_path: Path) -> None:
+    # Yarn PnP installs no node_modules and writes .pnp.cjs at the workspace's root only: a
+    # member project was told its node_modules is missing and to run `yarn install`, which
+    # it had run, and which changes nothing.
+    root = tmp_path / "monorepo"
+    root.mkdir()
+    (root / "package.json").write_text(json.dumps({"name": "monorepo", "private": True, "workspaces": ["apps/*"]}))
+    (root / ".pnp.cjs").write_text("")
+    (root / "yarn.lock").write_text("")
+    app = project(root / "apps" / "video", {"remotion": "4.0.529", "@remotion/cli": "4.0.529"}, {})
+    assert call_worker("project.mjs", OPEN_AND_CHECK, {"dir": str(app)}) == {
+        "kind": "setup",
+        "message": f"{app} uses Yarn Plug'n'Play (the workspace {root}), which spoolrender cannot load Remotion "
+        'from: set "nodeLinker: node-modules" in .yarnrc.yml and run yarn install',
+    }

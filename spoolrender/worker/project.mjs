@@ -195,6 +195,14 @@ const mismatch = (versions, known, manager, target) => {
 	};
 };
 
+// The nearest of `start` and its ancestors that holds `name`, or null.
+const ancestorWith = (start, name) => {
+	for (let d = start; ; d = path.dirname(d)) {
+		if (fs.existsSync(path.join(d, name))) return d;
+		if (path.dirname(d) === d) return null;
+	}
+};
+
 // -> {dir, remotionVersion, versionWarning, manager, has(name), check(...names), load(...names), packageDir(name)}
 export const openProject = (projectDir) => {
 	const dir = path.resolve(projectDir);
@@ -229,6 +237,16 @@ export const openProject = (projectDir) => {
 	const remotionManifest = resolveFrom('remotion/package.json');
 	const remotionVersion = remotionManifest === null ? null : fromProject(remotionManifest).version;
 	if (remotionVersion === null) {
+		// Yarn PnP writes .pnp.cjs at the workspace's root only, and no node_modules
+		// anywhere: a member project resolves nothing, and `yarn install` changes that not.
+		// Looked for only here, when nothing resolves: a project with its own node_modules
+		// under some PnP ancestor loads fine.
+		const pnpRoot = ancestorWith(path.dirname(dir), '.pnp.cjs');
+		if (pnpRoot !== null) {
+			throw new SetupError(
+				`${dir} uses Yarn Plug'n'Play (the workspace ${pnpRoot}), which spoolrender cannot load Remotion from: set "nodeLinker: node-modules" in .yarnrc.yml and run yarn install`,
+			);
+		}
 		const declared = fs.existsSync(path.join(dir, 'node_modules'))
 			? `its node_modules has no 'remotion' package: run \`${installCommand(manager, ['remotion'], null)}\``
 			: `its node_modules is missing: run \`${manager === 'npm' ? 'npm ci' : `${manager} install`}\` in ${dir}`;

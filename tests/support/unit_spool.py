@@ -76,6 +76,19 @@ class Slot:
             self.layout, self.config, self.clock, random.Random(27), self.heartbeat, self.fake.factory, threads=1
         )
 
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` past the spool's newest stamp: then a retry whose
+        backoff is under ``seconds`` is due, however long the test's steps took.
+
+        The spool dates what its runners decide by file mtimes, the kernel's real clock (a
+        retry is due its backoff after its run record's mtime: chunks.moves.decided_at; a
+        `retry` command's "now" is its own real clock). This clock started at the real time
+        but moves only when told to: on a busy host the steps before take seconds of real
+        time, a record stamped then lay in its future, and ``clock.advance(1)`` left the
+        retry not yet due. So it first catches up with real time (never back), then moves on.
+        """
+        self.clock.advance(max(0.0, time.time() - self.clock.wall()) + seconds)
+
     def drop(self, name: str, job: Mapping[str, Any] | str | bytes, **kwargs: Any) -> Path:
         return drop_job(self.layout, name, job, **kwargs)
 

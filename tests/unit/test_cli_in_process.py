@@ -87,7 +87,7 @@ def test_retry_gives_a_failed_job_fresh_attempts(slot: Slot, capsys: pytest.Capt
     assert (status, out.strip()) == (EXIT_OK, f"failed/{entry}: back to retry/, due now, with fresh attempts")
     assert entries(slot.layout, "failed") == []
     slot.fake.script("bad", Fail("bad-props", transient=False))
-    slot.clock.advance(5)  # due "now" by the command's clock, a moment after the slot's
+    slot.advance(5)  # due "now" by the command's (real) clock, a moment after the slot's
     slot.scanner.note_event("", "")
     end = slot.run_next()
     assert (end.state, end.attempts) == ("failed", 1)  # attempt 1 again: fresh ones

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from support.unit_spool import Slot, entries
 
+from spoolrender import defaults
 from spoolrender.records import read_runs
 from spoolrender.testing import Fail, Hang, Succeed
 
@@ -58,7 +59,7 @@ def test_a_transient_failure_goes_to_retry_and_its_partial_output_is_never_publi
     [retry] = entries(slot.layout, "retry")
     due_ms = int(retry.split("-", 1)[0])
     assert due_ms / 1000 >= slot.clock.wall()  # due after its backoff, by the spool's clock
-    slot.clock.advance(1)
+    slot.advance(1)
     second = slot.run_next()
     assert (second.state, second.attempts) == ("done", 2)
     assert [r.outcome for r in read_runs(only(slot, "done"))] == ["retry", "publishing"]
@@ -80,7 +81,7 @@ def test_the_last_attempt_fails_for_good_and_says_none_are_left(slot: Slot) -> N
     slot.fake.script("intro", Fail("worker-crash"))
     slot.drop("intro.yaml", {**JOB, "max_attempts": 2})
     assert slot.run_next().state == "retry"
-    slot.clock.advance(1)
+    slot.advance(1)
     end = slot.run_next()
     assert end.state == "failed"
     assert end.error_message == f"{Fail().message} (attempt 2 of 2, none left)"
@@ -150,3 +151,28 @@ def test_a_job_planned_hooks_owe_a_marker_and_a_delivery_state(tmp_path: Path) -
     assert sorted(p.name for p in (slot.layout.private / "hooks" / "pending").iterdir()) == [
         f"0000000000000-0001-done-{done.name}"
     ]
+
+
+def test_a_retry_is_due_after_its_backoff_however_long_the_steps_before_took(slot: Slot) -> None:
+    # As on a busy host: the slot's clock is 30 s behind the real time that stamps the
+    # spool's records (Slot.advance), and the retry is due by its record's mtime.
+    slot.clock.jump_wall(-30)
+    slot.fake.script("intro", Fail("worker-crash"), Succeed())
+    slot.drop("intro.yaml", JOB)
+    assert slot.run_next().state == "retry"
+    slot.advance(1)
+    assert slot.scan().candidates, "the retry is not due after its backoff"
+    assert slot.run_next().state == "done"
+
+
+def test_a_cancel_between_the_claim_and_the_first_step_is_honoured(slot: Slot) -> None:
+    # The claim's own first heartbeat no longer looks for a cancel request (P2): the run's
+    # first step must, or a request made in between renders the job anyway.
+    slot.drop("intro.yaml", {**JOB, "output": "intro.mp4"})
+    [candidate] = slot.scan().candidates
+    taken = slot.claim(candidate)
+    assert taken is not None
+    (taken.job_dir / defaults.CANCEL_FILENAME).write_text("not this one\n")
+    end = slot.executor.execute(taken)
+    assert (end.state, end.error_kind, end.error_message) == ("failed", "cancelled", "not this one")
+    assert slot.fake.runs == [] and not (slot.config.output_root / "intro.mp4").exists()

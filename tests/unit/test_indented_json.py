@@ -102,3 +102,20 @@ def test_keys_json_cannot_write_fail_alike() -> None:
         _reference({(1, 2): "tuple key"})
     with pytest.raises(TypeError):
         dumps_indented({(1, 2): "tuple key"})
+
+
+def test_a_circular_reference_fails_as_json_dumps_fails_it() -> None:
+    # json.dumps says ValueError("Circular reference detected"), at once; without its
+    # markers the encoder recursed until RecursionError, which no caller expects.
+    looped_list: list[Any] = [1]
+    looped_list.append({"back": looped_list})
+    looped_dict: dict[str, Any] = {"a": []}
+    looped_dict["a"].append(looped_dict)
+    for looped in (looped_list, looped_dict, {"deep": [looped_list]}):
+        with pytest.raises(ValueError, match="Circular reference detected"):
+            _reference(looped)
+        with pytest.raises(ValueError, match="Circular reference detected"):
+            dumps_indented(looped)
+    shared: list[Any] = [1]
+    twice = {"a": shared, "b": [shared, (shared,)]}  # the same list twice is no loop
+    assert dumps_indented(twice) == _reference(twice)

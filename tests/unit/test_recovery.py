@@ -48,7 +48,7 @@ def test_a_job_whose_lock_was_released_goes_back_to_retry_and_runs_again(slot: S
     assert record.outcome == "retry" and record.error is not None
     assert record.error["kind"] == "runner-died" and record.error["transient"] is True
     assert "released its lock while still running" in record.error["message"]
-    slot.clock.advance(5)
+    slot.advance(5)
     slot.scanner.note_event("", "")
     end = slot.run_next()
     assert (end.state, end.attempts) == ("done", 2)  # the dead run used an attempt

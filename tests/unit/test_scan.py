@@ -149,7 +149,7 @@ def test_a_retry_entry_that_cannot_be_claimed_backs_off_doubling_too(slot: Slot)
     slot.fake.script("intro", Fail("worker-crash"), Succeed())
     slot.drop("intro.yaml", JOB)
     assert slot.run_next().state == "retry"
-    slot.clock.advance(1)
+    slot.advance(1)
     [retry] = [c for c in slot.scan().candidates if c.source == "retry"]
     slot.scanner.claim_failed(retry.name, "Permission denied")
     assert slot.scanner.blocked() == {retry.name: "Permission denied"}

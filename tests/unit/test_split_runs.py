@@ -32,7 +32,7 @@ def fake(slot: Slot) -> FrameFake:
 
 def next_run(slot: Slot) -> tuple[str, str]:
     """Run what is due next (retry/ entries are due once the clock passes their backoff)."""
-    slot.clock.advance(1)
+    slot.advance(1)
     slot.scanner.note_event("", "")
     end = slot.run_next()
     return end.state, end.outcome
