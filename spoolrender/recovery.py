@@ -295,31 +295,30 @@ class Recoverer:
                 queue = ""  # its queue directory is gone or no longer honoured: incoming/ itself
                 where, base = held.enter_context(entry_dir(incoming, name))
             held_st = job.stat(defaults.SUBMITTED_FILENAME)
-            if _named_in(where, held_st, base) is not None:
-                # Already back: a put back (the claim's, or a recoverer's before us) whose
-                # link went through though it reported an error, or that was stopped between
-                # its link and its unlink (RENAME_NOREPLACE's fallback). One name of the job
-                # is enough: ours goes, once the other is durable.
-                sync_fd(where.fd)
-                job.unlink(defaults.SUBMITTED_FILENAME)
-                log.warning("job %s: its claim stopped before the file was checked and copied; the file was "
-                            "back in incoming/ already", job_id)  # fmt: skip
-                return True
-            try:
-                # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
-                job.rename(defaults.SUBMITTED_FILENAME, where, base, replace=False)
-            except FileExistsError:
-                if _named_in(where, held_st, base) is not None:  # ours, linked meanwhile
-                    sync_fd(where.fd)
-                    job.unlink(defaults.SUBMITTED_FILENAME)
-                    return True
-                self._fail_taken(parked, job_id, name)
-                return False
-            # The file's new name durable before the parked entry (the only other place it
-            # was ever named) is deleted: a power cut must not lose the job.
+            # Already back: a put back (the claim's, or a recoverer's before us) whose link
+            # went through though it reported an error, or that was stopped between its link
+            # and its unlink (RENAME_NOREPLACE's fallback). One name of the job is enough.
+            back = _named_in(where, held_st, base) is not None
+            if not back:
+                try:
+                    # NOREPLACE: a file dropped under that name meanwhile is never overwritten.
+                    job.rename(defaults.SUBMITTED_FILENAME, where, base, replace=False)
+                except FileExistsError:
+                    if _named_in(where, held_st, base) is None:  # another file took the name
+                        self._fail_taken(parked, job_id, name)
+                        return False
+                    back = True  # ours, linked meanwhile
+            # The file's name in incoming/ durable before the parked one (the only other
+            # place it was ever named) is deleted: a power cut must not lose the job.
             sync_fd(where.fd)
-        log.warning("job %s: its claim stopped before the file was checked and copied; it went back "
-                    "to incoming/%s to be scanned again", job_id, f"{queue}/{name}" if queue else name)  # fmt: skip
+            if back:
+                job.unlink(defaults.SUBMITTED_FILENAME)
+        if back:
+            log.warning("job %s: its claim stopped before the file was checked and copied; the file was "
+                        "back in incoming/ already", job_id)  # fmt: skip
+        else:
+            log.warning("job %s: its claim stopped before the file was checked and copied; it went back "
+                        "to incoming/%s to be scanned again", job_id, f"{queue}/{name}" if queue else name)  # fmt: skip
         return True
 
     def _fail_taken(self, parked: Path, job_id: str, name: str) -> None:
