@@ -168,8 +168,30 @@ class LocalFarm(Farm):
             proc.wait()
 
 
-class SshfsFarm(Farm):
+class LabFarm(Farm):
+    """A farm of a lab's hosts (NetfsLab's or GlusterLab's: one Host class), each in its
+    own namespaces, running one runner."""
+
+    lab: NetfsLab | GlusterLab
+
+    def add_host(self) -> None:
+        n = len(self.lab.hosts) + 1
+        self.lab.host(f"host{n}", runner_argv(self.host_root), self.work / f"host{n}.log")
+
+    def runner_pids(self) -> list[int]:
+        return [pid for host in self.lab.hosts for pid in host.pids() if is_runner(pid)]
+
+    def client_pids(self) -> list[int]:
+        """The hosts' processes that are not runners: their filesystem clients."""
+        return [pid for host in self.lab.hosts for pid in host.pids() if not is_runner(pid)]
+
+    def close(self) -> None:
+        self.lab.close()
+
+
+class SshfsFarm(LabFarm):
     label = "sshfs"
+    lab: NetfsLab
 
     def __init__(self, work: Path) -> None:
         super().__init__(work)
@@ -179,24 +201,15 @@ class SshfsFarm(Farm):
         self.lab = NetfsLab(work, share)
         self.host_root = self.lab.mountpoint / "spool"
 
-    def add_host(self) -> None:
-        n = len(self.lab.hosts) + 1
-        self.lab.host(f"host{n}", runner_argv(self.host_root), self.work / f"host{n}.log")
-
-    def runner_pids(self) -> list[int]:
-        return [pid for host in self.lab.hosts for pid in host.pids() if is_runner(pid)]
-
     def fs_pids(self) -> list[int]:
         assert self.lab.sshd is not None
         server = namespace_pids(netfs_lab._child_of(self.lab.sshd.pid))
-        return server + [pid for host in self.lab.hosts for pid in host.pids() if not is_runner(pid)]
-
-    def close(self) -> None:
-        self.lab.close()
+        return server + self.client_pids()
 
 
-class GlusterFarm(Farm):
+class GlusterFarm(LabFarm):
     label = "GlusterFS replica 3"
+    lab: GlusterLab
 
     def __init__(self, work: Path) -> None:
         super().__init__(work)
@@ -206,17 +219,10 @@ class GlusterFarm(Farm):
         self.host_root = self.layout.root  # each host mounts the volume at the same path
         self.profiling = False
 
-    def add_host(self) -> None:
-        n = len(self.lab.hosts) + 1
-        self.lab.host(f"host{n}", runner_argv(self.host_root), self.work / f"host{n}.log")
-
-    def runner_pids(self) -> list[int]:
-        return [pid for host in self.lab.hosts for pid in host.pids() if is_runner(pid)]
-
     def fs_pids(self) -> list[int]:
         # Not the observer's FUSE client: that one serves this bench's drops and looks.
         servers = [pid for i in range(1, gluster_lab.SERVERS + 1) for pid in self.lab._in_netns(f"{self.lab.tag}-s{i}")]
-        return servers + [pid for host in self.lab.hosts for pid in host.pids() if not is_runner(pid)]
+        return servers + self.client_pids()
 
     def start_fops(self) -> None:
         if not self.profiling:
@@ -228,9 +234,6 @@ class GlusterFarm(Farm):
         """Calls served per brick since the last call, averaged over the bricks."""
         out = self.lab.gluster("volume", "profile", self.lab.volume, "info", "incremental")
         return round(sum(int(n) for n, _fop in _FOP_ROW.findall(out)) / gluster_lab.SERVERS)
-
-    def close(self) -> None:
-        self.lab.close()
 
 
 FARMS: dict[str, Callable[[Path], Farm]] = {"gluster": GlusterFarm, "sshfs": SshfsFarm, "local": LocalFarm}
