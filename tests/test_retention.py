@@ -92,7 +92,11 @@ def test_two_runners_one_purger_nothing_young_and_nothing_unfinished_deleted(
     ids_of_done = {n.rsplit(".", 1)[0] for n in done}
     assert ids_of_done <= set(os.listdir(spool.ids))
 
-    lease = ("--set", "lease_seconds=120", *slow, *POLICY)
+    # A is stopped while it holds the purge lease, so it stops renewing it: B takes a lease
+    # over once it is lease_seconds old (by design: a stalled purger must not stop retention).
+    # An hour, so that no stall of a busy machine between A's stop and the checks below lets
+    # B become the purger (with 120 s, B's third look, 120 s after its first, took it over).
+    lease = ("--set", "lease_seconds=3600", *slow, *POLICY)
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     textfile = tmp_path / "a.prom"
     a = start_runner(*lease, "--metrics-textfile", str(textfile), env={"SPOOLRENDER_PAUSE_AT": "retention-lease-taken"},
