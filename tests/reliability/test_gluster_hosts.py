@@ -16,6 +16,9 @@ volume, its output root beside it; the test drops jobs and judges through an obs
   published elsewhere; once the link is back the late owner (whose FUSE client never told
   it anything, and whose writes go through again) must not publish, move or record
   anything: fencing by the exclusive run file, not by a lock;
+- a client host cut off past `network.ping-timeout` (its client then answers ENOTCONN):
+  its runners notice and claim nothing, its job comes back elsewhere once, and back on the
+  network it publishes nothing of it (its heartbeat thread ended there before a fix);
 - a brick killed mid-run (claims go on over two bricks: the longest gap is printed),
   restarted and healed; then `spoolrender status` on every host agrees, and the healed
   brick holds what the others hold;
@@ -412,6 +415,65 @@ def test_gluster_hosts_exactly_once_kill_freeze_skew_and_cron_drain(lab: Gluster
     print(f"\nglusterfs hosts: {len(quick)} quick jobs, killed {victims['killed'][0].name}, frozen "
           f"{victims['frozen'][0].name}; " + ", ".join(f"{k} {v:.1f} s" for k, v in figures.items())
           + f"; renders by host {by_host}")  # fmt: skip
+
+
+def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: GlusterLab, tmp_path: Path) -> None:
+    """Issue 26 item 2's client host cut off: unlike the partition test (back within
+    `network.ping-timeout`, so its client never noticed), the link of the host rendering a
+    gated job stays down past the ping-timeout (5 s, as the brick host's cut) and the lease:
+    its FUSE client gives up on the bricks and every call through it fails (ENOTCONN). Its
+    runners must notice (they say so), claim nothing while cut off, and their job comes back
+    elsewhere: decided `runner-died` by another host once, rendered again and published once
+    there, while three more jobs are done by the others. The link restored, the late owner
+    lets its run go (no record, no output of its own) and the hosts agree in `status`."""
+    spool = Spool(lab, tmp_path)
+    quick = {f"j{i:03d}" for i in range(3)}
+    during = {f"d{i:03d}" for i in range(3)}
+    lab.gluster("volume", "set", lab.volume, "network.ping-timeout", PING_TIMEOUT)
+    owner: GlusterHost | None = None
+    try:
+        spool.render_quick_jobs(quick)
+        entry, hb, owner = gated_victim(spool, "cut")
+        owner.partition(False)
+        cut = time.time()
+        recovered = recovered_elsewhere(spool, entry, len(quick) + 1)
+        for job_id in sorted(during):
+            spool.drop(job_id, "quick")
+        wait_until(lambda: spool.done() == len(quick | during) + 1, WAIT, "jobs done by the others")
+        noticed = "Transport endpoint is not connected"
+        wait_until(lambda: noticed in spool.log(owner.name), WAIT, "the cut host notices")
+        owner.partition(True)
+        restored = time.time()
+        # Its render sees the open gate once its client is back, and its run is not its own.
+        wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "the late owner lets go")
+        spool.drop("after", "quick")
+        wait_until(lambda: spool.done() == len(quick | during) + 2, WAIT, "a job after the cut done")
+        spool.quiet()
+        statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
+    finally:
+        if owner is not None:
+            owner.partition(True)
+        lab.gluster("volume", "reset", lab.volume, "network.ping-timeout")
+        spool.stop()
+    check_exactly_once(spool, quick | during | {"after"}, {"cut"})
+    assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
+    records = spool.records()
+    runs = records["cut"]["runs"]
+    assert isinstance(runs, list)
+    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
+    assert len(died) == 1 and died[0]["host"] != owner.name, runs
+    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    output = spool.layout.root / "output" / str(records["cut"]["output"]).split("/output/", 1)[-1]
+    assert output.read_text().split()[1] != owner.name, output.read_text()
+    # Claimed nothing while cut off: no run of its host started between the cut and the
+    # restore (one clock: the lab's hosts share it).
+    claimed = [(job_id, r["started"]) for job_id, rec in records.items() for r in rec["runs"]  # type: ignore[attr-defined]
+               if r["host"] == owner.name and cut <= r["started"] <= restored]  # fmt: skip
+    assert not claimed, claimed
+    assert "Traceback" not in spool.log(owner.name), spool.log(owner.name)[-3000:]
+    assert LEASE - 1.0 <= recovered <= LEASE + 60, recovered
+    print(f"\nglusterfs client host {owner.name} cut for {restored - cut:.1f} s: its job recovered after"
+          f" {recovered:.1f} s, {len(during)} jobs done by the others meanwhile")  # fmt: skip
 
 
 def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
