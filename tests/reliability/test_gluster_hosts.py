@@ -257,6 +257,24 @@ def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str]) -> No
     assert not hidden, hidden
 
 
+def check_decided_elsewhere(spool: Spool, job_id: str, owner: str, token: str) -> list[dict[str, Any]]:
+    """The run of ``job_id`` by claim ``token`` of host ``owner`` was decided by another host:
+    one runner-died run (its heartbeat unchanged for the lease), made elsewhere, and no run
+    of that claim recorded by its owner. Returns the job's runs."""
+    runs: list[dict[str, Any]] = spool.records()[job_id]["runs"]  # type: ignore[assignment]
+    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
+    assert len(died) == 1 and died[0]["host"] != owner, runs
+    assert "heartbeat unchanged" in died[0]["error"]["message"], died
+    assert not [r for r in runs if r["host"] == owner and r.get("token") == token], runs
+    return runs
+
+
+def published_by(spool: Spool, job_id: str) -> str:
+    """The host whose render of ``job_id`` was published (a slow or gated job's output names it)."""
+    output = str(spool.records()[job_id]["output"]).split("/output/", 1)[-1]
+    return (spool.layout.root / "output" / output).read_text().split()[1]
+
+
 def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab, tmp_path: Path) -> None:
     spool = Spool(lab, tmp_path)
     quick = {f"j{i:03d}" for i in range(3)}
@@ -285,14 +303,9 @@ def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab
     finally:
         spool.stop()
     check_exactly_once(spool, quick | {"after"}, {"late"})
-    record = spool.records()["late"]
-    runs = record["runs"]
-    assert isinstance(runs, list)
-    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-    assert len(died) == 1 and died[0]["host"] != owner.name, runs
     # The late owner recorded nothing: its run (its token) was decided by another host, and
     # no record is its own (another runner of its host may have rendered the retry).
-    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    check_decided_elsewhere(spool, "late", owner.name, hb.token)
     # Its render ran (it started before the cut) but was never published: two renders of
     # the job, one output (check_exactly_once: no duplicate, nothing partial).
     starts = [host for job_id, host, _ in spool.renders_of() if job_id == "late"]
@@ -392,16 +405,10 @@ def test_gluster_hosts_exactly_once_kill_freeze_skew_and_cron_drain(lab: Gluster
 
     records = spool.records()
     for job_id, (victim, hb) in victims.items():
-        runs = records[job_id]["runs"]
-        assert isinstance(runs, list)
-        died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-        assert len(died) == 1 and died[0]["host"] != victim.name, runs
-        assert "heartbeat unchanged" in died[0]["error"]["message"], died
-        # The victim's run was decided elsewhere: no record of it, no move, no output of its own.
-        assert not [r for r in runs if r["host"] == victim.name and r.get("token") == hb.token], runs
-        assert records[job_id]["host"] != victim.name, records[job_id]
-        output = spool.layout.root / "output" / str(records[job_id]["output"]).split("/output/", 1)[-1]
-        assert output.read_text().split()[1] != victim.name, output.read_text()
+        # The victim's run was decided elsewhere: no record of it, no move, no output of its
+        # own (both jobs were done before the frozen host was thawed).
+        check_decided_elsewhere(spool, job_id, victim.name, hb.token)
+        assert published_by(spool, job_id) != victim.name
         starts = [host for j, host, _ in spool.renders_of() if j == job_id]
         assert victim.name in starts and len(starts) == 2, starts
     # Nobody else was ever judged dead: not the skewed host, not a host slowed by the volume.
@@ -457,14 +464,9 @@ def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: Gluste
         spool.stop()
     check_exactly_once(spool, quick | during | {"after"}, {"cut"})
     assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
+    check_decided_elsewhere(spool, "cut", owner.name, hb.token)
+    assert published_by(spool, "cut") != owner.name  # done elsewhere before the link came back
     records = spool.records()
-    runs = records["cut"]["runs"]
-    assert isinstance(runs, list)
-    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-    assert len(died) == 1 and died[0]["host"] != owner.name, runs
-    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
-    output = spool.layout.root / "output" / str(records["cut"]["output"]).split("/output/", 1)[-1]
-    assert output.read_text().split()[1] != owner.name, output.read_text()
     # Claimed nothing while cut off: no run of its host started between the cut and the
     # restore (one clock: the lab's hosts share it).
     claimed = [(job_id, r["started"]) for job_id, rec in records.items() for r in rec["runs"]  # type: ignore[attr-defined]
@@ -643,12 +645,7 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False
     finally:
         spool.stop()
     check_exactly_once(spool, quick, {"frozen"})
-    runs = spool.records()["frozen"]["runs"]
-    assert isinstance(runs, list)
-    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-    assert len(died) == 1 and died[0]["host"] != owner.name, runs
-    assert "heartbeat unchanged" in died[0]["error"]["message"], died
-    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    check_decided_elsewhere(spool, "frozen", owner.name, hb.token)
     starts = sorted((at, host) for job_id, host, at in spool.renders_of() if job_id == "frozen")
     assert len(starts) == 2 and starts[0][1] == owner.name and starts[1][1] != owner.name, starts
     # From the lease, not sooner (no live owner misjudged); bounded, though the frozen
