@@ -322,6 +322,25 @@ def beacon_hosts(layout: SpoolLayout) -> set[str]:
     return hosts
 
 
+def unexplained_hidden_files(root: Path) -> list[str]:
+    """``.fuse_hidden*`` files under ``root`` (the server's disk): sshfs (libfuse's high-level
+    API without hard_remove, which sshfs 3.7 does not accept) renames a file unlinked while
+    open on its mount to such a name and removes it at the last close, so one left behind
+    means a file unlinked while still open. Not counted: another name of a run record beside
+    it, the temporary file of the record's exclusive create (``durable.create_exclusive``),
+    closed before its unlink. The kernel sends a FUSE release after close() returns, an
+    unlink can overtake it, and libfuse 3.14 (Debian 12) then may lose track of the hidden
+    name when the release runs during the unlink (libfuse#746, fixed upstream by #782 after
+    3.14): seen once in about ten runs of test_netfs_hosts.py's exactly-once test, whose
+    mount had hidden (and later removed) 18 other names in that run."""
+    found = []
+    for path in root.rglob(".fuse_hidden*"):
+        hidden = path.stat()
+        if not any(os.path.samestat(hidden, run.stat()) for run in path.parent.glob("run-*.json")):
+            found.append(str(path))
+    return found
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, what: str = "condition") -> float:
     """Seconds until ``predicate()`` held; polls, never assumes an idle machine."""
     start = time.monotonic()

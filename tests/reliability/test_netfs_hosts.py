@@ -26,7 +26,7 @@ import pytest
 import yaml
 from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit, probe_leftovers, render_orphans
-from netfs_lab import Host, NetfsLab, beacon_hosts, missing, runner_argv, wait_until
+from netfs_lab import Host, NetfsLab, beacon_hosts, missing, runner_argv, unexplained_hidden_files, wait_until
 
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool
@@ -161,7 +161,7 @@ def test_sshfs_hosts_exactly_once_kill_freeze_and_cron_drain(tmp_path: Path) -> 
     assert not result.lost and not result.duplicated and not result.partial_files, result.problems()
     assert not result.bad_outputs and not result.attempt_violations, result.problems()
     assert result.states["done"] == JOBS + 2, result.states
-    hidden = [str(p) for p in share.rglob(".fuse_hidden*")]
+    hidden = unexplained_hidden_files(share)
     assert not hidden, hidden
 
     runs = {}
