@@ -248,6 +248,17 @@ class ActiveJob:
 _BOOT = boot_id()
 
 
+def _cancel_requested(job_dir: Path) -> bool:
+    """Whether ``job_dir`` holds a `spoolrender cancel` request. A look that fails finds none,
+    and the next beat looks again: a spool that does not answer for now (a GlusterFS client
+    cut off past its ping-timeout says ENOTCONN to every call) raised it out of the heartbeat
+    thread, which ended, and once the spool answered again none of the runner's claims beat."""
+    try:
+        return (job_dir / defaults.CANCEL_FILENAME).exists()
+    except OSError:
+        return False
+
+
 class HeartbeatWriter:
     """One thread that refreshes the heartbeat of every job this runner owns."""
 
@@ -343,7 +354,7 @@ class HeartbeatWriter:
                 return True  # removed meanwhile: nothing of it to poll any more
         # Polled here, with the heartbeat, because the request may come from any host
         # sharing the spool: a file in the job's directory is what all of them can see.
-        if poll_cancel and job.on_cancel is not None and (job.job_dir / defaults.CANCEL_FILENAME).exists():
+        if poll_cancel and job.on_cancel is not None and _cancel_requested(job.job_dir):
             log.info("job %s: cancel requested", job.job_dir.name)
             job.on_cancel()
         return True

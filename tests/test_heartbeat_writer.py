@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,47 @@ def test_a_rewrite_in_place_whose_close_fails_is_reported_not_raised(
     assert writer.beat(job)
     after = read_heartbeat(job_dir, "tok")
     assert after is not None and after.counter == 3, after
+
+
+def test_the_heartbeat_thread_outlives_a_spool_it_cannot_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GlusterFS client host cut off past `network.ping-timeout` answers every call with
+    ENOTCONN (tests/reliability/test_gluster_hosts.py's client cut): the heartbeat's write
+    failed and was logged, then the beat's look for a cancel request raised the same error
+    out of `Path.exists()` and ended the heartbeat thread ("Exception in thread heartbeat"),
+    so once the link was back none of the runner's claims beat any more. A look that fails
+    finds no request, and the thread beats again once the spool answers."""
+    job_dir = tmp_path / "running" / "j.tok.tok"
+    job_dir.mkdir(parents=True)
+    writer = HeartbeatWriter(ManualClock(), 0.01, "runner")
+    job = ActiveJob(job_dir, "tok", 1, 0.0, on_lost=lambda: None, on_cancel=lambda: None)
+    writer.add(job)
+    real_write, real_stat = write_atomic, os.stat
+    cut_off = threading.Event()
+    looked = threading.Event()
+
+    def not_connected(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if cut_off.is_set() and str(path).startswith(str(job_dir)):
+            looked.set()
+            raise OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN), str(path))
+        return real_stat(path, *args, **kwargs)
+
+    def write_unless_cut_off(target: Path, data: bytes, **kwargs: Any) -> None:
+        if cut_off.is_set():
+            raise OSError(errno.ENOTCONN, os.strerror(errno.ENOTCONN), str(target))
+        real_write(target, data, **kwargs)
+
+    monkeypatch.setattr(heartbeat_module, "write_atomic", write_unless_cut_off)
+    monkeypatch.setattr(os, "stat", not_connected)
+    cut_off.set()
+    writer.start()
+    try:
+        assert looked.wait(30)  # the thread looked for a cancel request while cut off
+        before = read_heartbeat(job_dir, "tok")
+        assert before is not None
+        cut_off.clear()
+        deadline = time.monotonic() + 30
+        while (hb := read_heartbeat(job_dir, "tok")) is None or hb.counter <= before.counter:
+            assert time.monotonic() < deadline, "no beat once the spool answered again"
+            time.sleep(0.01)
+    finally:
+        writer.stop()

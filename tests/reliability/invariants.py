@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.probe_dirs import PROBE_PREFIX
 from spoolrender.publish import scratch_name
 from spoolrender.records import attempts_used, read_runs
 
@@ -78,6 +79,17 @@ def render_orphans(scope: str = "") -> list[str]:
             continue
         if state not in (b"Z", b"X") and scope in cmdline and any(m in cmdline for m in RENDER_PROCESS_MARKERS):
             found.append(f"{entry.name}: {cmdline[:120]}")
+    return found
+
+
+def probe_leftovers(layout: SpoolLayout) -> list[str]:
+    """Start-up probes' directories (spoolrender.probe_dirs) in the spool's private dir or the
+    output root's scratch dir. A runner killed while probing leaves its own until its host
+    starts a runner again (or for an hour): judge a spool after every host has."""
+    found = []
+    for parent in (layout.private, layout.root / "output" / ".spoolrender-tmp"):
+        if parent.exists():
+            found += [f"{parent.name}/{name}" for name in os.listdir(parent) if name.startswith(PROBE_PREFIX)]
     return found
 
 

@@ -6,10 +6,19 @@ mount namespaces, each running two `spoolrender run` processes on one FUSE mount
 spoolrender's options (`spoolrender.glusterfs`). Each test has a spool of its own on the
 volume, its output root beside it; the test drops jobs and judges through an observer mount.
 
+- the sshfs lab's exactly-once suite (test_netfs_hosts.py) on the volume: four client hosts,
+  one with its wall clock an hour ahead, one running cron-style drains; a host SIGKILLed whole
+  mid-render (its FUSE client too), another frozen whole past the lease and thawed; the
+  killed host started again, and every host once more after the test's final stop (a stop
+  is a power cut too: a drain killed in its start-up probe leaves the probe's directory until
+  its host's next start);
 - a client host partitioned mid-render for longer than the lease: its job recovered and
   published elsewhere; once the link is back the late owner (whose FUSE client never told
   it anything, and whose writes go through again) must not publish, move or record
   anything: fencing by the exclusive run file, not by a lock;
+- a client host cut off past `network.ping-timeout` (its client then answers ENOTCONN):
+  its runners notice and claim nothing, its job comes back elsewhere once, and back on the
+  network it publishes nothing of it (its heartbeat thread ended there before a fix);
 - a brick killed mid-run (claims go on over two bricks: the longest gap is printed),
   restarted and healed; then `spoolrender status` on every host agrees, and the healed
   brick holds what the others hold;
@@ -53,8 +62,8 @@ from typing import Any
 import pytest
 import yaml
 from gluster_lab import GlusterHost, GlusterLab, missing
-from invariants import audit, render_orphans
-from netfs_lab import beacon_hosts, runner_argv, wait_until
+from invariants import audit, probe_leftovers, render_orphans
+from netfs_lab import beacon_hosts, runner_argv, skewed_env, wait_until
 from uploads_harness import job_hash_command
 
 from spoolrender.errors import UnsupportedFilesystem
@@ -124,9 +133,14 @@ class Spool:
         (self.layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
         self.hosts: dict[str, GlusterHost] = {}
 
-    def start(self, name: str, mount_options: Sequence[str] | None = None) -> GlusterHost:
-        # Two runners on the host's one mount (the same-host lock shortcut needs one mount).
-        argv = ["sh", "-c", '"$@" & "$@" & wait', "sh", *runner_argv(self.layout.root)]
+    def start(self, name: str, mount_options: Sequence[str] | None = None, *, drain: bool = False,
+              skew: float | None = None) -> GlusterHost:  # fmt: skip
+        """Two runners on the host's one mount (the same-host lock shortcut needs one mount);
+        ``drain``: two cron-style loops of `run --drain` instead; ``skew``: their wall clock
+        that many seconds ahead."""
+        argv = ["sh", "-c", '"$@" & "$@" & wait', "sh", *runner_argv(self.layout.root, drain=drain)]
+        if skew is not None:
+            argv = [*skewed_env(self.tmp_path, skew), *argv]
         log = self.tmp_path / f"{name}.log"
         self.hosts[name] = self.lab.host(name, argv, log, mount_options=mount_options, volume=self.volume,
                                          mountpoint=self.mount)  # fmt: skip
@@ -204,6 +218,17 @@ class Spool:
             found[name] = {"bricks": bricks, "log": lines[-5:]}
         return found
 
+    def back_after_power_cut(self, names: Sequence[str]) -> None:
+        """Each of ``names`` (hosts killed whole, or stopped: a stop is a kill) started once
+        more and run one `spoolrender run --drain` (the hosts in parallel). A runner killed
+        in its start-up probe leaves the probe's directory in the output root's scratch dir,
+        and only its own host can tell it is dead before an hour has passed
+        (spoolrender.probe_dirs): its next start removes it, as here."""
+        back = [self.lab.host(name, [*runner_argv(self.layout.root), "--drain"], self.tmp_path / f"{name}.log",
+                              volume=self.volume, mountpoint=self.mount) for name in names]  # fmt: skip
+        for host in back:
+            assert host.proc.wait(timeout=WAIT) == 0, self.log(host.name)[-3000:]
+
     def records(self) -> dict[str, dict[str, object]]:
         runs = {}
         for name in os.listdir(self.layout.done):
@@ -230,6 +255,24 @@ def check_exactly_once(spool: Spool, quick: set[str], long_jobs: set[str]) -> No
     assert result.states["done"] == len(quick | long_jobs), result.states
     hidden = [str(p) for p in spool.base.rglob(".fuse_hidden*")]
     assert not hidden, hidden
+
+
+def check_decided_elsewhere(spool: Spool, job_id: str, owner: str, token: str) -> list[dict[str, Any]]:
+    """The run of ``job_id`` by claim ``token`` of host ``owner`` was decided by another host:
+    one runner-died run (its heartbeat unchanged for the lease), made elsewhere, and no run
+    of that claim recorded by its owner. Returns the job's runs."""
+    runs: list[dict[str, Any]] = spool.records()[job_id]["runs"]  # type: ignore[assignment]
+    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
+    assert len(died) == 1 and died[0]["host"] != owner, runs
+    assert "heartbeat unchanged" in died[0]["error"]["message"], died
+    assert not [r for r in runs if r["host"] == owner and r.get("token") == token], runs
+    return runs
+
+
+def published_by(spool: Spool, job_id: str) -> str:
+    """The host whose render of ``job_id`` was published (a slow or gated job's output names it)."""
+    output = str(spool.records()[job_id]["output"]).split("/output/", 1)[-1]
+    return (spool.layout.root / "output" / output).read_text().split()[1]
 
 
 def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab, tmp_path: Path) -> None:
@@ -260,19 +303,179 @@ def test_partitioned_late_owner_never_publishes_moves_or_records(lab: GlusterLab
     finally:
         spool.stop()
     check_exactly_once(spool, quick | {"after"}, {"late"})
-    record = spool.records()["late"]
-    runs = record["runs"]
-    assert isinstance(runs, list)
-    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-    assert len(died) == 1 and died[0]["host"] != owner.name, runs
     # The late owner recorded nothing: its run (its token) was decided by another host, and
     # no record is its own (another runner of its host may have rendered the retry).
-    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    check_decided_elsewhere(spool, "late", owner.name, hb.token)
     # Its render ran (it started before the cut) but was never published: two renders of
     # the job, one output (check_exactly_once: no duplicate, nothing partial).
     starts = [host for job_id, host, _ in spool.renders_of() if job_id == "late"]
     assert owner.name in starts and len(starts) == 2, starts
     print(f"\nglusterfs partition: late owner {owner.name} cut off; its job recovered after {recovered:.1f} s")
+
+
+EXACTLY_ONCE_HOSTS = ("host-a", "host-b", "host-c", "host-d")
+SKEW = 3600.0  # host-b's wall clock this far ahead
+
+
+def gated_victim(spool: Spool, job_id: str) -> tuple[str, Heartbeat, GlusterHost]:
+    """``job_id`` dropped as a gated job (it renders until the gate opens, however long a
+    fault takes to set up), found rendering: its running/ entry, heartbeat and host."""
+    spool.gate.unlink(missing_ok=True)
+    spool.drop(job_id, "gated")
+    wait_until(lambda: spool.rendering(job_id), WAIT, f"{job_id} rendering")
+    # Mid-render, not between the marker's creation and its write (an empty marker).
+    wait_until(lambda: spool.render_started(job_id), WAIT, f"{job_id}'s render started")
+    found = spool.rendering(job_id)
+    assert found is not None
+    entry, hb = found
+    return entry, hb, spool.hosts[hb.host]
+
+
+def recovered_elsewhere(spool: Spool, entry: str, done: int) -> float:
+    """Seconds until ``entry`` left running/ (another host decided the run); then the gate
+    opens and the job's render elsewhere ends, and ``done`` jobs are in done/."""
+    since = time.monotonic()
+    wait_until(lambda: entry not in os.listdir(spool.layout.running), WAIT, f"{entry} recovered")
+    recovered = time.monotonic() - since
+    spool.gate.touch()
+    wait_until(lambda: spool.done() == done, WAIT, f"{entry}'s job done elsewhere")
+    return recovered
+
+
+def test_gluster_hosts_exactly_once_kill_freeze_skew_and_cron_drain(lab: GlusterLab, tmp_path: Path) -> None:
+    """The sshfs lab's exactly-once suite (test_netfs_hosts.py) on the replicated volume: four
+    client hosts, two runners each; host-b's wall clock an hour ahead; host-d two cron-style
+    loops of `run --drain`. Twelve quick jobs, then the host rendering a gated job loses every
+    process at once (its FUSE client too: a power cut), then the host rendering the next one
+    is frozen whole (SIGSTOP, a VM pause) past the lease and thawed once the job is done
+    elsewhere. Each victim's job: one runner-died decision, made by another host; the thawed
+    host records, moves and publishes nothing of it (its output names another host). The
+    killed host comes back (a start after the power cut), `status --json` agrees on every
+    host; then every job rendered and published exactly once, nothing partial, every host
+    rendered something."""
+    spool = Spool(lab, tmp_path)
+    quick = {f"j{i:03d}" for i in range(12)}
+    long_jobs = {"killed", "frozen"}
+    figures: dict[str, float] = {}
+    victims: dict[str, tuple[GlusterHost, Heartbeat]] = {}
+    try:
+        spool.start("host-a")
+        spool.start("host-b", skew=SKEW)
+        spool.start("host-c")
+        spool.start("host-d", drain=True)
+        wait_until(lambda: {"host-a", "host-b", "host-c"} <= beacon_hosts(spool.layout), WAIT, "runners up")
+        for job_id in sorted(quick):
+            spool.drop(job_id, "quick")
+        figures["quick"] = wait_until(lambda: spool.done() == len(quick), WAIT, "quick jobs done")
+
+        entry, hb, killed = gated_victim(spool, "killed")
+        killed.kill()
+        victims["killed"] = (killed, hb)
+        figures["kill_recovered"] = recovered_elsewhere(spool, entry, len(quick) + 1)
+
+        entry, hb, frozen = gated_victim(spool, "frozen")
+        frozen.freeze()
+        victims["frozen"] = (frozen, hb)
+        figures["freeze_recovered"] = recovered_elsewhere(spool, entry, len(quick) + 2)
+        frozen.thaw()
+        # Its render ends (the gate is open) or is stopped; either way the run is not its own.
+        wait_until(lambda: "took it over" in spool.log(frozen.name), WAIT, "thawed host lets go")
+
+        # Back after the power cut, as it was: up once a runner of its own announces itself.
+        before = set(os.listdir(spool.layout.runners))
+        spool.start(killed.name, drain=killed.name == "host-d", skew=SKEW if killed.name == "host-b" else None)
+        wait_until(lambda: any(n.startswith(f"{killed.name}-") for n in set(os.listdir(spool.layout.runners)) - before),
+                   WAIT, "the killed host back")  # fmt: skip
+        spool.quiet()
+        statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
+    finally:
+        spool.stop()
+    # Every host was stopped whole (a power cut each): a cron drain may have died probing.
+    spool.back_after_power_cut(EXACTLY_ONCE_HOSTS)
+    assert probe_leftovers(spool.layout) == []
+    check_exactly_once(spool, quick, long_jobs)
+    assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
+    assert set(statuses) == set(EXACTLY_ONCE_HOSTS) and statuses["host-a"]["done"] == len(quick | long_jobs), statuses
+    by_host: dict[str, int] = {}
+    for _job_id, host, _at in spool.renders_of():
+        by_host[host] = by_host.get(host, 0) + 1
+    assert set(by_host) == set(EXACTLY_ONCE_HOSTS), by_host  # every host rendered, the cron host too
+    for name in EXACTLY_ONCE_HOSTS:
+        assert "Traceback" not in spool.log(name), (name, spool.log(name)[-3000:])
+
+    records = spool.records()
+    for job_id, (victim, hb) in victims.items():
+        # The victim's run was decided elsewhere: no record of it, no move, no output of its
+        # own (both jobs were done before the frozen host was thawed).
+        check_decided_elsewhere(spool, job_id, victim.name, hb.token)
+        assert published_by(spool, job_id) != victim.name
+        starts = [host for j, host, _ in spool.renders_of() if j == job_id]
+        assert victim.name in starts and len(starts) == 2, starts
+    # Nobody else was ever judged dead: not the skewed host, not a host slowed by the volume.
+    others = [r for job_id, rec in records.items() if job_id not in long_jobs for r in rec["runs"]]  # type: ignore[attr-defined]
+    assert all(r["outcome"] == "publishing" for r in others), others
+    skewed = [r for rec in records.values() for r in rec["runs"] if r["host"] == "host-b"]  # type: ignore[attr-defined]
+    assert skewed and all(r["ended"] > time.time() + SKEW - 600 for r in skewed), skewed  # the skew was real
+    # From the lease, not sooner (no live owner misjudged).
+    for key in ("kill_recovered", "freeze_recovered"):
+        assert LEASE - 1.0 <= figures[key] <= LEASE + 60, figures
+    print(f"\nglusterfs hosts: {len(quick)} quick jobs, killed {victims['killed'][0].name}, frozen "
+          f"{victims['frozen'][0].name}; " + ", ".join(f"{k} {v:.1f} s" for k, v in figures.items())
+          + f"; renders by host {by_host}")  # fmt: skip
+
+
+def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: GlusterLab, tmp_path: Path) -> None:
+    """Issue 26 item 2's client host cut off: unlike the partition test (back within
+    `network.ping-timeout`, so its client never noticed), the link of the host rendering a
+    gated job stays down past the ping-timeout (5 s, as the brick host's cut) and the lease:
+    its FUSE client gives up on the bricks and every call through it fails (ENOTCONN). Its
+    runners must notice (they say so), claim nothing while cut off, and their job comes back
+    elsewhere: decided `runner-died` by another host once, rendered again and published once
+    there, while three more jobs are done by the others. The link restored, the late owner
+    lets its run go (no record, no output of its own) and the hosts agree in `status`."""
+    spool = Spool(lab, tmp_path)
+    quick = {f"j{i:03d}" for i in range(3)}
+    during = {f"d{i:03d}" for i in range(3)}
+    lab.gluster("volume", "set", lab.volume, "network.ping-timeout", PING_TIMEOUT)
+    owner: GlusterHost | None = None
+    try:
+        spool.render_quick_jobs(quick)
+        entry, hb, owner = gated_victim(spool, "cut")
+        owner.partition(False)
+        cut = time.time()
+        recovered = recovered_elsewhere(spool, entry, len(quick) + 1)
+        for job_id in sorted(during):
+            spool.drop(job_id, "quick")
+        wait_until(lambda: spool.done() == len(quick | during) + 1, WAIT, "jobs done by the others")
+        noticed = "Transport endpoint is not connected"
+        wait_until(lambda: noticed in spool.log(owner.name), WAIT, "the cut host notices")
+        owner.partition(True)
+        restored = time.time()
+        # Its render sees the open gate once its client is back, and its run is not its own.
+        wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "the late owner lets go")
+        spool.drop("after", "quick")
+        wait_until(lambda: spool.done() == len(quick | during) + 2, WAIT, "a job after the cut done")
+        spool.quiet()
+        statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
+    finally:
+        if owner is not None:
+            owner.partition(True)
+        lab.gluster("volume", "reset", lab.volume, "network.ping-timeout")
+        spool.stop()
+    check_exactly_once(spool, quick | during | {"after"}, {"cut"})
+    assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
+    check_decided_elsewhere(spool, "cut", owner.name, hb.token)
+    assert published_by(spool, "cut") != owner.name  # done elsewhere before the link came back
+    records = spool.records()
+    # Claimed nothing while cut off: no run of its host started between the cut and the
+    # restore (one clock: the lab's hosts share it).
+    claimed = [(job_id, r["started"]) for job_id, rec in records.items() for r in rec["runs"]  # type: ignore[attr-defined]
+               if r["host"] == owner.name and cut <= r["started"] <= restored]  # fmt: skip
+    assert not claimed, claimed
+    assert "Traceback" not in spool.log(owner.name), spool.log(owner.name)[-3000:]
+    assert LEASE - 1.0 <= recovered <= LEASE + 60, recovered
+    print(f"\nglusterfs client host {owner.name} cut for {restored - cut:.1f} s: its job recovered after"
+          f" {recovered:.1f} s, {len(during)} jobs done by the others meanwhile")  # fmt: skip
 
 
 def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
@@ -442,12 +645,7 @@ def frozen_host_case(lab: GlusterLab, tmp_path: Path, *, mid_write: bool = False
     finally:
         spool.stop()
     check_exactly_once(spool, quick, {"frozen"})
-    runs = spool.records()["frozen"]["runs"]
-    assert isinstance(runs, list)
-    died = [r for r in runs if (r.get("error") or {}).get("kind") == "runner-died"]
-    assert len(died) == 1 and died[0]["host"] != owner.name, runs
-    assert "heartbeat unchanged" in died[0]["error"]["message"], died
-    assert not [r for r in runs if r["host"] == owner.name and r.get("token") == hb.token], runs
+    check_decided_elsewhere(spool, "frozen", owner.name, hb.token)
     starts = sorted((at, host) for job_id, host, at in spool.renders_of() if job_id == "frozen")
     assert len(starts) == 2 and starts[0][1] == owner.name and starts[1][1] != owner.name, starts
     # From the lease, not sooner (no live owner misjudged); bounded, though the frozen

@@ -107,6 +107,20 @@ def test_a_glusterfs_client_is_judged_by_its_translators_and_flags(tmp_path: Pat
                                                         "--entry-timeout=0")))[0] == []  # fmt: skip
 
 
+def test_a_glusterfs_client_warns_about_each_caching_translator_and_kernel_cache(tmp_path: Path) -> None:
+    """Each of the caching options docs/reliability.md ("GlusterFS: the supported options")
+    turns off, found on in the client's graph or command line, is a warning naming it."""
+    caches = ("quick-read", "io-cache", "readdir-ahead")
+    volfile = "".join(f"volume v-{name}\n    type performance/{name}\nend-volume\n" for name in caches)
+    cmdline = "/usr/sbin/glusterfs --volfile-id=/renders --direct-io-mode=enable --negative-timeout=2"
+    refusals, warnings = mount_problems(read_client(gluster_meta(tmp_path, volfile, cmdline)))
+    assert refusals == []
+    assert [w.rsplit(" ", 1)[0].rsplit(" ", 1)[1] for w in warnings[:3]] == [f"performance.{name}" for name in caches]
+    assert all(w.endswith(" off`") and "`gluster volume set renders " in w for w in warnings[:3]), warnings
+    timeouts = ["attribute-timeout=0", "entry-timeout=0", "negative-timeout=0"]
+    assert [w.rsplit(" ", 1)[1] for w in warnings[3:]] == timeouts
+
+
 def test_a_replicated_glusterfs_client_without_a_favorite_child_policy_is_warned_about(tmp_path: Path) -> None:
     """Two of three bricks full: a failed replace can leave a gfid split-brain that only a
     favorite-child policy heals by itself (docs/reliability.md "A full brick")."""
