@@ -162,9 +162,13 @@ def holding(lock: FileLock) -> Iterator[None]:
     try:
         lock.acquire()
     except Timeout as exc:
-        # Another build of this project (any spool, any user) held it all along: a webpack
-        # run that hangs, or a build far slower than BUILD_TIMEOUT_S.
-        why = f"another build of this project held {lock.lock_file} for {lock.timeout:g} s"
+        # Another build (any spool, any user) held it all along: a webpack run that hangs,
+        # a build far slower than BUILD_TIMEOUT_S, or a queue of builds of the projects
+        # whose node_modules is this one tree (they share webpack's cache, so this lock).
+        why = (
+            f"another bundle build held {lock.lock_file} for {lock.timeout:g} s (one webpack build at "
+            "a time per node_modules/.cache: projects sharing one node_modules tree take turns)"
+        )
         raise RenderError(
             f"bundling the Remotion project waited too long: {why}", transient=True, kind=FailureKind.BUNDLE
         ) from exc

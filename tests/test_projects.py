@@ -32,6 +32,7 @@ import pytest
 import yaml
 from conftest import REMOTION, REMOTION_MARKS, REPO, drop, entries, spoolrender_cmd, write_spool_config
 from support.dist import build_dist, build_traces
+from support.node_modules import link_node_modules
 
 from spoolrender.layout import SpoolLayout
 
@@ -86,7 +87,7 @@ def make_project(root: Path, files: Mapping[str, str | bytes], node_modules: Pat
         else:
             path.write_text(content)
     if node_modules is not None:
-        (root / "node_modules").symlink_to(node_modules)
+        link_node_modules(root, node_modules)
     return root
 
 

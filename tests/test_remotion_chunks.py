@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import FFPROBE, REMOTION, REMOTION_MARKS, REPO
+from support.node_modules import link_node_modules
 
 from spoolrender.config import load_config
 from spoolrender.errors import ChunkPartInvalid, RenderCancelled, RenderError
@@ -360,7 +361,7 @@ def test_a_users_project_joins_with_its_own_remotion(tmp_path: Path) -> None:
     shutil.copy(REMOTION / "public" / "tone.wav", project / "public" / "tone.wav")
     deps = {"remotion": OTHER_VERSION, "@remotion/cli": OTHER_VERSION, "react": "19.2.0", "react-dom": "19.2.0"}
     (project / "package.json").write_text(json.dumps({"name": "starter", "private": True, "dependencies": deps}))
-    (project / "node_modules").symlink_to(OTHER / "node_modules")
+    link_node_modules(project, OTHER / "node_modules")
     slot = Slot(tmp_path / "slot", project)
     try:
         result = split_render(slot, {"composition": "Sound", "props": {}}, 2)

@@ -22,6 +22,7 @@ import psutil
 import pytest
 from chunk_jobs import chunk_leftovers
 from conftest import FFPROBE, REMOTION, REMOTION_MARKS, drop, entries, spoolrender_cmd, wait_for, write_spool_config
+from support.node_modules import link_node_modules
 
 from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.errors import RenderError
@@ -247,7 +248,7 @@ def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> 
     shutil.copytree(REMOTION / "src", project / "src")
     for name in ("package.json", "package-lock.json"):
         shutil.copy(REMOTION / name, project / name)
-    (project / "node_modules").symlink_to(REMOTION / "node_modules")
+    link_node_modules(project, REMOTION / "node_modules")
     cache = tmp_path / "cache"
     index = project / "src" / "index.ts"
     good = index.read_text()

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.node_modules import link_node_modules
+
 REPO = Path(__file__).resolve().parents[2]
 REMOTION_MODULES = REPO / "remotion" / "node_modules"
 MIXED_MODULES = REPO / ".cache" / "remotion-mixed" / "node_modules"  # scripts/setup.sh --test
@@ -150,7 +152,7 @@ class Shape:
                 path.write_bytes(content)
             else:
                 path.write_text(content, encoding="utf-8")
-        (root / "node_modules").symlink_to(self.node_modules, target_is_directory=True)
+        link_node_modules(root, self.node_modules)
         return root
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from support.docs_examples import Example, Kind
+from support.node_modules import link_node_modules as private_node_modules
 
 SPOOL_PLACEHOLDER = "/srv/spool"
 PROJECT_NAME = "my-video"  # ~/my-video
@@ -65,7 +66,7 @@ class Terminal:
         skipped = ["node_modules"] if lockfile else ["node_modules", "package-lock.json"]
         shutil.copytree(project, copy, symlinks=True, ignore=shutil.ignore_patterns(*skipped))
         if link_node_modules:
-            (copy / "node_modules").symlink_to(project / "node_modules", target_is_directory=True)
+            private_node_modules(copy, project / "node_modules")
         if spoolrender is not None:
             # Only the command: the venv's bin/ on PATH would hand a block its python and
             # pip, and a `pip install` in an example would change this checkout's venv.
