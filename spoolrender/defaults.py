@@ -156,6 +156,11 @@ JOB_READ_ATTEMPTS = 10
 # before it: directory timestamps come from a coarse clock (ticks of 1-10 ms locally; an
 # NFS server's clock can lag ours by some milliseconds too).
 DIR_STAMP_MARGIN_SECONDS = 1.0
+# A read model that lists states and then reads the entries listed (status, the event
+# stream, a split job's chunks) lists again when an entry moved on between its listing and
+# its read (a run ended, a chunk finished), at most this many times: each time shows the
+# entry where it went. A move takes milliseconds of fsynced writes: a few looks suffice.
+MOVED_READ_ATTEMPTS = 3
 
 # --- capacity -----------------------------------------------------------------------
 THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 cores

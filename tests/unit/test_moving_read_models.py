@@ -1,0 +1,134 @@
+"""Read models that list a state and then read an entry's files, while the entry moves on
+in between: a job (or a split job's chunk) is never shown going backwards, vanishing, or
+counted twice or not at all because it moved between the listing and the read.
+
+Each test moves an entry at the exact moment between one read and the next, by wrapping
+the read model's own step (its listing, or the read after it) with a real move made by
+the runner's code (a chunk finished by the executor, a claim, a run decided and carried
+out), so that the window, which a busy machine opens once in a few dozen runs, is opened
+every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.frame_fake import FrameFake
+from support.unit_spool import Slot, entries
+
+from spoolrender.chunks import progress as chunk_progress_module
+from spoolrender.chunks.progress import chunk_progress, chunk_table
+from spoolrender.claim import Claim
+from spoolrender.errors import RenderError
+from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult
+
+JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
+
+
+@pytest.fixture
+def slot(tmp_path: Path) -> Iterator[Slot]:
+    slot = Slot(tmp_path / "spool", fake=FrameFake())
+    yield slot
+    slot.close()
+
+
+def claim_next(slot: Slot) -> Claim:
+    """Claim what is due next (and leave it running: the test decides when it ends)."""
+    slot.advance(1)
+    slot.scanner.note_event("", "")
+    taken = slot.claim(slot.scan().candidates[0])
+    assert taken is not None
+    return taken
+
+
+def run_next(slot: Slot) -> tuple[str, str]:
+    slot.advance(1)
+    slot.scanner.note_event("", "")
+    end = slot.run_next()
+    return end.state, end.outcome
+
+
+def after_first_call(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, move: Callable[[], object]) -> list[int]:
+    """Wrap ``module.name`` so that ``move`` runs once, right after its first call returns;
+    returns the list of calls seen (its length is how many times it was called)."""
+    original = getattr(module, name)
+    calls: list[int] = []
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            move()
+        return result
+
+    monkeypatch.setattr(module, name, wrapped)
+    return calls
+
+
+def split_with_one_chunk_running(slot: Slot) -> tuple[str, Claim]:
+    """A split job of 3 chunks of 30 frames: chunk 0 done, chunk 1 claimed (running), 2 waiting."""
+    slot.drop("long.yaml", JOB)
+    assert run_next(slot) == ("split", "split")
+    [key] = entries(slot.layout, "split")
+    assert run_next(slot) == ("finished", "chunk-done")
+    return key, claim_next(slot)
+
+
+def test_split_progress_counts_a_chunk_that_finishes_between_the_listing_and_its_heartbeat_read(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flake of test_chunks.py's events test (0.15, 0.4, 0.25): a running chunk that
+    finished between the chunk listing and its heartbeat read was counted as running at
+    0%, so the job's progress fell back by that chunk's share."""
+    key, running = split_with_one_chunk_running(slot)
+    before = chunk_progress(slot.layout, slot.config.output_root, key, now=slot.clock.wall())
+    assert before is not None and before["chunks"]["running"] == 1 and before["progress"] == pytest.approx(1 / 3, 1e-3)
+    # Listed as running; then its run ends (the chunk moves to finished/) before its heartbeat is read.
+    calls = after_first_call(monkeypatch, chunk_progress_module, "chunk_states", lambda: slot.executor.execute(running))
+    after = chunk_progress(slot.layout, slot.config.output_root, key, now=slot.clock.wall())
+    assert calls, "the hook never ran: the read model no longer lists through chunk_states"
+    assert after is not None
+    assert (after["chunks"]["done"], after["chunks"]["running"], after["chunks"]["waiting"]) == (2, 0, 1), after
+    assert after["progress"] == pytest.approx(2 / 3, 1e-3)
+
+
+def test_the_chunk_table_shows_a_chunk_that_finishes_between_the_listing_and_its_read_as_done(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, running = split_with_one_chunk_running(slot)
+    after_first_call(monkeypatch, chunk_progress_module, "chunk_states", lambda: slot.executor.execute(running))
+    rows = chunk_table(slot.layout, slot.config.output_root, key, now=slot.clock.wall())
+    assert rows is not None
+    assert [(r["state"], r["progress"]) for r in rows] == [("done", 1.0), ("done", 1.0), ("waiting", None)], rows
+
+
+class FailsChunkOnce(FrameFake):
+    """Chunk 1's first render fails, as one a network hiccup stopped: it goes back to retry/."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_once = False
+
+    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        if request.chunk is not None and request.chunk.index == 1 and not self.failed_once:
+            self.failed_once = True
+            raise RenderError("the network share went away", transient=True)
+        return super().render(request, progress, cancel)
+
+
+def test_split_progress_counts_a_chunk_that_fails_back_to_retry_between_the_listing_and_its_read_as_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = Slot(tmp_path / "spool", fake=FailsChunkOnce())
+    try:
+        key, running = split_with_one_chunk_running(slot)
+        after_first_call(monkeypatch, chunk_progress_module, "chunk_states", lambda: slot.executor.execute(running))
+        after = chunk_progress(slot.layout, slot.config.output_root, key, now=slot.clock.wall())
+        assert len(entries(slot.layout, "retry")) == 2  # it did go back
+        assert after is not None
+        assert (after["chunks"]["done"], after["chunks"]["running"], after["chunks"]["waiting"]) == (1, 0, 2), after
+    finally:
+        slot.close()
