@@ -18,7 +18,6 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.beacons import blocked_dirs, listed_beacons, runner_is_dead
-from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import describe_chunks, joining_info, joining_key, split_info
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
@@ -31,7 +30,6 @@ from spoolrender.layout import (
     RETRY_NAME,
     RUNNING_NAME,
     SpoolLayout,
-    list_names,
     priority_from_key,
 )
 from spoolrender.listed_routes import listed_groups
@@ -40,6 +38,7 @@ from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
 from spoolrender.run_progress import eta_seconds
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.state_listings import list_job_states
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -80,21 +79,20 @@ def spool_clock(layout: SpoolLayout) -> tuple[float, float]:
 def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     layout.check()
     now, fs_now = spool_clock(layout)
-    # Dot-names are never jobs: uploads in progress, .gitkeep, temporary files.
-    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
-    names = {
-        state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
-        for state in defaults.STATE_DIRS
-    }
     # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory);
     # only honoured ones, stat'ed through the listing's descriptors (spoolrender.spooldir).
+    # Listed first: a claim moves a job from here into running/ (state_listings.py).
     oldest = None
+    names: dict[str, list[str]] = {}
     with incoming_view(layout.incoming) as view:
         names["incoming"] = [n for n in view.names if is_candidate_name(n.rpartition("/")[2])]
         for n in names["incoming"]:
             st = view.stat(n)
             if st is not None and (oldest is None or st.st_mtime < oldest):
                 oldest = st.st_mtime
+    # Each job once, however it moves meanwhile; chunk entries and dot-names are never jobs.
+    names.update(list_job_states(layout))
+    names = {state: names[state] for state in defaults.STATE_DIRS}
     counts = {state: len(entries) for state, entries in names.items()}
     runners = []
     for listed in listed_beacons(layout):  # read through runners/'s descriptor

@@ -205,14 +205,18 @@ class EventHub:
                 self._cond.wait_for(lambda: self._subscribers > 0 or self._stop.is_set())
             if self._stop.is_set():
                 return
-            with self._poll_lock:
-                try:
-                    self._poll_locked()
-                except (SpoolrenderError, OSError) as exc:
-                    log.warning("cannot read the spool: %s", exc)
-                except Exception:  # the streams depend on this thread: log, keep going
-                    log.exception("error while reading the spool for the event stream")
+            try:
+                self.poll()
+            except (SpoolrenderError, OSError) as exc:
+                log.warning("cannot read the spool: %s", exc)
+            except Exception:  # the streams depend on this thread: log, keep going
+                log.exception("error while reading the spool for the event stream")
             self._stop.wait(self.poll_seconds)
+
+    def poll(self) -> None:
+        """Take a snapshot now and queue the events of what changed since the last one."""
+        with self._poll_lock:
+            self._poll_locked()
 
     def _identify(self, state: str, name: str) -> Ident:
         if state == "incoming":

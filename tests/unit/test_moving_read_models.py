@@ -11,7 +11,11 @@ every time.
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +23,19 @@ import pytest
 from support.frame_fake import FrameFake
 from support.unit_spool import Slot, entries
 
+from spoolrender import layout as layout_module
 from spoolrender.chunks import progress as chunk_progress_module
+from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import chunk_progress, chunk_table
 from spoolrender.claim import Claim
+from spoolrender.control import retry
 from spoolrender.errors import RenderError
+from spoolrender.metrics import spool_metrics_text
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult
+from spoolrender.serve.api import list_jobs
+from spoolrender.serve.events import EventHub
+from spoolrender.status import collect_status
+from spoolrender.testing import Fail
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
 
@@ -132,3 +144,117 @@ def test_split_progress_counts_a_chunk_that_fails_back_to_retry_between_the_list
         assert (after["chunks"]["done"], after["chunks"]["running"], after["chunks"]["waiting"]) == (1, 0, 2), after
     finally:
         slot.close()
+
+
+# --- a job that moves while the state directories are listed ------------------------------
+
+
+def after_listing(monkeypatch: pytest.MonkeyPatch, directory: Path, move: Callable[[], object]) -> list[int]:
+    """Run ``move`` once, right after ``directory`` is first listed (by any module's
+    ``list_names``, as imported from spoolrender.layout); returns the moves made."""
+    original = layout_module.list_names
+    moved: list[int] = []
+
+    def listed(path: Path) -> list[str]:
+        names = original(path)
+        if Path(path) == directory and not moved:
+            moved.append(1)
+            move()
+        return names
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "list_names", None) is original:
+            monkeypatch.setattr(module, "list_names", listed)
+    return moved
+
+
+@dataclass(frozen=True)
+class Move:
+    """A job's one move (``before`` -> ``after``), made right after ``listed`` is listed."""
+
+    before: str
+    after: str
+    listed: str
+    make: Callable[[], object]
+
+
+def claimed_from_retry(slot: Slot) -> Move:
+    slot.fake.script("a", Fail(transient=True), Fail(transient=True))
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    assert run_next(slot)[0] == "retry"
+    return Move("retry", "running", "running", lambda: claim_next(slot))
+
+
+def run_ends(slot: Slot) -> Move:
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    running = claim_next(slot)
+    return Move("running", "done", "running", lambda: slot.executor.execute(running))
+
+
+def woken_for_its_join(slot: Slot) -> Move:
+    slot.drop("long.yaml", JOB)
+    assert run_next(slot) == ("split", "split")
+    assert run_next(slot) == ("finished", "chunk-done")
+    assert run_next(slot) == ("finished", "chunk-done")
+    last = claim_next(slot)  # its end wakes the job: split/ -> retry/
+    return Move("split", "retry", "retry", lambda: slot.executor.execute(last))
+
+
+def sent_back_from_failed(slot: Slot) -> Move:
+    slot.fake.script("a", Fail(transient=False))
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    assert run_next(slot)[0] == "failed"
+    return Move("failed", "retry", "retry", lambda: retry(slot.config, "a"))
+
+
+MOVES = [claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed]
+
+
+def status_states(slot: Slot) -> list[str]:
+    counts = collect_status(slot.config)["counts"]
+    return [state for state, n in counts.items() for _ in range(n)]
+
+
+def list_states(slot: Slot) -> list[str]:
+    return [j["state"] for j in list_jobs(slot.config, state=None, limit=100, offset=0)["jobs"]]
+
+
+def metrics_states(slot: Slot) -> list[str]:
+    text = spool_metrics_text(slot.config)
+    gauges = re.findall(r'^spoolrender_jobs\{state="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return [state for state, value in gauges for _ in range(int(float(value)))]
+
+
+@pytest.mark.parametrize("read", [status_states, list_states, metrics_states])
+@pytest.mark.parametrize("setup", MOVES)
+def test_a_job_that_moves_while_the_states_are_listed_is_counted_once(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch, setup: Callable[[Slot], Move], read: Callable[[Slot], list[str]]
+) -> None:
+    """`status` (and the events' summaries), `list` (GET /jobs) and the metrics: one job in
+    one state, the one it left or the one it went to, never in none or in both."""
+    move = setup(slot)
+    assert read(slot) == [move.before]
+    moved = after_listing(monkeypatch, slot.layout.state_dir(move.listed), move.make)
+    seen = read(slot)
+    assert moved, f"{move.listed}/ was never listed"
+    assert [n for n in entries(slot.layout, move.after) if not is_chunk_name(n)], "the job never moved"
+    # status and the metrics count a job woken for its join with split/ (status.job_counts).
+    assert len(seen) == 1 and seen[0] in (move.before, move.after), seen
+
+
+@pytest.mark.parametrize("setup", MOVES)
+def test_the_event_stream_tells_a_job_that_moves_while_the_states_are_listed_as_one_move(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch, setup: Callable[[Slot], Move]
+) -> None:
+    """Not ``removed`` and then a "new" job (it was in no listing), nor the job in its new
+    state and then ``removed`` from its old one (it was in both)."""
+    move = setup(slot)
+    hub = EventHub(slot.config, poll_seconds=60)
+    hub.poll()  # the baseline
+    start = hub.last_seq()
+    after_listing(monkeypatch, slot.layout.state_dir(move.listed), move.make)
+    hub.poll()
+    hub.poll()
+    events = [json.loads(e.data) for e in hub.wait(start, 0) or [] if e.kind == "state"]
+    job = "long" if move.before == "split" else "a"
+    assert [(e["state"], e["previous"]) for e in events if e["id"] == job] == [(move.after, move.before)], events
