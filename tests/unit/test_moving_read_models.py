@@ -117,6 +117,17 @@ def test_the_chunk_table_shows_a_chunk_that_finishes_between_the_listing_and_its
     assert [(r["state"], r["progress"]) for r in rows] == [("done", 1.0), ("done", 1.0), ("waiting", None)], rows
 
 
+def test_split_progress_counts_a_chunk_claimed_while_the_chunks_are_listed_once(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk claimed after retry/ was first listed was counted waiting and running."""
+    key, _ = split_with_one_chunk_running(slot)
+    after_listing(monkeypatch, slot.layout.retry, lambda: claim_next(slot))  # chunk 2, waiting until now
+    after = chunk_progress(slot.layout, slot.config.output_root, key, now=slot.clock.wall())
+    assert after is not None
+    assert (after["chunks"]["done"], after["chunks"]["running"], after["chunks"]["waiting"]) == (1, 2, 0), after
+
+
 class FailsChunkOnce(FrameFake):
     """Chunk 1's first render fails, as one a network hiccup stopped: it goes back to retry/."""
 
