@@ -323,7 +323,8 @@ def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]
     a running job's ``progress``, ``eta_seconds`` and ``stale``, as ``GET /jobs/{id}`` has
     them (the same status.py items); ``{}`` for other states."""
     # Imported here: status reads heartbeats and runners, which `show` of a done job never needs.
-    from spoolrender.status import retry_info, running_info, spool_clock
+    from spoolrender.running_items import running_info
+    from spoolrender.status import retry_info, spool_clock
 
     layout = SpoolLayout(config.spool)
     if where.state == "retry":

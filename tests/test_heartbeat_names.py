@@ -34,7 +34,7 @@ from spoolrender.heartbeat import (
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, new_token, running_name
 from spoolrender.records import RETRY, RunRecord, decide
 from spoolrender.recovery import ABANDONED_DIR, Recoverer
-from spoolrender.status import running_info
+from spoolrender.running_items import running_info
 from spoolrender.transitions import carry_out
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"

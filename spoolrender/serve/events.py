@@ -43,8 +43,9 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
 from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
+from spoolrender.running_items import listed_running_info
 from spoolrender.serve.readmodel import result_summary
-from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
+from spoolrender.status import read_failure, read_status, spool_clock
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +230,7 @@ class EventHub:
         return (m.group("id"), m.group("uid")) if m else (name, None)
 
     def _poll_locked(self) -> None:
-        snap = take_snapshot(self.layout, self.config.lease_seconds)
-        status = collect_status(self.config, snap)
+        snap, status = read_status(self.config)
         old = self._baseline
         known = old.entries if old is not None else {}
         entries: dict[Key, Ident] = {}
@@ -315,24 +315,32 @@ class EventHub:
 
 def current_job_events(config: SpoolConfig, job_id: str) -> list[tuple[str, dict[str, Any]]]:
     """Where a job is now, as the events a follower would have seen: its state, its progress."""
-    found = find_job(config, job_id)
-    if not found:
-        return []
     layout = SpoolLayout(config.spool)
-    current = by_relevance(found)[0]
-    payload = _state_payload(layout, current.state, current.path.name, job_id, None)
-    out: list[tuple[str, dict[str, Any]]] = [("state", {**payload, "initial": True})]
-    if current.state == "running":
-        now, fs_now = spool_clock(layout)
-        info = running_info(layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
-        out.append(("progress", {**info, "state": "running"}))
-    elif current.state == "split":
-        # A split job's chunks move on while it stays in split/: a follower that subscribed
-        # after its page's first read (or reconnected) gets no state event for a chunk that
-        # finished in between, so it is told where the chunks are now (the page then reads
-        # its chunk table again). Without it the page shows a finished chunk as running until
-        # some other chunk's progress changes, which may be never.
-        now, _ = spool_clock(layout)
-        split = split_info(layout, config.output_root, current.path.name, now=now)
-        out.append(("progress", {**split, "state": "split"}))
+    out: list[tuple[str, dict[str, Any]]] = []
+    # A running job whose run ends between the lookup and its heartbeat read is looked up
+    # again: read after its move, it would be told as a STALE job without progress.
+    for _ in range(defaults.MOVED_READ_ATTEMPTS):
+        found = find_job(config, job_id)
+        if not found:
+            return []
+        current = by_relevance(found)[0]
+        payload = _state_payload(layout, current.state, current.path.name, job_id, None)
+        out = [("state", {**payload, "initial": True})]
+        if current.state == "running":
+            now, fs_now = spool_clock(layout)
+            info = listed_running_info(layout, current.path.name, now=now, fs_now=fs_now,
+                                       lease_seconds=config.lease_seconds)  # fmt: skip
+            if info is None:
+                continue
+            out.append(("progress", {**info, "state": "running"}))
+        elif current.state == "split":
+            # A split job's chunks move on while it stays in split/: a follower that subscribed
+            # after its page's first read (or reconnected) gets no state event for a chunk that
+            # finished in between, so it is told where the chunks are now (the page then reads
+            # its chunk table again). Without it the page shows a finished chunk as running until
+            # some other chunk's progress changes, which may be never.
+            now, _ = spool_clock(layout)
+            split = split_info(layout, config.output_root, current.path.name, now=now)
+            out.append(("progress", {**split, "state": "split"}))
+        return out
     return out

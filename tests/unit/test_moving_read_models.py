@@ -23,6 +23,7 @@ import pytest
 from support.frame_fake import FrameFake
 from support.unit_spool import Slot, entries
 
+from spoolrender import heartbeat as heartbeat_module
 from spoolrender import layout as layout_module
 from spoolrender.chunks import progress as chunk_progress_module
 from spoolrender.chunks.naming import is_chunk_name
@@ -33,7 +34,7 @@ from spoolrender.errors import RenderError
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult
 from spoolrender.serve.api import list_jobs
-from spoolrender.serve.events import EventHub
+from spoolrender.serve.events import EventHub, current_job_events
 from spoolrender.status import collect_status
 from spoolrender.testing import Fail
 
@@ -269,3 +270,70 @@ def test_the_event_stream_tells_a_job_that_moves_while_the_states_are_listed_as_
     events = [json.loads(e.data) for e in hub.wait(start, 0) or [] if e.kind == "state"]
     job = "long" if move.before == "split" else "a"
     assert [(e["state"], e["previous"]) for e in events if e["id"] == job] == [(move.after, move.before)], events
+
+
+# --- a running job whose run ends between the listing and its heartbeat read --------------
+
+
+def before_first_heartbeat_read(monkeypatch: pytest.MonkeyPatch, move: Callable[[], object]) -> list[int]:
+    """Run ``move`` once, right before the first heartbeat read (by any module's
+    ``read_heartbeat``, as imported from spoolrender.heartbeat); returns the moves made."""
+    original = heartbeat_module.read_heartbeat
+    moved: list[int] = []
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        if not moved:
+            moved.append(1)
+            move()
+        return original(*args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "read_heartbeat", None) is original:
+            monkeypatch.setattr(module, "read_heartbeat", read)
+    return moved
+
+
+def status_view(slot: Slot) -> list[tuple[str, bool | None]]:
+    doc = collect_status(slot.config)
+    assert doc["counts"]["running"] == len(doc["running"]), doc
+    others = [(s, None) for s, n in doc["counts"].items() if s != "running" for _ in range(n)]
+    return [("running", r["stale"]) for r in doc["running"]] + others
+
+
+def list_view(slot: Slot) -> list[tuple[str, bool | None]]:
+    return [(j["state"], j.get("stale")) for j in list_jobs(slot.config, state=None, limit=100, offset=0)["jobs"]]
+
+
+def follow_view(slot: Slot) -> list[tuple[str, bool | None]]:
+    """What ``/events?job=a`` starts with (its state, and a running job's progress)."""
+    events = dict(current_job_events(slot.config, "a"))
+    return [(events["state"]["state"], events.get("progress", {}).get("stale"))]
+
+
+@pytest.mark.parametrize("view", [status_view, list_view, follow_view])
+def test_a_job_whose_run_ends_between_the_listing_and_its_heartbeat_read_is_not_shown_stale(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch, view: Callable[[Slot], list[tuple[str, bool | None]]]
+) -> None:
+    """Read after its move, the heartbeat is gone with the job: it showed as running,
+    STALE, without progress (red on the dashboard, ", STALE" in `list`)."""
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    running = claim_next(slot)
+    assert view(slot) == [("running", False)]
+    moved = before_first_heartbeat_read(monkeypatch, lambda: slot.executor.execute(running))
+    assert view(slot) == [("done", None)]
+    assert moved
+
+
+def test_the_event_stream_never_tells_a_job_whose_run_ends_during_a_poll_as_stale(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    running = claim_next(slot)
+    hub = EventHub(slot.config, poll_seconds=60)
+    hub.poll()
+    start = hub.last_seq()
+    before_first_heartbeat_read(monkeypatch, lambda: slot.executor.execute(running))
+    hub.poll()
+    hub.poll()
+    events = [(e.kind, json.loads(e.data)) for e in hub.wait(start, 0) or [] if e.kind != "summary"]
+    assert [(kind, data["state"], data.get("stale")) for kind, data in events] == [("state", "done", None)], events
