@@ -161,6 +161,10 @@ DIR_STAMP_MARGIN_SECONDS = 1.0
 # its read (a run ended, a chunk finished), at most this many times: each time shows the
 # entry where it went. A move takes milliseconds of fsynced writes: a few looks suffice.
 MOVED_READ_ATTEMPTS = 3
+# Progress published over time (serve, `status --watch`) is held at its highest per run
+# (progress_floor.py): the runs remembered at most, if no whole status document is read to
+# forget the finished ones (a server nobody follows the events of, asked for job pages).
+PROGRESS_FLOOR_ENTRIES = 10_000
 
 # --- capacity -----------------------------------------------------------------------
 THREADS_PER_JOB = 1  # Remotion concurrency per job; 2 brought no gain on 2 cores

@@ -12,7 +12,8 @@ turns the differences into events:
   job; ``removed`` when it left the spool, e.g. purged). Done jobs carry their result,
   failed ones the kind and reason of the failure.
 - ``progress``: a running job's progress, stage or staleness changed (the ``running``
-  object of ``status --json``).
+  object of ``status --json``), or a split job's chunks (its ``split`` object); progress
+  is held at the highest published for the run (:mod:`spoolrender.progress_floor`).
 - ``summary``: the ``status --json`` document (its retry queue cut to the first
   ``SUMMARY_RETRY`` entries; ``counts.retry`` has the total) whenever something in it
   changed, and every ``summary_seconds`` anyway so that ages stay fresh.
@@ -43,6 +44,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
 from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
+from spoolrender.progress_floor import ProgressFloor
 from spoolrender.running_items import listed_running_info
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.status import read_failure, read_status, spool_clock
@@ -126,6 +128,9 @@ class EventHub:
         # Waiting files are parsed once for their id (an explicit `id:` may differ from the
         # file name); kept across baselines, so a big backlog is read once per server.
         self._incoming_ids: dict[str, str] = {}
+        # Progress as published never falls back within a run (progress_floor.py): the
+        # server's requests (routes.py) publish through it too.
+        self.floor = ProgressFloor()
         self._thread = threading.Thread(target=self._loop, name="spoolrender-events", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -198,6 +203,14 @@ class EventHub:
                 return None
             return [e for e in self._events if e.seq > after]
 
+    def job_events(self, job_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """:func:`current_job_events`, its progress held as this hub publishes it."""
+        events = current_job_events(self.config, job_id)
+        for kind, payload in events:
+            if kind == "progress":
+                self.floor.hold_item(payload["state"], payload)
+        return events
+
     # --- polling --------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -231,6 +244,7 @@ class EventHub:
 
     def _poll_locked(self) -> None:
         snap, status = read_status(self.config)
+        self.floor.hold_status(status)
         old = self._baseline
         known = old.entries if old is not None else {}
         entries: dict[Key, Ident] = {}

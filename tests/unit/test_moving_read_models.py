@@ -15,7 +15,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,16 @@ from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import chunk_progress, chunk_table
 from spoolrender.claim import Claim
 from spoolrender.control import retry
+from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError
+from spoolrender.heartbeat import heartbeat_path, read_heartbeat
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult
 from spoolrender.serve.api import list_jobs
 from spoolrender.serve.events import EventHub, current_job_events
 from spoolrender.status import collect_status
 from spoolrender.testing import Fail
+from unit.test_serve_requests import Served
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
 
@@ -337,3 +340,55 @@ def test_the_event_stream_never_tells_a_job_whose_run_ends_during_a_poll_as_stal
     hub.poll()
     events = [(e.kind, json.loads(e.data)) for e in hub.wait(start, 0) or [] if e.kind != "summary"]
     assert [(kind, data["state"], data.get("stale")) for kind, data in events] == [("state", "done", None)], events
+
+
+# --- progress published over time never falls back within a run --------------------------
+
+
+def report_progress(claim: Claim, progress: float) -> None:
+    """The claim's runner reports ``progress``: its next heartbeat, as HeartbeatWriter writes it."""
+    hb = read_heartbeat(claim.job_dir, claim.token)
+    assert hb is not None
+    write_atomic(heartbeat_path(claim.job_dir, claim.token), replace(hb, progress=progress).to_json(), durable=False)
+
+
+def chunk_falls_back(tmp_path: Path) -> tuple[Slot, Callable[[], object]]:
+    """A split job at 30 + 0.6 x 30 of its 90 frames (chunk 1 running at 60%); the returned
+    step fails chunk 1's run back to retry/, and the job's frames rendered fall to 30."""
+    slot = Slot(tmp_path / "spool", fake=FailsChunkOnce())
+    _, running = split_with_one_chunk_running(slot)
+    report_progress(running, 0.6)
+    return slot, lambda: slot.executor.execute(running)
+
+
+def test_the_event_stream_never_publishes_a_split_jobs_progress_falling_back(tmp_path: Path) -> None:
+    slot, fall_back = chunk_falls_back(tmp_path)
+    try:
+        hub = EventHub(slot.config, poll_seconds=60)
+        hub.poll()
+        fall_back()
+        hub.poll()
+        events = [(e.kind, json.loads(e.data)) for e in hub.wait(0, 0) or []]
+        published = [data["progress"] for kind, data in events if kind == "progress" and data["state"] == "split"]
+        published += [data["split"][0]["progress"] for kind, data in events if kind == "summary"]
+        assert published and all(p == pytest.approx(0.5333, abs=1e-3) for p in published), events
+        # The fall is told, at the progress held: the chunks' counts changed.
+        assert [data["chunks"]["waiting"] for kind, data in events if kind == "progress"] == [2], events
+    finally:
+        slot.close()
+
+
+def test_serve_never_answers_a_split_jobs_progress_falling_back(tmp_path: Path) -> None:
+    """GET /status, /jobs and /jobs/{id} hold it as the events do (one server, one floor)."""
+    slot, fall_back = chunk_falls_back(tmp_path)
+    served = Served(slot)
+    try:
+        assert served.get("/status").json()["split"][0]["progress"] == pytest.approx(0.5333, abs=1e-3)
+        fall_back()
+        assert collect_status(slot.config)["split"][0]["progress"] == pytest.approx(1 / 3, abs=1e-3)  # as read
+        assert served.get("/status").json()["split"][0]["progress"] == pytest.approx(0.5333, abs=1e-3)
+        assert served.get("/jobs").json()["jobs"][0]["progress"] == pytest.approx(0.5333, abs=1e-3)
+        assert served.get("/jobs/long").json()["split"]["progress"] == pytest.approx(0.5333, abs=1e-3)
+    finally:
+        served.server.server_close()
+        slot.close()
