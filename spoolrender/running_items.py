@@ -18,28 +18,21 @@ from spoolrender.run_progress import eta_seconds
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 
 
-def running_info(
-    layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float, job_dir: Path | None = None
-) -> dict[str, Any]:
-    """One ``running`` item of the status document: heartbeat, progress, ETA, staleness.
-
-    ``job_dir``: where to read running/``name`` (lookup.read_entry's open directory); else
-    it is opened through running/'s descriptor (spoolrender.spooldir).
-    """
+def running_info(name: str, job_dir: Path, *, now: float, fs_now: float, lease_seconds: float) -> dict[str, Any]:
+    """One ``running`` item of the status document (heartbeat, progress, ETA, staleness) of
+    running/``name``, read in ``job_dir`` (lookup.read_entry's open directory)."""
     token = _token_of(name)
-    if job_dir is not None:
-        hb, hb_mtime = read_heartbeat(job_dir, token), _heartbeat_mtime(job_dir, token)
-    else:
-        hb, hb_mtime = _heartbeat_of(layout, name, token) or (None, None)
+    hb, hb_mtime = read_heartbeat(job_dir, token), _heartbeat_mtime(job_dir, token)
     return _running_item(name, hb, hb_mtime, now=now, fs_now=fs_now, lease_seconds=lease_seconds)
 
 
 def listed_running_info(
     layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float
 ) -> dict[str, Any] | None:
-    """:func:`running_info` of running/``name`` as a listing found it; None if it has moved
-    on since (its run ended, or it was given back): read after its move, its heartbeat gone
-    with it, it would show as a STALE job without progress."""
+    """:func:`running_info` of running/``name`` as a listing found it, opened through
+    running/'s descriptor (spoolrender.spooldir); None if it has moved on since (its run
+    ended, or it was given back): read after its move, its heartbeat gone with it, it would
+    show as a STALE job without progress."""
     read = _heartbeat_of(layout, name, _token_of(name))
     return None if read is None else _running_item(name, *read, now=now, fs_now=fs_now, lease_seconds=lease_seconds)
 

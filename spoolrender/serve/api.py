@@ -275,9 +275,7 @@ def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Pat
     if current.state == "running":
         layout = SpoolLayout(config.spool)
         now, fs_now = spool_clock(layout)
-        live = running_info(
-            layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds, job_dir=through
-        )
+        live = running_info(current.path.name, through, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
         for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds"):
             info[key] = live[key]
     elif current.state == "done":
