@@ -1,14 +1,13 @@
 """Every job of a spool in the state it is in, from listings taken while jobs move.
 
 Listing the state directories one after another is no snapshot: a job moves (one rename)
-while they are listed. Listed in the order incoming, running, retry, done, failed, split
-(as `status`, its metrics, the event stream and ``GET /jobs`` did), a job claimed from
-retry/ after running/ was listed and before retry/ was was in neither listing (it
-vanished: one job short in the counts, and a ``removed`` event followed by its "new"
-appearance in the event stream); a job woken from split/ into retry/, or sent back from
-failed/ by `spoolrender retry`, the same; and a run that ended after running/ was listed
-showed its job twice, running and done (and the event stream said ``removed`` for the
-running entry next). So:
+while they are listed. In the order `status`, its metrics, the event stream and
+``GET /jobs`` used before (incoming, running, retry, done, failed, split), a job claimed
+from retry/ between the running/ and the retry/ listings is in neither (it vanishes: one
+job short in the counts, and a ``removed`` event followed by its "new" appearance in the
+event stream); so is a job woken from split/ into retry/, or sent back from failed/ by
+`spoolrender retry`; and a run that ends after running/ was listed shows its job twice,
+running and done (and the event stream then says ``removed`` for the running entry). So:
 
 - the job states are listed in :data:`LISTING_ORDER`: retry/ first and last, each
   directory a job moves out of before every one it moves into (retry -> running; running
