@@ -193,6 +193,11 @@ class Move:
     make: Callable[[], object]
 
 
+def claimed_from_incoming(slot: Slot) -> Move:
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    return Move("incoming", "running", "running", lambda: claim_next(slot))
+
+
 def claimed_from_retry(slot: Slot) -> Move:
     slot.fake.script("a", Fail(transient=True), Fail(transient=True))
     slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
@@ -222,7 +227,7 @@ def sent_back_from_failed(slot: Slot) -> Move:
     return Move("failed", "retry", "retry", lambda: retry(slot.config, "a"))
 
 
-MOVES = [claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed]
+MOVES = [claimed_from_incoming, claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed]
 
 
 def status_states(slot: Slot) -> list[str]:
