@@ -29,6 +29,8 @@ from spoolrender.chunks import progress as chunk_progress_module
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import chunk_progress, chunk_table
 from spoolrender.claim import Claim
+from spoolrender.cli import commands
+from spoolrender.cli.main import main
 from spoolrender.control import retry
 from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError
@@ -396,4 +398,34 @@ def test_serve_never_answers_a_split_jobs_progress_falling_back(tmp_path: Path) 
         assert served.get("/jobs/long").json()["split"]["progress"] == pytest.approx(0.5333, abs=1e-3)
     finally:
         served.server.server_close()
+        slot.close()
+
+
+def test_status_watch_never_redraws_a_split_jobs_progress_falling_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slot, fall_back = chunk_falls_back(tmp_path)
+
+    class TwoFrames:
+        """`status --watch`'s stop event: chunk 1 fails back during the first wait, the second ends it."""
+
+        waits = 0
+
+        def wait(self, timeout: float) -> bool:
+            self.waits += 1
+            if self.waits == 1:
+                fall_back()
+            return self.waits > 1
+
+    monkeypatch.setattr(commands, "_stop_on_signals", TwoFrames)
+    try:
+        assert main(["status", "--spool", str(slot.layout.root), "--json", "--watch", "0.1"]) == 0
+        out, decoder, frames = capsys.readouterr().out, json.JSONDecoder(), []
+        while out.strip():
+            frame, end = decoder.raw_decode(out.strip())
+            frames.append(frame)
+            out = out.strip()[end:]
+        assert [f["split"][0]["chunks"]["waiting"] for f in frames] == [1, 2]  # the second frame is after the fall
+        assert [f["split"][0]["progress"] for f in frames] == [pytest.approx(0.5333, abs=1e-3)] * 2
+    finally:
         slot.close()
