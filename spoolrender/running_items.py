@@ -33,7 +33,7 @@ def listed_running_info(
     running/'s descriptor (spoolrender.spooldir); None if it has moved on since (its run
     ended, or it was given back): read after its move, its heartbeat gone with it, it would
     show as a STALE job without progress."""
-    read = _heartbeat_of(layout, name, _token_of(name))
+    read = listed_heartbeat(layout, name)
     return None if read is None else _running_item(name, *read, now=now, fs_now=fs_now, lease_seconds=lease_seconds)
 
 
@@ -66,10 +66,12 @@ def _running_item(
     }
 
 
-def _heartbeat_of(layout: SpoolLayout, name: str, token: str | None) -> tuple[Heartbeat | None, float | None] | None:
-    """The heartbeat of running/``name`` (claim ``token``'s, heartbeat.read_heartbeat) and its
-    file's mtime, read through running/'s descriptor (a listed name is never re-resolved by
-    path); (None, None) when it cannot be read; None when the entry is gone from running/."""
+def listed_heartbeat(layout: SpoolLayout, name: str) -> tuple[Heartbeat | None, float | None] | None:
+    """The heartbeat of running/``name`` as listed (its claim's: the token in its name) and
+    its file's mtime, read through running/'s descriptor (a listed name is never re-resolved
+    by path); (None, None) when it cannot be read; None when the entry is gone from running/
+    (moved on since the listing)."""
+    token = _token_of(name)
     try:
         with DirHandle.open(layout.running) as running:
             try:

@@ -18,9 +18,10 @@ from spoolrender import defaults
 from spoolrender.chunks.ledger import ChunkStates, chunk_states, progress_of, read_finished, read_plan
 from spoolrender.chunks.naming import ledger_dir
 from spoolrender.chunks.plan import ChunkPlan
-from spoolrender.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.heartbeat import Heartbeat
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, SpoolLayout, final_name
 from spoolrender.records import FAILED, PUBLISHING, REQUEUE, SPLIT, RunRecord, read_runs
+from spoolrender.running_items import listed_heartbeat
 
 
 def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
@@ -150,8 +151,8 @@ def _chunks_now(
         heartbeats: dict[int, Heartbeat | None] = {}
         relist = False
         for index, entry in list(states.running.items()):
-            hb = read_heartbeat(layout.running / entry)
-            if hb is None and not os.path.lexists(layout.running / entry):  # ended since the listing
+            read = listed_heartbeat(layout, entry)
+            if read is None:  # ended since the listing
                 finished = read_finished(layout, output_root, key, plan.parts[index])
                 if finished is None:
                     relist = True
@@ -159,10 +160,12 @@ def _chunks_now(
                 states.finished[index] = finished
                 del states.running[index]
                 continue
-            heartbeats[index] = hb
+            heartbeats[index] = read[0]
         if not relist:
             return states, heartbeats
-    return states, {index: read_heartbeat(layout.running / entry) for index, entry in states.running.items()}
+    return states, {
+        index: (listed_heartbeat(layout, entry) or (None, None))[0] for index, entry in states.running.items()
+    }
 
 
 def _runs(entry: Path) -> list[RunRecord]:
