@@ -23,6 +23,8 @@ from spoolrender.hook_config import HOOK_EVENTS, HookSpec
 from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.state_listings import LISTING_ORDER
+from spoolrender.vocabulary import JobState
 
 MARKER_NAME = re.compile(
     rf"(?P<due>\d{{13}})-(?P<run>\d{{4,}})-(?P<event>{'|'.join(HOOK_EVENTS)})-(?P<id>.+)\.(?P<uid>[0-9a-f]{{{TOKEN_HEX}}})"
@@ -115,20 +117,36 @@ def open_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Iterator[DirHand
     """The job ``job_id.uid`` open wherever it is now, in any state (it keeps moving while
     hooks wait), or None. Found and opened through the state directories' descriptors
     (spoolrender.spooldir: a listed name is never re-resolved by path); its ``through``
-    names the directory itself, wherever it is renamed to while it is open."""
+    names the directory itself, wherever it is renamed to while it is open.
+
+    Looked for in done/ first (one open, no listing: where a hook's job almost always is).
+    A job whose run ended after done/, failed/, split/ and retry/ were looked in and before
+    running/ was listed is in none of them: then it is looked for once more in
+    state_listings.LISTING_ORDER, where a job making any one move is seen. Not found, a
+    marker past ORPHAN_AFTER_S was dropped as its job's (its hooks never delivered), and a
+    delivery's state could not be saved (the hook sent again)."""
     final = final_name(job_id, uid)
-    found = (
-        _open_first(layout.done, lambda _: [final])
-        or _open_first(layout.failed, lambda _: [final])
-        or _open_first(layout.split, lambda _: [final])
-        or _open_first(layout.retry, lambda held: [n for n in held.names() if n.endswith(f"-{final}")])
-        or _open_first(layout.running, lambda held: [n for n in held.names() if n.startswith(f"{final}.")])
+    found = next(
+        (held for state in (*_QUICK_ORDER, *LISTING_ORDER) if (held := _open_in(layout, state, final)) is not None),
+        None,
     )
     if found is None:
         yield None
         return
     with found:
         yield found
+
+
+_QUICK_ORDER = (JobState.DONE, JobState.FAILED, JobState.SPLIT, JobState.RETRY, JobState.RUNNING)
+
+
+def _open_in(layout: SpoolLayout, state: JobState, final: str) -> DirHandle | None:
+    """Job ``final`` (``<id>.<uid>``) opened in ``state``'s directory, if it is there."""
+    if state == JobState.RETRY:
+        return _open_first(layout.retry, lambda held: [n for n in held.names() if n.endswith(f"-{final}")])
+    if state == JobState.RUNNING:
+        return _open_first(layout.running, lambda held: [n for n in held.names() if n.startswith(f"{final}.")])
+    return _open_first(layout.state_dir(state), lambda _: [final])
 
 
 def _open_first(state_dir: Path, names: Callable[[DirHandle], list[str]]) -> DirHandle | None:

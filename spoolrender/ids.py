@@ -25,21 +25,15 @@ from pathlib import Path
 
 from spoolrender.errors import JobInvalid
 from spoolrender.failpoints import crash_point
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, TOKEN_HEX, SpoolLayout, list_names, new_token
+from spoolrender.layout import FINAL_NAME, TOKEN_HEX, SpoolLayout, list_names, new_token
+from spoolrender.state_listings import JOB_NAMES, LISTING_ORDER
 
 log = logging.getLogger(__name__)
 
 
-# The order one lookup lists the states in. A job moves while we list: retry/ -> running/
-# (a claim), running/ -> retry/, done/ or failed/ (a run ends), failed/ -> retry/ (`spoolrender
-# retry`). Listed in this order, with retry/ both first and last, a job that makes any one of
-# these moves during a lookup is still seen in one listing or another; it can hide only
-# by moving twice within one lookup, which is why two lookups must also agree.
-# A split job waits in split/ (running/ -> split/ -> retry/): listed between the two.
-_LOOKUP_ORDER = ("retry", "running", "split", "done", "failed", "retry")
-_PATTERNS = {
-    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
-}  # fmt: skip
+# One lookup lists the states in state_listings.LISTING_ORDER: a job that makes any one move
+# during a lookup is still seen in one listing or another; it can hide only by moving twice
+# within one lookup, which is why two lookups must also agree.
 _MAX_LOOKUPS = 20
 _ASIDE_DIR = ".aside"
 # An aside link whose id was reserved again meanwhile is a leftover of a killed process
@@ -49,11 +43,11 @@ _ASIDE_STALE_S = 3600.0
 
 
 def _look_once(layout: SpoolLayout, uid: str) -> str | None:
-    for state in _LOOKUP_ORDER:
+    for state in LISTING_ORDER:
         listed = list_names(layout.state_dir(state))
         crash_point("id-holder-lookup")  # tests freeze here to move the holder mid-lookup
         for name in listed:
-            m = _PATTERNS[state].fullmatch(name)
+            m = JOB_NAMES[state].fullmatch(name)
             if m and m.group("uid") == uid:
                 return f"{state}/{name}"
     return None

@@ -323,7 +323,8 @@ def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]
     a running job's ``progress``, ``eta_seconds`` and ``stale``, as ``GET /jobs/{id}`` has
     them (the same status.py items); ``{}`` for other states."""
     # Imported here: status reads heartbeats and runners, which `show` of a done job never needs.
-    from spoolrender.status import retry_info, running_info, spool_clock
+    from spoolrender.running_items import running_info
+    from spoolrender.status import retry_info, spool_clock
 
     layout = SpoolLayout(config.spool)
     if where.state == "retry":
@@ -331,8 +332,7 @@ def timing(config: SpoolConfig, where: Located, through: Path) -> dict[str, Any]
         return {} if item is None else {"due": item["due"], "due_in_seconds": item["due_in_seconds"]}
     if where.state == "running":
         now, fs_now = spool_clock(layout)
-        item = running_info(layout, where.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds,
-                            job_dir=through)  # fmt: skip
+        item = running_info(where.path.name, through, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
         return {key: item[key] for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds")}
     return {}
 

@@ -18,28 +18,25 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.beacons import blocked_dirs, listed_beacons, runner_is_dead
-from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.chunks.progress import describe_chunks, joining_info, joining_key, split_info
 from spoolrender.clock import spool_time
 from spoolrender.config import SpoolConfig
 from spoolrender.display import printable, shorten
-from spoolrender.heartbeat import Heartbeat, heartbeat_stat, read_heartbeat
 from spoolrender.host_blocks import block_states
 from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
-    RUNNING_NAME,
     SpoolLayout,
-    list_names,
     priority_from_key,
 )
 from spoolrender.listed_routes import listed_groups
 from spoolrender.queues import incoming_view, queue_report
 from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
-from spoolrender.run_progress import eta_seconds
+from spoolrender.running_items import listed_running_info
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.state_listings import list_job_states
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -80,21 +77,20 @@ def spool_clock(layout: SpoolLayout) -> tuple[float, float]:
 def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
     layout.check()
     now, fs_now = spool_clock(layout)
-    # Dot-names are never jobs: uploads in progress, .gitkeep, temporary files.
-    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
-    names = {
-        state: [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
-        for state in defaults.STATE_DIRS
-    }
     # Queue directories count by the jobs in them (schema 2; schema 1 counted the directory);
     # only honoured ones, stat'ed through the listing's descriptors (spoolrender.spooldir).
+    # Listed first: a claim moves a job from here into running/ (state_listings.py).
     oldest = None
+    names: dict[str, list[str]] = {}
     with incoming_view(layout.incoming) as view:
         names["incoming"] = [n for n in view.names if is_candidate_name(n.rpartition("/")[2])]
         for n in names["incoming"]:
             st = view.stat(n)
             if st is not None and (oldest is None or st.st_mtime < oldest):
                 oldest = st.st_mtime
+    # Each job once, however it moves meanwhile; chunk entries and dot-names are never jobs.
+    names.update(list_job_states(layout))
+    names = {state: names[state] for state in defaults.STATE_DIRS}
     counts = {state: len(entries) for state, entries in names.items()}
     runners = []
     for listed in listed_beacons(layout):  # read through runners/'s descriptor
@@ -123,58 +119,6 @@ def take_snapshot(layout: SpoolLayout, lease_seconds: float) -> SpoolSnapshot:
         fs_now=fs_now,
         now=now,
     )
-
-
-def running_info(
-    layout: SpoolLayout, name: str, *, now: float, fs_now: float, lease_seconds: float, job_dir: Path | None = None
-) -> dict[str, Any]:
-    """One ``running`` item of the status document: heartbeat, progress, ETA, staleness.
-
-    ``job_dir``: where to read running/``name`` (lookup.read_entry's open directory); else
-    it is opened through running/'s descriptor (spoolrender.spooldir).
-    """
-    m = RUNNING_NAME.fullmatch(name)
-    token = m.group("token") if m else None
-    if job_dir is not None:
-        hb, hb_mtime = read_heartbeat(job_dir, token), _heartbeat_mtime(job_dir, token)
-    else:
-        hb, hb_mtime = _heartbeat_of(layout, name, token)
-    age = None if hb_mtime is None else max(0.0, fs_now - hb_mtime)
-    started = hb.started if hb is not None else None
-    progress = hb.progress if hb is not None else None
-    eta = None
-    if started and hb is not None:
-        eta = eta_seconds((hb.updated or now) - started, progress)
-    return {
-        "id": m.group("id") if m else name,
-        "entry": name,
-        "host": hb.host if hb else None,
-        "pid": hb.pid if hb else None,
-        "run": hb.run if hb else None,
-        "progress": progress,
-        "stage": hb.stage if hb else None,
-        "eta_seconds": None if eta is None else round(eta, 1),
-        "heartbeat_age_seconds": None if age is None else round(age, 1),
-        "stale": age is None or age > lease_seconds,
-    }
-
-
-def _heartbeat_of(layout: SpoolLayout, name: str, token: str | None) -> tuple[Heartbeat | None, float | None]:
-    """The heartbeat of running/``name`` (claim ``token``'s, heartbeat.read_heartbeat) and its
-    file's mtime, read through running/'s descriptor (a listed name is never re-resolved by
-    path); (None, None) when it is gone."""
-    try:
-        with DirHandle.open(layout.running) as running, running.sub(name) as entry:
-            return read_heartbeat(entry.through, token), _heartbeat_mtime(entry.through, token)
-    except (OSError, SpoolPathRefused):
-        return None, None
-
-
-def _heartbeat_mtime(job_dir: Path, token: str | None) -> float | None:
-    """The mtime of the file :func:`read_heartbeat` reads (the claim's own, or an older
-    version's ``heartbeat``); None without one."""
-    st = heartbeat_stat(job_dir, token)
-    return None if st is None else st.st_mtime
 
 
 def _failure_of(failed: DirHandle, name: str) -> tuple[str | None, str | None]:
@@ -207,16 +151,35 @@ def job_counts(layout: SpoolLayout, snap: SpoolSnapshot) -> tuple[dict[str, int]
     return counts, joining
 
 
-def collect_status(config: SpoolConfig, snapshot: SpoolSnapshot | None = None) -> dict[str, Any]:
-    """The ``status --json`` document, from ``snapshot`` (taken now if not given)."""
-    layout = SpoolLayout(config.spool)
-    snap = take_snapshot(layout, config.lease_seconds) if snapshot is None else snapshot
-    names, now, fs_now = snap.names, snap.now, snap.fs_now
+def collect_status(config: SpoolConfig) -> dict[str, Any]:
+    """The ``status --json`` document, of a snapshot taken now."""
+    return read_status(config)[1]
 
-    running = [
-        running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
-        for name in sorted(names["running"])
-    ]
+
+def read_status(config: SpoolConfig) -> tuple[SpoolSnapshot, dict[str, Any]]:
+    """A snapshot of the spool and its ``status --json`` document.
+
+    A running job whose run ends between the listing and the read of its heartbeat would
+    show as STALE, without progress: the snapshot is then taken again, at most
+    ``defaults.MOVED_READ_ATTEMPTS`` times (a job still moving on at the last is left out
+    of ``running``, counted where it was listed: the next look shows where it went).
+    """
+    layout = SpoolLayout(config.spool)
+    for _ in range(defaults.MOVED_READ_ATTEMPTS):
+        snap = take_snapshot(layout, config.lease_seconds)
+        read = [
+            listed_running_info(layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds)
+            for name in sorted(snap.names["running"])
+        ]
+        if None not in read:
+            break
+    return snap, _status_document(config, layout, snap, [item for item in read if item is not None])
+
+
+def _status_document(
+    config: SpoolConfig, layout: SpoolLayout, snap: SpoolSnapshot, running: list[dict[str, Any]]
+) -> dict[str, Any]:
+    names, now, fs_now = snap.names, snap.now, snap.fs_now
 
     # Due times are on the spool filesystem's clock (spoolrender.clock): so is "due in".
     counts, joining_keys = job_counts(layout, snap)

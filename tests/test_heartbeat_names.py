@@ -34,7 +34,7 @@ from spoolrender.heartbeat import (
 from spoolrender.layout import RUNNING_NAME, SpoolLayout, new_token, running_name
 from spoolrender.records import RETRY, RunRecord, decide
 from spoolrender.recovery import ABANDONED_DIR, Recoverer
-from spoolrender.status import running_info
+from spoolrender.running_items import listed_running_info, running_info
 from spoolrender.transitions import carry_out
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
@@ -65,13 +65,12 @@ def test_a_claim_beats_under_its_own_name_and_status_reads_it(spool: SpoolLayout
     try:
         through = Path(f"/proc/self/fd/{fd}")
         assert read_heartbeat(through) is None  # no token in that name: only an old `heartbeat`
-        item = running_info(spool, job_dir.name, now=0.0, fs_now=os.stat(job_dir).st_mtime, lease_seconds=60,
-                            job_dir=through)  # fmt: skip
+        item = running_info(job_dir.name, through, now=0.0, fs_now=os.stat(job_dir).st_mtime, lease_seconds=60)
     finally:
         os.close(fd)
     assert item["progress"] == 0.25 and item["host"] == hb.host and item["heartbeat_age_seconds"] is not None
-    item = running_info(spool, job_dir.name, now=0.0, fs_now=os.stat(job_dir).st_mtime, lease_seconds=60)
-    assert item["progress"] == 0.25 and item["stale"] is False
+    listed = listed_running_info(spool, job_dir.name, now=0.0, fs_now=os.stat(job_dir).st_mtime, lease_seconds=60)
+    assert listed is not None and listed["progress"] == 0.25 and listed["stale"] is False
     writer.remove(token)
 
 

@@ -119,8 +119,9 @@ def chunk_states(layout: SpoolLayout, output_root: Path, key: str, parent_uid: s
     # Listings are no snapshot: a chunk moves while we list. Listed in this order, a chunk
     # that makes one move during it (retry/ -> running/ by a claim, running/ -> retry/ after
     # a failure, running/ -> finished/ when done) is still seen in one listing or another
-    # (the destination is listed again after the source was first listed; see ids.py).
-    _list_waiting(layout, by_uid, states)
+    # (the destination is listed again after the source was first listed; see
+    # state_listings.py), and one seen in two is where the later listing found it.
+    first = _list_waiting(layout, by_uid)
     for name in list_names(layout.running):
         m = RUNNING_NAME.fullmatch(name)
         if m is not None and m.group("uid") in by_uid:
@@ -131,15 +132,22 @@ def chunk_states(layout: SpoolLayout, output_root: Path, key: str, parent_uid: s
             if found is not None:
                 states.finished[int(name)] = found
                 states.running.pop(int(name), None)
-    _list_waiting(layout, by_uid, states)
+    again = _list_waiting(layout, by_uid)
+    for index in again:
+        states.running.pop(index, None)  # back in retry/ after running/ was listed
+    # Claimed after the first listing: running. Finished: for good (a second copy of a
+    # finished chunk, re-created after a crash, drops itself when it runs).
+    states.waiting = {i for i in first | again if i not in states.running and i not in states.finished}
     return states
 
 
-def _list_waiting(layout: SpoolLayout, by_uid: dict[str, int], states: ChunkStates) -> None:
-    for name in list_names(layout.retry):
-        m = RETRY_NAME.fullmatch(name)
-        if m is not None and m.group("uid") in by_uid:
-            states.waiting.add(by_uid[m.group("uid")])
+def _list_waiting(layout: SpoolLayout, by_uid: dict[str, int]) -> set[int]:
+    """The chunks (indexes) with an entry in retry/ now."""
+    return {
+        by_uid[m.group("uid")]
+        for name in list_names(layout.retry)
+        if (m := RETRY_NAME.fullmatch(name)) is not None and m.group("uid") in by_uid
+    }
 
 
 def chunk_info(job_dir: Path) -> dict[str, Any] | None:

@@ -14,11 +14,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from spoolrender.chunks.ledger import chunk_states, progress_of, read_plan
+from spoolrender import defaults
+from spoolrender.chunks.ledger import ChunkStates, chunk_states, progress_of, read_finished, read_plan
 from spoolrender.chunks.naming import ledger_dir
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.chunks.plan import ChunkPlan
+from spoolrender.heartbeat import Heartbeat
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, SpoolLayout, final_name
 from spoolrender.records import FAILED, PUBLISHING, REQUEUE, SPLIT, RunRecord, read_runs
+from spoolrender.running_items import listed_heartbeat
 
 
 def split_info(layout: SpoolLayout, output_root: Path, name: str, *, now: float) -> dict[str, Any]:
@@ -66,12 +69,8 @@ def chunk_progress(layout: SpoolLayout, output_root: Path, key: str, *, now: flo
     plan = read_plan(layout, key)
     if plan is None:
         return None
-    uid = key.rpartition(".")[2]
-    states = chunk_states(layout, output_root, key, uid, plan)
-    running: dict[int, float] = {}
-    for index, entry in states.running.items():
-        hb = read_heartbeat(layout.running / entry)
-        running[index] = (hb.progress or 0.0) if hb is not None else 0.0
+    states, heartbeats = _chunks_now(layout, output_root, key, plan)
+    running = {index: (hb.progress or 0.0) if hb is not None else 0.0 for index, hb in heartbeats.items()}
     fraction = progress_of(states, running)
     elapsed = max(0.0, now - plan.created)
     eta = elapsed * (1 - fraction) / fraction if 0 < fraction < 1 else None
@@ -106,7 +105,7 @@ def chunk_table(layout: SpoolLayout, output_root: Path, key: str, *, now: float)
     plan = read_plan(layout, key)
     if plan is None:
         return None
-    states = chunk_states(layout, output_root, key, key.rpartition(".")[2], plan)
+    states, heartbeats = _chunks_now(layout, output_root, key, plan)
     rows = []
     for part in plan.parts:
         row: dict[str, Any] = {"chunk": part.index, "first": part.first, "last": part.last, "frames": part.frames,
@@ -123,7 +122,7 @@ def chunk_table(layout: SpoolLayout, output_root: Path, key: str, *, now: float)
                 row["host"] = last.host
                 row["seconds"] = None if last.started is None else round(last.ended - last.started, 1)
         elif part.index in states.running:
-            hb = read_heartbeat(layout.running / states.running[part.index])
+            hb = heartbeats[part.index]
             row["state"] = ChunkState.RUNNING.value
             if hb is not None:
                 row["host"], row["progress"] = hb.host, hb.progress
@@ -132,6 +131,41 @@ def chunk_table(layout: SpoolLayout, output_root: Path, key: str, *, now: float)
             row["state"] = ChunkState.WAITING.value
         rows.append(row)
     return rows
+
+
+def _chunks_now(
+    layout: SpoolLayout, output_root: Path, key: str, plan: ChunkPlan
+) -> tuple[ChunkStates, dict[int, Heartbeat | None]]:
+    """Where split job ``key``'s chunks are, and the heartbeat of each running one.
+
+    A chunk listed in running/ can end before its heartbeat is read (finished/, or back to
+    retry/ after a failure): read then, it has none, and counted as running at 0% the job's
+    progress fell back by its share (0.4 -> 0.25) until the next look. So a chunk found gone
+    from running/ at its read is looked for in finished/ (where a chunk goes when it ends);
+    one not there either moved back to retry/ (or was dropped), and the chunks are listed
+    again, at most ``defaults.MOVED_READ_ATTEMPTS`` times (the last listing stands).
+    """
+    uid = key.rpartition(".")[2]
+    for _ in range(defaults.MOVED_READ_ATTEMPTS):
+        states = chunk_states(layout, output_root, key, uid, plan)
+        heartbeats: dict[int, Heartbeat | None] = {}
+        relist = False
+        for index, entry in list(states.running.items()):
+            read = listed_heartbeat(layout, entry)
+            if read is None:  # ended since the listing
+                finished = read_finished(layout, output_root, key, plan.parts[index])
+                if finished is None:
+                    relist = True
+                    break
+                states.finished[index] = finished
+                del states.running[index]
+                continue
+            heartbeats[index] = read[0]
+        if not relist:
+            return states, heartbeats
+    return states, {
+        index: (listed_heartbeat(layout, entry) or (None, None))[0] for index, entry in states.running.items()
+    }
 
 
 def _runs(entry: Path) -> list[RunRecord]:

@@ -394,6 +394,7 @@ def _compositions(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from spoolrender.progress_floor import ProgressFloor
     from spoolrender.render_cache import describe_usage
     from spoolrender.status import format_status
 
@@ -405,8 +406,10 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     stop = _stop_on_signals() if args.watch is not None else None
+    floor = ProgressFloor()  # redraws never show a run's progress falling back (progress_floor.py)
     while True:
         document = spool.status().document
+        floor.hold_status(document)
         text = json.dumps(document, indent=2, sort_keys=True) if args.json else format_status(document, colour=colour)
         if not args.json:
             config = spool.config

@@ -45,6 +45,7 @@ from spoolrender.lookup import (
 )
 from spoolrender.metrics import spool_metrics_text
 from spoolrender.queues import incoming_view
+from spoolrender.running_items import listed_running_info, running_info
 from spoolrender.serve.browse import Filters, JobIndex, state_listings
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
@@ -64,7 +65,6 @@ from spoolrender.status import (
     pause_reason,
     read_failure,
     retry_info,
-    running_info,
     spool_clock,
 )
 from spoolrender.submission import submit
@@ -121,45 +121,17 @@ def list_jobs(
     posters = find_ffmpeg(config) is not None
     layout = SpoolLayout(config.spool)
     layout.check()
-    now, fs_now = spool_clock(layout)
-    listing = state_listings(layout)
-    states = (state,) if state else defaults.STATE_DIRS
-    jobs: list[dict[str, Any]] = []
-    total = 0
-    skip = offset
-    for s in states:
-        names = index.select(s, listing[s], filters, newest_first=newest_first)
-        total += len(names)
-        if skip >= len(names):
-            skip -= len(names)
-            continue
-        for name in names[skip : skip + max(0, limit - len(jobs))]:
-            # Read through descriptors (lookup.entry_holder): never re-resolved by this path.
-            where = Located("", s, layout.state_dir(s) / name, name)  # spooldir: message only
-            item: dict[str, Any]
-            if s == "running":
-                item = running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
-                item["started_at"] = index.time(s, name)
-            elif s == "retry":
-                item = retry_info(name, fs_now) or {"id": name, "entry": name}
-                item["kind"] = index.kind(s, name)
-            elif s == "split":
-                item = split_info(layout, config.output_root, name, now=now)
-            elif s == "failed":
-                item = _failed_item(where)
-            elif s == "done":
-                item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
-                summary = _in_job_dir(where, result_summary)
-                item.update(summary or {})
-                item.update(output_urls(item["id"], item.get("output"), posters=posters))
-            else:
-                item = {"id": incoming_id(config, where), "entry": name, "queued_at": entry_mtime(where)}
-            routed = index.route(s, name)
-            if s == "incoming":  # a scheduled job waits here until its not_before (fs clock)
-                item["scheduled_for"] = routed.not_before if (routed.not_before or 0) > fs_now else None
-            item["queue"], item["requires"] = routed.queue, None if routed.requires is None else list(routed.requires)
-            jobs.append({"state": s, **item})
-        skip = 0
+    # A running job whose run ends between the listing and its read would be listed STALE,
+    # without progress: the page is then listed again (status.read_status does the same).
+    for _ in range(defaults.MOVED_READ_ATTEMPTS):
+        now, fs_now = spool_clock(layout)
+        listing = state_listings(layout)
+        chosen, total = _page_names(index, listing, (state,) if state else defaults.STATE_DIRS, filters,
+                                    limit=limit, offset=offset, newest_first=newest_first)  # fmt: skip
+        items = [_job_item(config, index, layout, s, name, now, fs_now, posters) for s, name in chosen]
+        if None not in items:
+            break
+    jobs = [item for item in items if item is not None]
     return {
         "schema": SCHEMA_VERSION,
         "spool": str(config.spool),
@@ -177,6 +149,59 @@ def list_jobs(
         "limit": limit,
         "jobs": jobs,
     }
+
+
+def _page_names(
+    index: JobIndex, listing: dict[str, list[str]], states: tuple[str, ...], filters: Filters, *,
+    limit: int, offset: int, newest_first: bool,
+) -> tuple[list[tuple[str, str]], int]:  # fmt: skip
+    """The (state, name) of each entry on the page, and how many entries ``filters`` let through."""
+    chosen: list[tuple[str, str]] = []
+    total = 0
+    skip = offset
+    for s in states:
+        names = index.select(s, listing[s], filters, newest_first=newest_first)
+        total += len(names)
+        if skip >= len(names):
+            skip -= len(names)
+            continue
+        chosen += [(s, name) for name in names[skip : skip + max(0, limit - len(chosen))]]
+        skip = 0
+    return chosen, total
+
+
+def _job_item(
+    config: SpoolConfig, index: JobIndex, layout: SpoolLayout, s: str, name: str, now: float, fs_now: float,
+    posters: bool,
+) -> dict[str, Any] | None:  # fmt: skip
+    """One item of ``GET /jobs``; None for a running entry that moved on since it was listed."""
+    # Read through descriptors (lookup.entry_holder): never re-resolved by this path.
+    where = Located("", s, layout.state_dir(s) / name, name)  # spooldir: message only
+    item: dict[str, Any] | None
+    if s == "running":
+        item = listed_running_info(layout, name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
+        if item is None:
+            return None
+        item["started_at"] = index.time(s, name)
+    elif s == "retry":
+        item = retry_info(name, fs_now) or {"id": name, "entry": name}
+        item["kind"] = index.kind(s, name)
+    elif s == "split":
+        item = split_info(layout, config.output_root, name, now=now)
+    elif s == "failed":
+        item = _failed_item(where)
+    elif s == "done":
+        item = {"id": final_id(name), "entry": name, "finished_at": index.time(s, name)}
+        summary = _in_job_dir(where, result_summary)
+        item.update(summary or {})
+        item.update(output_urls(item["id"], item.get("output"), posters=posters))
+    else:
+        item = {"id": incoming_id(config, where), "entry": name, "queued_at": entry_mtime(where)}
+    routed = index.route(s, name)
+    if s == "incoming":  # a scheduled job waits here until its not_before (fs clock)
+        item["scheduled_for"] = routed.not_before if (routed.not_before or 0) > fs_now else None
+    item["queue"], item["requires"] = routed.queue, None if routed.requires is None else list(routed.requires)
+    return {"state": s, **item}
 
 
 def _in_job_dir(where: Located, read: Callable[[Path], T]) -> T | None:
@@ -250,9 +275,7 @@ def _detail(config: SpoolConfig, job_id: str, found: list[Located], through: Pat
     if current.state == "running":
         layout = SpoolLayout(config.spool)
         now, fs_now = spool_clock(layout)
-        live = running_info(
-            layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds, job_dir=through
-        )
+        live = running_info(current.path.name, through, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
         for key in ("progress", "stage", "eta_seconds", "stale", "heartbeat_age_seconds"):
             info[key] = live[key]
     elif current.state == "done":

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from spoolrender import defaults
-from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.heartbeat import entry_token, read_heartbeat
@@ -45,6 +44,7 @@ from spoolrender.queues import QUEUE_FILENAME, list_incoming, name_problem, queu
 from spoolrender.records import read_runs
 from spoolrender.serve.readmodel import ApiError, is_private
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.state_listings import list_job_states
 
 MAX_QUERY_LENGTH = 200
 # The file whose mtime says when an entry got into its state (written just before the move).
@@ -92,14 +92,12 @@ class Filters:
 def state_listings(layout: SpoolLayout) -> dict[str, list[str]]:
     """Every state's entries as listed (as `status`, minus its per-file reads): what a page
     of ``GET /jobs`` and a bulk action's filter start from."""
-    # Chunk entries (spoolrender.chunks) are parts of a job in split/, never jobs.
-    listing = {
-        s: [n for n in list_names(layout.state_dir(s)) if not n.startswith(".") and not is_chunk_name(n)]
-        for s in defaults.STATE_DIRS
-    }
     # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
-    listing["incoming"] = [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]
-    return listing
+    # Listed first: a claim moves a job from here into running/ (state_listings.py).
+    listing = {"incoming": [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]}
+    # Each job once, however it moves meanwhile; chunk entries and dot-names are never jobs.
+    listing.update(list_job_states(layout))
+    return {s: listing[s] for s in defaults.STATE_DIRS}
 
 
 def name_id(state: str, name: str) -> str:

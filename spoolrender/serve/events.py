@@ -12,7 +12,8 @@ turns the differences into events:
   job; ``removed`` when it left the spool, e.g. purged). Done jobs carry their result,
   failed ones the kind and reason of the failure.
 - ``progress``: a running job's progress, stage or staleness changed (the ``running``
-  object of ``status --json``).
+  object of ``status --json``), or a split job's chunks (its ``split`` object); progress
+  is held at the highest published for the run (:mod:`spoolrender.progress_floor`).
 - ``summary``: the ``status --json`` document (its retry queue cut to the first
   ``SUMMARY_RETRY`` entries; ``counts.retry`` has the total) whenever something in it
   changed, and every ``summary_seconds`` anyway so that ages stay fresh.
@@ -43,8 +44,10 @@ from spoolrender.config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
 from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
+from spoolrender.progress_floor import ProgressFloor
+from spoolrender.running_items import listed_running_info
 from spoolrender.serve.readmodel import result_summary
-from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
+from spoolrender.status import read_failure, read_status, spool_clock
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,9 @@ class EventHub:
         # Waiting files are parsed once for their id (an explicit `id:` may differ from the
         # file name); kept across baselines, so a big backlog is read once per server.
         self._incoming_ids: dict[str, str] = {}
+        # Progress as published never falls back within a run (progress_floor.py): the
+        # server's requests (routes.py) publish through it too.
+        self.floor = ProgressFloor()
         self._thread = threading.Thread(target=self._loop, name="spoolrender-events", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -197,6 +203,14 @@ class EventHub:
                 return None
             return [e for e in self._events if e.seq > after]
 
+    def job_events(self, job_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """:func:`current_job_events`, its progress held as this hub publishes it."""
+        events = current_job_events(self.config, job_id)
+        for kind, payload in events:
+            if kind == "progress":
+                self.floor.hold_item(payload["state"], payload)
+        return events
+
     # --- polling --------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -205,14 +219,18 @@ class EventHub:
                 self._cond.wait_for(lambda: self._subscribers > 0 or self._stop.is_set())
             if self._stop.is_set():
                 return
-            with self._poll_lock:
-                try:
-                    self._poll_locked()
-                except (SpoolrenderError, OSError) as exc:
-                    log.warning("cannot read the spool: %s", exc)
-                except Exception:  # the streams depend on this thread: log, keep going
-                    log.exception("error while reading the spool for the event stream")
+            try:
+                self.poll()
+            except (SpoolrenderError, OSError) as exc:
+                log.warning("cannot read the spool: %s", exc)
+            except Exception:  # the streams depend on this thread: log, keep going
+                log.exception("error while reading the spool for the event stream")
             self._stop.wait(self.poll_seconds)
+
+    def poll(self) -> None:
+        """Take a snapshot now and queue the events of what changed since the last one."""
+        with self._poll_lock:
+            self._poll_locked()
 
     def _identify(self, state: str, name: str) -> Ident:
         if state == "incoming":
@@ -225,8 +243,8 @@ class EventHub:
         return (m.group("id"), m.group("uid")) if m else (name, None)
 
     def _poll_locked(self) -> None:
-        snap = take_snapshot(self.layout, self.config.lease_seconds)
-        status = collect_status(self.config, snap)
+        snap, status = read_status(self.config)
+        self.floor.hold_status(status)
         old = self._baseline
         known = old.entries if old is not None else {}
         entries: dict[Key, Ident] = {}
@@ -311,24 +329,32 @@ class EventHub:
 
 def current_job_events(config: SpoolConfig, job_id: str) -> list[tuple[str, dict[str, Any]]]:
     """Where a job is now, as the events a follower would have seen: its state, its progress."""
-    found = find_job(config, job_id)
-    if not found:
-        return []
     layout = SpoolLayout(config.spool)
-    current = by_relevance(found)[0]
-    payload = _state_payload(layout, current.state, current.path.name, job_id, None)
-    out: list[tuple[str, dict[str, Any]]] = [("state", {**payload, "initial": True})]
-    if current.state == "running":
-        now, fs_now = spool_clock(layout)
-        info = running_info(layout, current.path.name, now=now, fs_now=fs_now, lease_seconds=config.lease_seconds)
-        out.append(("progress", {**info, "state": "running"}))
-    elif current.state == "split":
-        # A split job's chunks move on while it stays in split/: a follower that subscribed
-        # after its page's first read (or reconnected) gets no state event for a chunk that
-        # finished in between, so it is told where the chunks are now (the page then reads
-        # its chunk table again). Without it the page shows a finished chunk as running until
-        # some other chunk's progress changes, which may be never.
-        now, _ = spool_clock(layout)
-        split = split_info(layout, config.output_root, current.path.name, now=now)
-        out.append(("progress", {**split, "state": "split"}))
+    out: list[tuple[str, dict[str, Any]]] = []
+    # A running job whose run ends between the lookup and its heartbeat read is looked up
+    # again: read after its move, it would be told as a STALE job without progress.
+    for _ in range(defaults.MOVED_READ_ATTEMPTS):
+        found = find_job(config, job_id)
+        if not found:
+            return []
+        current = by_relevance(found)[0]
+        payload = _state_payload(layout, current.state, current.path.name, job_id, None)
+        out = [("state", {**payload, "initial": True})]
+        if current.state == "running":
+            now, fs_now = spool_clock(layout)
+            info = listed_running_info(layout, current.path.name, now=now, fs_now=fs_now,
+                                       lease_seconds=config.lease_seconds)  # fmt: skip
+            if info is None:
+                continue
+            out.append(("progress", {**info, "state": "running"}))
+        elif current.state == "split":
+            # A split job's chunks move on while it stays in split/: a follower that subscribed
+            # after its page's first read (or reconnected) gets no state event for a chunk that
+            # finished in between, so it is told where the chunks are now (the page then reads
+            # its chunk table again). Without it the page shows a finished chunk as running until
+            # some other chunk's progress changes, which may be never.
+            now, _ = spool_clock(layout)
+            split = split_info(layout, config.output_root, current.path.name, now=now)
+            out.append(("progress", {**split, "state": "split"}))
+        return out
     return out

@@ -33,7 +33,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.status import collect_status, take_snapshot
+from spoolrender.status import collect_status
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,7 @@ class HistoryRecorder:
         return {state: set(os.listdir(self.layout.state_dir(state))) for state in ("done", "failed")}
 
     def _write_sample(self, start: int, interval: int, finished: dict[str, Any]) -> None:
-        snap = take_snapshot(self.layout, self.config.lease_seconds)
-        status = collect_status(self.config, snap)
+        status = collect_status(self.config)
         sample = {
             "start": start,
             "interval": interval,

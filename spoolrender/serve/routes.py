@@ -38,7 +38,7 @@ from spoolrender.serve.api import (
 from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.browse import Filters
 from spoolrender.serve.bulk import bulk_request, delete_job
-from spoolrender.serve.events import current_job_events, encode_unsequenced
+from spoolrender.serve.events import encode_unsequenced
 from spoolrender.serve.http import (
     CSP,
     GONE_CHECK_SECONDS,
@@ -68,7 +68,9 @@ class SpoolHandler(RequestHandler):
         self._send(200, self.site.static[name], content_type, headers)
 
     def get_status(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, status_document(self.site.config))
+        status = status_document(self.site.config)
+        self.site.hub.floor.hold_status(status)  # progress as the events publish it
+        self._send_json(200, status)
 
     def get_jobs(self, params: dict[str, str], args: list[str]) -> None:
         state = params.get("state") or None
@@ -89,10 +91,14 @@ class SpoolHandler(RequestHandler):
         page = list_jobs(
             self.site.config, state=state, limit=limit, offset=offset, filters=filters, index=self.site.index
         )
+        for item in page["jobs"]:
+            self.site.hub.floor.hold_item(item["state"], item)  # progress as the events publish it
         self._send_json(200, page)
 
     def get_job(self, params: dict[str, str], args: list[str]) -> None:
-        self._send_json(200, job_detail(self.site.config, args[0], see_private=self._has_token()))
+        info = job_detail(self.site.config, args[0], see_private=self._has_token())
+        self.site.hub.floor.hold_detail(info)  # progress as the events publish it
+        self._send_json(200, info)
 
     def get_log(self, params: dict[str, str], args: list[str]) -> None:
         if "bytes" in params and "lines" in params:
@@ -182,7 +188,7 @@ class SpoolHandler(RequestHandler):
             self.site.streams.release()
 
     def _stream(self, job: str | None) -> None:
-        hub, config = self.site.hub, self.site.config
+        hub = self.site.hub
         self.close_connection = True
         with hub.subscription():
             self._responded = True
@@ -198,7 +204,7 @@ class SpoolHandler(RequestHandler):
                 # Where the stream starts (or starts again after falling behind): now.
                 if job is not None:
                     after = hub.last_seq()  # before reading, so no later change is missed
-                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in current_job_events(config, job)))
+                    self.wfile.write(b"".join(encode_unsequenced(k, p) for k, p in hub.job_events(job)))
                     return after
                 summary = hub.latest_summary()
                 self.wfile.write(summary.encode(hub.boot))

@@ -29,6 +29,8 @@ from spoolrender.hook_plan import (
     taken_dir,
 )
 from spoolrender.hooks import ORPHAN_AFTER_S, HookDispatcher
+from spoolrender.spooldir import DirHandle
+from spoolrender.testing import Fail, Succeed
 
 UID = "0123456789ab"
 
@@ -184,3 +186,39 @@ def test_a_marker_whose_job_is_gone_waits_a_little_then_is_dropped(slot: Slot) -
     os.rename(pending_dir(slot.layout) / refiled, pending_dir(slot.layout) / name)  # due now again
     hooks.deliver_due()
     assert os.listdir(pending_dir(slot.layout)) == [] and os.listdir(taken_dir(slot.layout)) == []
+
+
+def test_an_old_marker_whose_job_ends_its_run_while_it_is_looked_for_is_delivered_not_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """open_job_dir looks in done/, failed/, split/, retry/, then lists running/: a job whose
+    run ended in between was in none, and a marker older than ORPHAN_AFTER_S (its endpoint
+    down for an hour) was dropped as a purged job's, its hooks never delivered."""
+    slot = Slot(tmp_path / "spool", {"hooks": {"notify": {"on": ["retry"], "url": refused_url(), "attempts": 3}}})
+    slot.fake.script("intro", Fail(transient=True), Succeed())
+    slot.drop("intro.yaml", {"composition": "Intro"})
+    assert slot.run_next().state == "retry"
+    [name] = os.listdir(pending_dir(slot.layout))
+    old = time.time() - ORPHAN_AFTER_S - 60
+    os.utime(pending_dir(slot.layout) / name, (old, old))
+    slot.advance(1)
+    slot.scanner.note_event("", "")
+    running = slot.claim(slot.scan().candidates[0])
+    assert running is not None
+    original = DirHandle.names
+    moved: list[int] = []
+
+    def names(self: DirHandle) -> list[str]:
+        listed = original(self)
+        if self.path == slot.layout.retry and not moved:
+            moved.append(1)
+            assert slot.executor.execute(running).state == "done"  # its run ends: running/ -> done/
+        return listed
+
+    monkeypatch.setattr(DirHandle, "names", names)
+    dispatcher(slot).deliver_due()
+    assert moved
+    assert [m.event for m in wait_refiled(slot)] == ["retry"]  # tried, and due again after its backoff
+    [done] = entries(slot.layout, "done")
+    state = json.loads((slot.layout.done / done / state_filename(1, "retry")).read_bytes())["hooks"]["notify"]
+    assert state["attempts"] == 1 and state["gave_up_at"] is None
