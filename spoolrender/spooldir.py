@@ -33,7 +33,6 @@ No other module builds a spool path from a name it got from a listing
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import stat
@@ -89,7 +88,11 @@ def check_name(name: str, where: Path) -> str:
 
 def _libc_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols (libc is always among them), not find_library("c"): that
+        # runs `ldconfig -p` in a subprocess at every import, so every CLI start and runner
+        # waited on a pipe for it (and a Ctrl-C then landed in an import, outside the CLI's
+        # handler: test_cli's Ctrl-C test got -2, not 130, at load 60).
+        libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2  # glibc >= 2.28
     except (OSError, AttributeError):
         return None

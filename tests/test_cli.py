@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import stat
 import subprocess
@@ -232,12 +233,21 @@ def test_ctrl_c_in_a_waiting_submit_exits_130_without_a_traceback(spool: SpoolLa
     assert entries(spool, "incoming") == []
 
 
+# read(2)'s number in /proc/PID/syscall, by machine.
+_READ_SYSCALL = {"x86_64": 0, "aarch64": 63}
+
+
 def _reads_stdin(pid: int) -> bool:
-    """True once the process is blocked reading (its Python start-up is over)."""
+    """True once the process is blocked in read(0, ...) on its stdin pipe (its Python
+    start-up is over). Not any pipe: a pipe read during start-up (ctypes' find_library ran
+    `ldconfig -p` at import) let the test interrupt an import, outside the CLI's handler."""
     try:
-        return "pipe" in Path(f"/proc/{pid}/wchan").read_text()  # pipe_read, anon_pipe_read...
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
     except OSError:
         return False
+    blocked_in_read = len(call) > 1 and call[0] == str(_READ_SYSCALL[platform.machine()])
+    return "pipe" in wchan and blocked_in_read and int(call[1], 16) == 0  # fd 0
 
 
 def test_every_command_of_the_parser_has_exactly_one_handler() -> None:
