@@ -45,6 +45,7 @@ from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout
 from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.status import collect_status, read_failure, running_info, spool_clock, take_snapshot
+from spoolrender.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class EventHub:
         # Waiting files are parsed once for their id (an explicit `id:` may differ from the
         # file name); kept across baselines, so a big backlog is read once per server.
         self._incoming_ids: dict[str, str] = {}
+        self._trouble = TroubleLog(log, "event stream: reading the spool", level=logging.WARNING)
         self._thread = threading.Thread(target=self._loop, name="spoolrender-events", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -209,9 +211,13 @@ class EventHub:
                 try:
                     self._poll_locked()
                 except (SpoolrenderError, OSError) as exc:
-                    log.warning("cannot read the spool: %s", exc)
+                    # Said once, reminded, and once when over: a warning per poll (every
+                    # poll_seconds) flooded the log while the spool was unreachable.
+                    self._trouble.failed(exc)
                 except Exception:  # the streams depend on this thread: log, keep going
                     log.exception("error while reading the spool for the event stream")
+                else:
+                    self._trouble.succeeded()
             self._stop.wait(self.poll_seconds)
 
     def _identify(self, state: str, name: str) -> Ident:
