@@ -150,6 +150,10 @@ class CloserTracker:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def running(self) -> bool | None:
+        """Whether the thread runs; None where it was not started (no fanotify)."""
+        return None if self._thread is None else self._thread.is_alive()
+
     def followed(self) -> int:
         """How many processes are followed now (each holds one descriptor)."""
         with self._lock:

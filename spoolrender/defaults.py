@@ -97,12 +97,16 @@ BLOCKED_RETRY_MIN_S = 1.0
 BLOCKED_RETRY_MAX_S = 300.0
 BLOCKED_CLAIM_RETRY = RetryPolicy(BLOCKED_RETRY_MIN_S, BLOCKED_RETRY_MAX_S)
 # A write to the spool that fails for the filesystem's own reason (full, over quota,
-# read-only, I/O error, stale handle: spoolrender.spool_io) is tried again after this delay,
+# read-only, I/O error, stale handle, cut off: spoolrender.spool_io) is tried again after this delay,
 # doubling per failure up to the maximum; claiming pauses meanwhile, and the log says so
 # once, then reminds at most once per delay. A freed disk is noticed within the maximum.
 SPOOL_IO_RETRY_MIN_S = 1.0
 SPOOL_IO_RETRY_MAX_S = 30.0
 SPOOL_IO_RETRY = RetryPolicy(SPOOL_IO_RETRY_MIN_S, SPOOL_IO_RETRY_MAX_S)
+# A background task (hook dispatch, the purge lease's renewal, serve's event stream and
+# history) whose spool reads or writes keep failing logs it once, then a reminder at most
+# this often, then once when it works again (spoolrender.trouble_log): not a line per try.
+TROUBLE_REMINDER_S = SPOOL_IO_RETRY_MAX_S
 # A render that fails while its spool or output filesystem has less room than this (for
 # an unprivileged writer) failed for the disk's sake: requeued without using an attempt.
 FULL_DISK_BYTES = 1024 * 1024

@@ -283,6 +283,10 @@ class HeartbeatWriter:
         if self._thread is not None:
             self._thread.join()
 
+    def running(self) -> bool:
+        """Whether the thread runs (started and not ended)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def add(self, job: ActiveJob) -> None:
         """Beat ``job`` from now on, the first time at once. That first beat, at the claim,
         does not look for a cancel request: the run's first step does (executor), and the

@@ -51,6 +51,8 @@ from spoolrender.hook_plan import (
 from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import SpoolLayout, list_names
 from spoolrender.owncopy import prepare_private_file
+from spoolrender.spool_io import is_spool_io
+from spoolrender.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class HookDispatcher:
         self._stop = threading.Event()
         self._force = threading.Event()
         self._wake = threading.Event()
+        self._trouble = TroubleLog(log, "hooks: looking for due deliveries in the spool")
         self._thread = threading.Thread(target=self._loop, name="hooks", daemon=True)
 
     def start(self) -> None:
@@ -108,6 +111,10 @@ class HookDispatcher:
     def wake(self) -> None:
         """A job changed state: look for due deliveries now."""
         self._wake.set()
+
+    def running(self) -> bool:
+        """Whether the dispatching thread runs (started and not ended)."""
+        return self._thread.is_alive()
 
     def stop(self, *, force: bool = False) -> None:
         """Stop after one last pass over what is due now (``force``: after the delivery in hand)."""
@@ -125,8 +132,12 @@ class HookDispatcher:
             try:
                 next_due, waiting = self.deliver_due()
             except OSError as exc:
-                log.error("hooks: spool trouble (%s); trying again shortly", exc)
+                # Tried again each pass, but said once, reminded, and once when it is over:
+                # an ERROR per pass flooded the log of a host cut off from its spool.
+                self._trouble.failed(exc)
                 next_due = time.time() + self._config.rescan_seconds
+            else:
+                self._trouble.succeeded()
             if self._stop.is_set() and (self._force.is_set() or not (waiting or self._busy())):
                 return
             wait = self._config.rescan_seconds if next_due is None else next_due - time.time()
@@ -198,6 +209,21 @@ class HookDispatcher:
 
     def _process(self, marker: Marker) -> float | None:
         """Deliver the due hooks of one taken marker; the next due time, or None when finished."""
+        try:
+            take = self._read_take(marker)
+        except OSError:
+            # The spool failed before any delivery started: the marker goes back now if it
+            # can, rather than wait out a dead dispatcher's take (_return_abandoned).
+            with contextlib.suppress(OSError):
+                os.rename(taken_dir(self._layout) / marker.name, pending_dir(self._layout) / marker.name)
+            raise
+        if not isinstance(take, _Take):
+            return take
+        return self._start_deliveries(take)
+
+    def _read_take(self, marker: Marker) -> _Take | float | None:
+        """The taken marker's delivery state; else the marker filed again (its next due
+        time) or dropped (None)."""
         taken = taken_dir(self._layout) / marker.name
         state_name = state_filename(marker.run, marker.event)
         with open_job_dir(self._layout, marker.job_id, marker.uid) as job_dir:
@@ -206,6 +232,10 @@ class HookDispatcher:
             except FileNotFoundError:
                 state = None
             except (OSError, ValueError) as exc:
+                if is_spool_io(exc):
+                    # The spool's condition (unreachable, I/O errors), not the state's: the
+                    # marker is kept and tried again; dropped, its hooks were never sent.
+                    raise
                 where = job_dir.path / state_name if job_dir is not None else state_name
                 log.error("hooks: unreadable delivery state %s (%s); dropping it", where, exc)
                 taken.unlink(missing_ok=True)
@@ -225,7 +255,12 @@ class HookDispatcher:
             return self._refile(marker, time.time() + NOT_FOUND_RETRY_S)
         body = json.dumps({**state["record"], "event": marker.event}, sort_keys=True, default=str).encode()
         meta = {"event": marker.event, "job_id": marker.job_id, "job_uid": marker.uid, "delivery": state["delivery"]}
-        take = _Take(marker, state, body, meta)
+        return _Take(marker, state, body, meta)
+
+    def _start_deliveries(self, take: _Take) -> float | None:
+        """Start each due delivery of ``take`` that has a free slot; the next due time, or
+        None when the deliveries file the marker (or it is finished)."""
+        state = take.state
         with take.lock:
             for name, hook_state in state["hooks"].items():
                 if hook_state.get("delivered_at") or hook_state.get("gave_up_at"):

@@ -12,6 +12,7 @@ so several runners' textfiles on one node_exporter do not collide.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, write_to_textfile
@@ -23,7 +24,11 @@ from spoolrender.host_blocks import BlockState, block_states
 from spoolrender.layout import SpoolLayout
 from spoolrender.queues import ALL_QUEUES, queue_report
 from spoolrender.retention_lease import read_lease
+from spoolrender.spool_io import is_spool_io
 from spoolrender.status import SpoolSnapshot, job_counts, take_snapshot
+from spoolrender.trouble_log import TroubleLog
+
+log = logging.getLogger(__name__)
 
 # Renders take seconds to hours.
 DURATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
@@ -166,7 +171,8 @@ class RunnerMetrics:
         )  # fmt: skip
         self.spool_io_failing = Gauge(
             "spoolrender_spool_io_failing",
-            "1 while this runner's writes to the spool fail (full, over quota, read-only, I/O error, stale): "
+            "1 while this runner's writes to the spool fail (full, over quota, read-only, I/O error, stale, "
+            "cut off): "
             "claiming paused",
             ["runner"], registry=self.registry,
         )  # fmt: skip
@@ -190,6 +196,7 @@ class RunnerMetrics:
         self.spool_io_failing.labels(**labels).set(0)
         self.spool_io_errors.labels(**labels)
         self.render_cache = RenderCacheMetrics(self.registry, labels)
+        self._spool_read = TroubleLog(log, "metrics: reading the spool's figures", level=logging.WARNING)
 
     def job_claimed(self) -> None:
         self._claimed.inc()
@@ -219,7 +226,18 @@ class RunnerMetrics:
         self._busy.set(busy)
 
     def write_textfile(self, path: Path, config: SpoolConfig) -> None:
-        self.spool.update(*_spool_state(config))
+        try:
+            self.spool.update(*_spool_state(config))
+        except (OSError, SpoolrenderError) as exc:
+            # The spool unreadable now: its gauges keep their last values, and this runner's
+            # own are written all the same: spoolrender_spool_io_failing among them tells of
+            # the trouble (an OSError raised here left it unwritten for as long as the spool
+            # failed, so the metrics never showed a spool cut off). The runner's spool I/O
+            # condition logs a spool I/O error; anything else is logged here, once.
+            if not is_spool_io(exc):
+                self._spool_read.failed(exc)
+        else:
+            self._spool_read.succeeded()
         try:
             write_to_textfile(str(path), self.registry)
         except OSError as exc:

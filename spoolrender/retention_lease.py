@@ -36,6 +36,7 @@ from spoolrender.config import SpoolConfig
 from spoolrender.durable import write_atomic
 from spoolrender.heartbeat import HOSTNAME
 from spoolrender.layout import SpoolLayout, list_names
+from spoolrender.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class PurgeLease:
         self._last = last
         self._stop = threading.Event()
         self.lost = False
+        self._trouble = TroubleLog(log, "retention: renewing the purge lease")
         self._thread = threading.Thread(target=self._renew, args=(heartbeat_s,), name="retention-lease", daemon=True)
         self._thread.start()
 
@@ -141,25 +143,39 @@ class PurgeLease:
         return json.dumps({"state": state, "holder": self._holder, "host": HOSTNAME, "pid": os.getpid(),
                            "last": self._last}).encode()  # fmt: skip
 
+    def _taken_over(self) -> bool:
+        """Whether another runner took the next generation. A look that fails finds none: a
+        spool that does not answer for now (ENOTCONN, EIO) raised it out of the renewing
+        thread, which ended, so the lease went stale while its holder still purged; and out
+        of release(), so a purge that had ended kept the lease held for a whole lease."""
+        try:
+            return self._next.exists()
+        except OSError:
+            return False
+
     def _renew(self, interval: float) -> None:
         while not self._stop.wait(interval):
-            if self._next.exists():
+            if self._taken_over():
                 # Another runner judged this lease stale (we were stalled) and took the next
                 # generation: it is the purger now.
                 self.lost = True
                 log.warning("retention: lease taken over by another runner while purging")
                 return
-            # Rewritten, not touched: utime would stamp this host's clock, a write the
-            # server's (the clock every observer compares with).
-            with contextlib.suppress(OSError):
+            try:
+                # Rewritten, not touched: utime would stamp this host's clock, a write the
+                # server's (the clock every observer compares with).
                 write_atomic(self._path, self._body(HELD), durable=False)
+            except OSError as exc:
+                self._trouble.failed(exc)  # tried again at the next interval
+            else:
+                self._trouble.succeeded()
 
     def release(self, last: dict[str, Any]) -> None:
         """Stop renewing; mark the lease free with this purge's report (kept for status)."""
         self._stop.set()
         self._thread.join()
         self._last = last
-        if not self.lost and not self._next.exists():
+        if not self.lost and not self._taken_over():
             try:
                 write_atomic(self._path, self._body(FREE))
             except OSError as exc:

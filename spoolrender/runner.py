@@ -67,6 +67,7 @@ from spoolrender.retention import RetentionWorker
 from spoolrender.run_progress import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
 from spoolrender.slot_threads import SlotThread
 from spoolrender.spool_io import SpoolIOCondition, is_spool_io
+from spoolrender.thread_check import ThreadCheck
 from spoolrender.transitions import log_transition
 from spoolrender.trusted_dirs import shared_root_warning
 from spoolrender.vocabulary import CancelReason
@@ -221,6 +222,8 @@ class Runner:
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
         self.watch_mode = choose_watch_mode(config.watch, config.spool)
+        self._watcher: SpoolWatcher | None = None  # while run() runs
+        self._thread_check = ThreadCheck()
         self._metrics_textfile = metrics_textfile
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.
@@ -296,7 +299,7 @@ class Runner:
                 "no runtime limit" if self.max_runtime is None else f"at most {self.max_runtime:g} s of claiming",
             )
         self._started_mono = self.clock.monotonic()
-        watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
+        self._watcher = watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_event)
         # `resume` (from any host) wakes us at once instead of at the next rescan.
         watcher.watch_pause_marker(self.layout.private, self._wake)
@@ -318,6 +321,7 @@ class Runner:
                 # what still fails stays on disk for the next runner.
                 self._hooks.stop(force=self._force.is_set())
             watcher.stop()
+            self._watcher = None
             self._closers.stop()
             self._held.close()
             self._heartbeat.stop()
@@ -629,10 +633,23 @@ class Runner:
         with self._lock:
             return [{"message": message, "job": job} for message, job in reversed(self._warnings.items())]
 
+    def threads_alive(self) -> dict[str, bool]:
+        """This runner's background threads (those started) and whether each runs."""
+        alive: dict[str, bool | None] = {
+            "heartbeat": self._heartbeat.running(),
+            "hooks": None if self._hooks is None else self._hooks.running(),
+            "watch": None if self._watcher is None else self._watcher.running(),
+            "closers": self._closers.running(),
+            **{slot.name: slot.running() for slot in self._slots},
+        }
+        return {name: running for name, running in alive.items() if running is not None}
+
     def _write_beacon(self, *, retried: bool = True) -> None:
         # Runners announce themselves for `status`; losing one in a crash is harmless. It
         # is also this runner's probe of a failing spool: written, the trouble is over.
         self._beacon_told = self._spool_io.since()
+        # A thread that ended is said at once; after trouble, every one (thread_check.py).
+        self._thread_check.look(self.threads_alive(), trouble=self._spool_io.active)
         try:
             write_beacon(
                 self.layout,

@@ -44,6 +44,10 @@ class SlotThread(Generic[Job]):
             self._thread.start()
         self._jobs.put((job, done))
 
+    def running(self) -> bool | None:
+        """Whether the thread runs; None before the slot's first job (it starts then)."""
+        return None if self._thread is None else self._thread.is_alive()
+
     def stop(self) -> None:
         """End the thread once its job (if any) is done, and wait for it."""
         if self._thread is None:

@@ -1,4 +1,4 @@
-"""Spool I/O trouble: a filesystem that is full, over quota, read-only, failing or stale.
+"""Spool I/O trouble: a filesystem that is full, over quota, read-only, failing, stale or cut off.
 
 Such errors are the filesystem's, never the job's: they pass (space is freed, a quota
 raised, a mount comes back), and until then every write to the spool fails alike. So a
@@ -42,7 +42,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # The errors that are the filesystem's condition, not a property of one file or job.
-SPOOL_IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE})
+# ENOTCONN: a FUSE mount whose client is cut off (GlusterFS past network.ping-timeout) or
+# whose server went away answers every call with it until it is back; it was not here,
+# and a runner cut off for 20 s logged an ERROR every pass (rescan_seconds) with no
+# backoff, and warned for every heartbeat of every job (docs/reliability.md).
+SPOOL_IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE, errno.ENOTCONN})
 
 # What each condition means for a spool, for one-sentence messages.
 _CONDITION = {
@@ -51,6 +55,7 @@ _CONDITION = {
     errno.EROFS: "is read-only",
     errno.EIO: "reports I/O errors",
     errno.ESTALE: "has gone stale (a network filesystem's handle)",
+    errno.ENOTCONN: "cannot be reached (a network or FUSE mount cut off from its server)",
 }
 
 

@@ -197,6 +197,11 @@ class SpoolWatcher:
         self._observer.stop()
         self._observer.join(timeout=5)
 
+    def running(self) -> bool:
+        """Whether the observer and each watch's emitter run (watchdog 6's polling emitter
+        ended at the first failed listing: pyproject.toml asks for 7)."""
+        return bool(self._observer.is_alive() and all(e.is_alive() for e in self._observer.emitters))
+
 
 class _PauseMarkerWake(FileSystemEventHandler):
     def __init__(self, wake: threading.Event) -> None:

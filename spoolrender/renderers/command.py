@@ -59,6 +59,7 @@ from spoolrender.renderers.base import (
     terminate_group,
 )
 from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
+from spoolrender.renderers.run_log import RunLogLines
 from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
@@ -373,16 +374,11 @@ def verify_nonempty(path: Path) -> None:
 
 
 def _pump(stream: IO[bytes], log_fh: IO[bytes], tail: deque[str], progress: ProgressFn) -> None:
-    logging_ok = True
+    log_lines = RunLogLines(log_fh)
     for raw in stream:
-        if logging_ok:
-            try:
-                log_fh.write(raw)
-                log_fh.flush()
-            except OSError:
-                # The spool is full (or failing): the log loses its tail, but the command
-                # must still be read, or it blocks on a full pipe and never ends.
-                logging_ok = False
+        # The spool full or failing loses lines of the log, never the reading: the command
+        # would block on a full pipe and never end (run_log.py).
+        log_lines.write(raw)
         line = raw.decode("utf-8", "replace").rstrip("\n")
         m = PROGRESS_LINE.fullmatch(line.strip())
         if m:

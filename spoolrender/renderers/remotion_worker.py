@@ -30,6 +30,7 @@ from spoolrender.errors import RenderError
 from spoolrender.renderers.base import terminate_group
 from spoolrender.renderers.memory import memory_line
 from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
+from spoolrender.renderers.run_log import RunLogLines
 from spoolrender.renderers.worker_tmp import PROFILE_PREFIX, WorkerTmp
 from spoolrender.vocabulary import FailureKind
 
@@ -66,7 +67,7 @@ class RemotionWorker:
         self._config = config
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._log_lock = threading.Lock()
-        self._log: IO[bytes] | None = None
+        self._log: RunLogLines | None = None  # the job's log, while a job runs
         self._tail: list[str] = []
         self.ffprobe: str | None = None  # the project's own ffprobe (from the ready event)
         # Remotion's "Version mismatch" for the project's packages (ready event), or None.
@@ -112,7 +113,7 @@ class RemotionWorker:
 
     def set_log(self, fh: IO[bytes] | None) -> None:
         with self._log_lock:
-            self._log = fh
+            self._log = None if fh is None else RunLogLines(fh)
 
     def _write_log(self, line: bytes) -> None:
         text = line.decode("utf-8", "replace").rstrip()
@@ -121,8 +122,8 @@ class RemotionWorker:
         with self._log_lock:
             self._tail = [*self._tail[-19:], text]
             if self._log is not None:
+                # A line that cannot be written is lost, never this reader (run_log.py).
                 self._log.write(line)
-                self._log.flush()
 
     def _read_stdout(self, stream: IO[bytes]) -> None:
         for raw in stream:

@@ -48,6 +48,7 @@ from spoolrender.progress_floor import ProgressFloor
 from spoolrender.running_items import listed_running_info
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.status import read_failure, read_status, spool_clock
+from spoolrender.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class EventHub:
         # Progress as published never falls back within a run (progress_floor.py): the
         # server's requests (routes.py) publish through it too.
         self.floor = ProgressFloor()
+        self._trouble = TroubleLog(log, "event stream: reading the spool", level=logging.WARNING)
         self._thread = threading.Thread(target=self._loop, name="spoolrender-events", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -222,9 +224,13 @@ class EventHub:
             try:
                 self.poll()
             except (SpoolrenderError, OSError) as exc:
-                log.warning("cannot read the spool: %s", exc)
+                # Said once, reminded, and once when over: a warning per poll (every
+                # poll_seconds) flooded the log while the spool was unreachable.
+                self._trouble.failed(exc)
             except Exception:  # the streams depend on this thread: log, keep going
                 log.exception("error while reading the spool for the event stream")
+            else:
+                self._trouble.succeeded()
             self._stop.wait(self.poll_seconds)
 
     def poll(self) -> None:

@@ -34,6 +34,7 @@ from spoolrender.layout import SpoolLayout, new_token
 from spoolrender.serve.readmodel import result_summary
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.status import collect_status
+from spoolrender.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class HistoryRecorder:
         self._thread = threading.Thread(target=self._loop, name="spoolrender-history", daemon=True)
         self._cache: dict[str, dict[str, Any]] = {}  # sample files never change: read each once
         self._cache_lock = threading.Lock()
-        self._warned = False
+        self._trouble = TroubleLog(log, f"history: keeping the spool's history in {self.directory}",
+                                   level=logging.WARNING)  # fmt: skip
 
     def start(self) -> None:
         self._thread.start()
@@ -98,11 +100,13 @@ class HistoryRecorder:
                     next_start += interval
                 for start in [b for b in pending if b < next_start]:
                     del pending[start]
-            except Exception:  # the server goes on without history; say why once
-                if not self._warned:
-                    log.warning("cannot keep the spool's history in %s", self.directory, exc_info=True)
-                    self._warned = True
+            except Exception as exc:  # the server goes on without history, and says why
+                # Once, reminded, and once when over (trouble_log.py): said only the first
+                # time ever, a later outage, or one that never ended, went unsaid.
+                self._trouble.failed(exc)
                 seen = None  # start watching afresh: what happened meanwhile is unknown
+            else:
+                self._trouble.succeeded()
             self._stop.wait(min(interval / 4, 2.0))
 
     def _render_seconds(self, name: str) -> float | None:

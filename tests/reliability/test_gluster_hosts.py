@@ -432,7 +432,10 @@ def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: Gluste
     runners must notice (they say so), claim nothing while cut off, and their job comes back
     elsewhere: decided `runner-died` by another host once, rendered again and published once
     there, while three more jobs are done by the others. The link restored, the late owner
-    lets its run go (no record, no output of its own) and the hosts agree in `status`."""
+    lets its run go (no record, no output of its own) and the hosts agree in `status`.
+    Each of its two runners logs the trouble once (an ERROR, then reminders at most once
+    per backoff delay, never a line per pass) and, once the spool answers again, that every
+    one of its threads runs (thread_check.py): none ended during the cut."""
     spool = Spool(lab, tmp_path)
     quick = {f"j{i:03d}" for i in range(3)}
     during = {f"d{i:03d}" for i in range(3)}
@@ -453,6 +456,8 @@ def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: Gluste
         restored = time.time()
         # Its render sees the open gate once its client is back, and its run is not its own.
         wait_until(lambda: "took it over" in spool.log(owner.name), WAIT, "the late owner lets go")
+        threads_run = "every thread of this runner runs: "
+        wait_until(lambda: spool.log(owner.name).count(threads_run) >= 2, WAIT, "both runners' threads said to run")
         spool.drop("after", "quick")
         wait_until(lambda: spool.done() == len(quick | during) + 2, WAIT, "a job after the cut done")
         spool.quiet()
@@ -472,10 +477,24 @@ def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: Gluste
     claimed = [(job_id, r["started"]) for job_id, rec in records.items() for r in rec["runs"]  # type: ignore[attr-defined]
                if r["host"] == owner.name and cut <= r["started"] <= restored]  # fmt: skip
     assert not claimed, claimed
-    assert "Traceback" not in spool.log(owner.name), spool.log(owner.name)[-3000:]
+    owner_log = spool.log(owner.name)
+    assert "Traceback" not in owner_log, owner_log[-3000:]
+    assert "thread has ended" not in owner_log and "have ended" not in owner_log, owner_log[-3000:]
+    said = [line for line in owner_log.splitlines() if threads_run in line]
+    running = [set(line.rpartition(threads_run)[2].split(", ")) for line in said]
+    # Every runner's heartbeat and watch; a slot's thread once it had a job (the owner's).
+    assert all({"heartbeat", "watch"} <= names for names in running) and any("slot-0" in n for n in running), running
+    # Said once per runner, reminded at most once per delay (1, 2, 4... s): before ENOTCONN
+    # was spool I/O trouble, an ERROR at every pass (51 lines for an 18 s cut).
+    errors = [line for line in owner_log.splitlines() if " ERROR " in line]
+    reminders = [line for line in owner_log.splitlines() if "spool I/O: still" in line]
+    assert len(errors) <= 2 * 2, "\n".join(errors)
+    # Per runner: after 1, 3, 7, 15 s, then every 30 s (the delay doubles up to 30 s).
+    assert len(reminders) <= 2 * (5 + (restored - cut) / 30), "\n".join(reminders)
     assert LEASE - 1.0 <= recovered <= LEASE + 60, recovered
     print(f"\nglusterfs client host {owner.name} cut for {restored - cut:.1f} s: its job recovered after"
-          f" {recovered:.1f} s, {len(during)} jobs done by the others meanwhile")  # fmt: skip
+          f" {recovered:.1f} s, {len(during)} jobs done by the others meanwhile; its log: {len(errors)} ERROR,"
+          f" {len(reminders)} reminder(s)")  # fmt: skip
 
 
 def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
