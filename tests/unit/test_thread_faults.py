@@ -42,7 +42,7 @@ from spoolrender.renderers.remotion_worker import RemotionWorker
 from spoolrender.retention_lease import FREE, HELD, read_lease, take_lease
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.history import HistoryRecorder
-from spoolrender.status import take_snapshot
+from spoolrender.status import read_status
 from spoolrender.trouble_log import TroubleLog
 from spoolrender.watch import SpoolWatcher
 
@@ -313,7 +313,7 @@ def test_the_event_stream_says_a_spool_it_cannot_read_once(
     """It warned at every poll (poll_seconds) while the spool failed."""
     slot = Slot(tmp_path / "spool")
     cut = Cut()
-    real = take_snapshot
+    real = read_status
     calls = [0]
 
     def snapshot(*args: Any) -> Any:
@@ -321,7 +321,7 @@ def test_the_event_stream_says_a_spool_it_cannot_read_once(
         cut.check(slot.layout.root)
         return real(*args)
 
-    monkeypatch.setattr(events_module, "take_snapshot", snapshot)
+    monkeypatch.setattr(events_module, "read_status", snapshot)
     hub = EventHub(slot.config, poll_seconds=0.01)
     hub.start()
     try:
