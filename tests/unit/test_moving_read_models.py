@@ -31,7 +31,7 @@ from spoolrender.chunks.progress import chunk_progress, chunk_table
 from spoolrender.claim import Claim
 from spoolrender.cli import commands
 from spoolrender.cli.main import main
-from spoolrender.control import retry
+from spoolrender.control import cancel, retry
 from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError
 from spoolrender.heartbeat import heartbeat_path, read_heartbeat
@@ -40,7 +40,7 @@ from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, R
 from spoolrender.serve.api import list_jobs
 from spoolrender.serve.events import EventHub, current_job_events
 from spoolrender.status import collect_status
-from spoolrender.testing import Fail
+from spoolrender.testing import Fail, Succeed
 from unit.test_serve_requests import Served
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
@@ -229,7 +229,26 @@ def sent_back_from_failed(slot: Slot) -> Move:
     return Move("failed", "retry", "retry", lambda: retry(slot.config, "a"))
 
 
-MOVES = [claimed_from_incoming, claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed]
+def cancelled_while_waiting(slot: Slot) -> Move:
+    """Two moves in a few milliseconds: `spoolrender cancel` claims a waiting job and fails it."""
+    move = claimed_from_retry(slot)
+    return replace(move, after="failed", make=lambda: cancel(slot.config, "a", "a test"))
+
+
+def claimed_and_run_to_its_end(slot: Slot) -> Move:
+    """Two moves: claimed from retry/ and run to done/ (a quick job) while done/ is listed."""
+    slot.fake.script("a", Fail(transient=True), Succeed())
+    slot.drop("a.yaml", {"composition": "Main", "output": "a.mp4"})
+    assert run_next(slot)[0] == "retry"
+
+    def claim_and_run() -> None:
+        assert slot.executor.execute(claim_next(slot)).state == "done"
+
+    return Move("retry", "done", "running", claim_and_run)
+
+
+MOVES = [claimed_from_incoming, claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed,
+         cancelled_while_waiting, claimed_and_run_to_its_end]  # fmt: skip
 
 
 def status_states(slot: Slot) -> list[str]:
