@@ -14,7 +14,11 @@ running and done (and the event stream then says ``removed`` for the running ent
   -> retry, split, done, failed; split -> retry; failed -> retry), so a job that makes one
   move while they are listed is in one listing or the other, never in none;
 - a job found in two listings (by its id and uid, fixed at its first claim) is counted
-  once, in the later: that is where its move took it (when a move can take it there).
+  once, in the later: that is where its moves took it (when moves can take it there: one,
+  or several in a row, as `spoolrender cancel` of a waiting job claims and fails it in a
+  few milliseconds, and a quick job is claimed and run to its end while done/ is listed).
+  Only a job found in done/ and then again is listed twice: nothing moves out of done/,
+  so that is a copy (made by hand), not a move.
 
 incoming/ is the callers' (its queue directories and files need their own reads), and is
 listed before these: a claim moves a job from there into running/. A job seen in both
@@ -44,9 +48,22 @@ MOVES = frozenset({
 })  # fmt: skip
 
 
+def _reachable(moves: frozenset[tuple[JobState, JobState]]) -> frozenset[tuple[JobState, JobState]]:
+    """Every (from, to) that one or more of ``moves`` in a row lead along."""
+    pairs = set(moves)
+    while grown := {(a, d) for a, b in pairs for c, d in pairs if b == c} - pairs:
+        pairs |= grown
+    return frozenset(pairs)
+
+
+# A job seen in one listing and then in a later one made these moves in between: two or
+# more are no rarer than one while a long listing (done/ at a million entries) is taken.
+EXPLAINED = _reachable(MOVES)
+
+
 def list_job_states(layout: SpoolLayout) -> dict[str, list[str]]:
     """The job entries of every state directory but incoming/, each job once (the module's
-    docstring), unsorted. Two entries of one id and uid that no move explains (done/ and
+    docstring), unsorted. Two entries of one id and uid that no moves explain (done/ and
     failed/: copied there by hand) are both kept, as listed. Dot-names (temporary files,
     uploads) and chunk entries (parts of a job in split/: spoolrender.chunks) are never jobs;
     a name of no job's form is kept where it was listed."""
@@ -62,7 +79,7 @@ def list_job_states(layout: SpoolLayout) -> dict[str, list[str]]:
                 continue
             job = m.group("id"), m.group("uid")
             before = where.pop(job, None)  # re-inserted: the dict's order stays the listings'
-            if before is not None and (before[0], state) not in MOVES:
+            if before is not None and (before[0], state) not in EXPLAINED:
                 listing[before[0]][before[1]] = None
             where[job] = (state, name)
     for found_in, name in where.values():
