@@ -28,8 +28,10 @@ seen half-way as one move.
 
 from __future__ import annotations
 
+import re
+
 from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, TOKEN_HEX, SpoolLayout, list_names
 from spoolrender.vocabulary import JobState
 
 # retry/ both first and last: see the module's docstring (ids.py looks a job up so too).
@@ -59,6 +61,9 @@ def _reachable(moves: frozenset[tuple[JobState, JobState]]) -> frozenset[tuple[J
 # A job seen in one listing and then in a later one made these moves in between: two or
 # more are no rarer than one while a long listing (done/ at a million entries) is taken.
 EXPLAINED = _reachable(MOVES)
+# The end of an <id>.<uid> name (FINAL_NAME), matched where it must start: no scan of the id.
+_UID_TAIL = re.compile(rf"\.[0-9a-f]{{{TOKEN_HEX}}}\Z")
+_UID_TAIL_LENGTH = 1 + TOKEN_HEX
 
 
 def list_job_states(layout: SpoolLayout) -> dict[str, list[str]]:
@@ -66,22 +71,40 @@ def list_job_states(layout: SpoolLayout) -> dict[str, list[str]]:
     docstring), unsorted. Two entries of one id and uid that no moves explain (done/ and
     failed/: copied there by hand) are both kept, as listed. Dot-names (temporary files,
     uploads) and chunk entries (parts of a job in split/: spoolrender.chunks) are never jobs;
-    a name of no job's form is kept where it was listed."""
-    where: dict[tuple[str, str], tuple[JobState, str]] = {}  # (id, uid) -> (state, name) of its last listing
-    listing: dict[str, dict[str, None]] = {state.value: {} for state in LISTING_ORDER}  # as an ordered set
+    a name of no job's form is kept where it was listed.
+
+    At a million done jobs this is `status`'s and ``GET /jobs``' biggest cost, so no name of
+    done/ is parsed or remembered: an entry of split/, done/ or failed/ is named by its key
+    (``<id>.<uid>``), and nothing moves out of done/, so only the few jobs found before it
+    (in retry/, running/, split/) are looked for in its listing."""
+    listed: dict[JobState, list[str]] = {}  # as listed (retry/: both listings)
+    where: dict[str, tuple[JobState, str]] = {}  # "<id>.<uid>" -> its entry where last found, if it can move on
+    dropped: dict[JobState, set[str]] = {}  # entries of jobs found again later, where their moves took them
     for state in LISTING_ORDER:
-        for name in list_names(layout.state_dir(state)):
-            if name.startswith(".") or is_chunk_name(name):
-                continue
-            m = JOB_NAMES[state].fullmatch(name)
-            if m is None:
-                listing[state][name] = None
-                continue
-            job = m.group("id"), m.group("uid")
-            before = where.pop(job, None)  # re-inserted: the dict's order stays the listings'
-            if before is not None and (before[0], state) not in EXPLAINED:
-                listing[before[0]][before[1]] = None
-            where[job] = (state, name)
-    for found_in, name in where.values():
-        listing[found_in][name] = None
-    return {state: list(names) for state, names in listing.items()}
+        names = [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
+        listed.setdefault(state, []).extend(names)
+        for key, name in _job_keys(state, names, where):
+            before = where.pop(key, None)
+            if before is not None and before != (state, name) and (before[0], state) in EXPLAINED:
+                dropped.setdefault(before[0], set()).add(before[1])
+            if (again := dropped.get(state)) is not None:
+                again.discard(name)  # found here again (retry/ is listed twice)
+            if state is not JobState.DONE:
+                where[key] = (state, name)
+    result = {}
+    for state, names in listed.items():
+        if state is JobState.RETRY:
+            names = list(dict.fromkeys(names))  # listed twice
+        gone = dropped.get(state)
+        result[state.value] = [n for n in names if n not in gone] if gone else names
+    return result
+
+
+def _job_keys(state: JobState, names: list[str], where: dict[str, tuple[JobState, str]]) -> list[tuple[str, str]]:
+    """(key, name) of each of ``names`` (listed in ``state``) that is a job's entry: all of
+    them, but of done/ only those of jobs found before (the rest need no key)."""
+    if state is JobState.DONE:
+        return [(key, key) for key in where.keys() & names]
+    if JOB_NAMES[state] is FINAL_NAME:
+        return [(n, n) for n in names if len(n) > _UID_TAIL_LENGTH and _UID_TAIL.match(n, len(n) - _UID_TAIL_LENGTH)]
+    return [(f"{m.group('id')}.{m.group('uid')}", n) for n in names if (m := JOB_NAMES[state].fullmatch(n))]

@@ -12,6 +12,7 @@ every time.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -229,6 +230,15 @@ def sent_back_from_failed(slot: Slot) -> Move:
     return Move("failed", "retry", "retry", lambda: retry(slot.config, "a"))
 
 
+def made_due_now(slot: Slot) -> Move:
+    """`spoolrender retry` of a job waiting out its backoff: renamed within retry/ (listed twice)."""
+    move = claimed_from_retry(slot)
+    [waiting] = entries(slot.layout, "retry")
+    due, rest = waiting.split("-", 1)  # its backoff an hour long (the unit spool's is 10 ms)
+    os.rename(slot.layout.retry / waiting, slot.layout.retry / f"{int(due) + 3_600_000:013d}-{rest}")
+    return replace(move, after="retry", listed="retry", make=lambda: retry(slot.config, "a"))
+
+
 def cancelled_while_waiting(slot: Slot) -> Move:
     """Two moves in a few milliseconds: `spoolrender cancel` claims a waiting job and fails it."""
     move = claimed_from_retry(slot)
@@ -248,7 +258,7 @@ def claimed_and_run_to_its_end(slot: Slot) -> Move:
 
 
 MOVES = [claimed_from_incoming, claimed_from_retry, run_ends, woken_for_its_join, sent_back_from_failed,
-         cancelled_while_waiting, claimed_and_run_to_its_end]  # fmt: skip
+         made_due_now, cancelled_while_waiting, claimed_and_run_to_its_end]  # fmt: skip
 
 
 def status_states(slot: Slot) -> list[str]:
