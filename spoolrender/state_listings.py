@@ -32,6 +32,7 @@ import re
 
 from spoolrender.chunks.naming import is_chunk_name
 from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, TOKEN_HEX, SpoolLayout, list_names
+from spoolrender.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.vocabulary import JobState
 
 # retry/ both first and last: see the module's docstring (ids.py looks a job up so too).
@@ -108,3 +109,23 @@ def _job_keys(state: JobState, names: list[str], where: dict[str, tuple[JobState
     if JOB_NAMES[state] is FINAL_NAME:
         return [(n, n) for n in names if len(n) > _UID_TAIL_LENGTH and _UID_TAIL.match(n, len(n) - _UID_TAIL_LENGTH)]
     return [(f"{m.group('id')}.{m.group('uid')}", n) for n in names if (m := JOB_NAMES[state].fullmatch(n))]
+
+
+def find_moved(layout: SpoolLayout, key: str) -> tuple[str, str] | None:
+    """Where job ``key`` (``<id>.<uid>``), seen moving on from a listing, is now, without
+    listing done/ again: its entry in done/, failed/ or split/ (named by its key: one
+    fstatat each, through the directory's descriptor) or else in retry/ or running/ (a few
+    entries, listed); ``(state, name)``, or None in none of them (purged, or moving on
+    again: the next look finds it)."""
+    for state in (JobState.DONE, JobState.FAILED, JobState.SPLIT):
+        try:
+            with DirHandle.open(layout.state_dir(state)) as held:
+                if held.exists(key):
+                    return state.value, key
+        except (OSError, SpoolPathRefused):
+            continue
+    for state in (JobState.RETRY, JobState.RUNNING):
+        for name in list_names(layout.state_dir(state)):
+            if (m := JOB_NAMES[state].fullmatch(name)) and f"{m.group('id')}.{m.group('uid')}" == key:
+                return state.value, name
+    return None
