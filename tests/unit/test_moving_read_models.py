@@ -483,3 +483,44 @@ def test_status_watch_never_redraws_a_split_jobs_progress_falling_back(
         assert [f["split"][0]["progress"] for f in frames] == [pytest.approx(0.5333, abs=1e-3)] * 2
     finally:
         slot.close()
+
+
+class FailsChunkForGood(FrameFake):
+    """Chunk 1's first render fails for good (its job then fails); every later render works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
+        if request.chunk is not None and request.chunk.index == 1 and not self.failed:
+            self.failed = True
+            raise RenderError("the props make frame 40 throw", transient=False)
+        return super().render(request, progress, cancel)
+
+
+def test_serve_publishes_a_split_jobs_new_stay_from_its_own_progress(tmp_path: Path) -> None:
+    """A split job's stay in split/ has the entry's name, the same for every stay: a job
+    failed and sent back with `spoolrender retry` is split anew under the same name. A
+    client of GET /jobs/{id} alone (nobody following the events, nobody asking GET /status,
+    whose whole documents make the floor forget) saw the new stay at the old stay's high
+    (0.5333 while nothing of it was rendered) until it rendered past it, though it had seen
+    the job failed in between."""
+    slot = Slot(tmp_path / "spool", fake=FailsChunkForGood())
+    served = Served(slot)
+    try:
+        _, running = split_with_one_chunk_running(slot)
+        report_progress(running, 0.6)
+        assert served.get("/jobs/long").json()["split"]["progress"] == pytest.approx(0.5333, abs=1e-3)
+        slot.executor.execute(running)  # chunk 1 fails for good
+        while (end := run_next(slot))[0] != "failed":  # chunk 2, then the join, which fails
+            assert end[0] in ("finished", "retry"), end
+        assert served.get("/jobs/long").json()["state"] == "failed"
+        retry(slot.config, "long")
+        assert run_next(slot) == ("split", "split")  # split anew: every chunk waits
+        page = served.get("/jobs/long").json()
+        assert page["state"] == "split" and page["split"]["chunks"]["waiting"] == 3, page
+        assert page["split"]["progress"] == 0.0, page
+    finally:
+        served.server.server_close()
+        slot.close()
