@@ -151,9 +151,12 @@ def _open_in(layout: SpoolLayout, state: JobState, final: str) -> DirHandle | No
 
 def _names(state: JobState, name: str, final: str) -> bool:
     """Whether ``name`` in retry/ or running/ is job ``final``'s entry, its id and uid read
-    as every listing reads them (state_listings.JOB_NAMES). Not a prefix or suffix test: ids
+    as every listing reads them (state_listings.JOB_NAMES). Not a prefix or suffix test alone: ids
     may hold dots, and uids are shown to every user, so ``running/intro.<uid>.x.<uid2>.<token>``
     (the running job ``intro.<uid>.x`` of anyone who may submit) starts with ``intro.<uid>.``."""
+    # The string test first: a marker's look at a big retry/ parses only its job's entries.
+    if not (name.endswith(f"-{final}") if state == JobState.RETRY else name.startswith(f"{final}.")):
+        return False
     m = JOB_NAMES[state].fullmatch(name)
     return m is not None and f"{m.group('id')}.{m.group('uid')}" == final
 
