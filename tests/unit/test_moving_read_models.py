@@ -136,16 +136,18 @@ def test_split_progress_counts_a_chunk_claimed_while_the_chunks_are_listed_once(
 
 
 class FailsChunkOnce(FrameFake):
-    """Chunk 1's first render fails, as one a network hiccup stopped: it goes back to retry/."""
+    """Chunk 1's first render fails, as one a network hiccup stopped: it goes back to retry/
+    (``transient=False``: as one whose props throw: it fails for good, and its job with it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = True) -> None:
         super().__init__()
+        self.transient = transient
         self.failed_once = False
 
     def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
         if request.chunk is not None and request.chunk.index == 1 and not self.failed_once:
             self.failed_once = True
-            raise RenderError("the network share went away", transient=True)
+            raise RenderError("the chunk's render failed", transient=self.transient)
         return super().render(request, progress, cancel)
 
 
@@ -485,20 +487,6 @@ def test_status_watch_never_redraws_a_split_jobs_progress_falling_back(
         slot.close()
 
 
-class FailsChunkForGood(FrameFake):
-    """Chunk 1's first render fails for good (its job then fails); every later render works."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failed = False
-
-    def render(self, request: RenderRequest, progress: ProgressFn, cancel: CancelToken) -> RenderResult:
-        if request.chunk is not None and request.chunk.index == 1 and not self.failed:
-            self.failed = True
-            raise RenderError("the props make frame 40 throw", transient=False)
-        return super().render(request, progress, cancel)
-
-
 def test_serve_publishes_a_split_jobs_new_stay_from_its_own_progress(tmp_path: Path) -> None:
     """A split job's stay in split/ has the entry's name, the same for every stay: a job
     failed and sent back with `spoolrender retry` is split anew under the same name. A
@@ -506,7 +494,7 @@ def test_serve_publishes_a_split_jobs_new_stay_from_its_own_progress(tmp_path: P
     whose whole documents make the floor forget) saw the new stay at the old stay's high
     (0.5333 while nothing of it was rendered) until it rendered past it, though it had seen
     the job failed in between."""
-    slot = Slot(tmp_path / "spool", fake=FailsChunkForGood())
+    slot = Slot(tmp_path / "spool", fake=FailsChunkOnce(transient=False))
     served = Served(slot)
     try:
         _, running = split_with_one_chunk_running(slot)
