@@ -160,10 +160,12 @@ JOB_READ_ATTEMPTS = 10
 # before it: directory timestamps come from a coarse clock (ticks of 1-10 ms locally; an
 # NFS server's clock can lag ours by some milliseconds too).
 DIR_STAMP_MARGIN_SECONDS = 1.0
-# A read model that lists states and then reads the entries listed (status, the event
-# stream, a split job's chunks) lists again when an entry moved on between its listing and
-# its read (a run ended, a chunk finished), at most this many times: each time shows the
-# entry where it went. A move takes milliseconds of fsynced writes: a few looks suffice.
+# A read model that lists states and then reads the entries listed (a page of GET /jobs,
+# a follower's first events, a split job's chunks) lists again when an entry moved on
+# between its listing and its read (a run ended, a chunk finished), at most this many
+# times: each time shows the entry where it went. A move takes milliseconds of fsynced
+# writes: a few looks suffice. (`status`, and so the event stream, look for the one job
+# where it went instead: state_listings.find_moved.)
 MOVED_READ_ATTEMPTS = 3
 # Progress published over time (serve, `status --watch`) is held at its highest per run
 # (progress_floor.py): the runs remembered at most, if no whole status document is read to

@@ -23,7 +23,7 @@ from spoolrender.hook_config import HOOK_EVENTS, HookSpec
 from spoolrender.job_file_modes import private_file_mode
 from spoolrender.layout import TOKEN_HEX, SpoolLayout, final_name
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.state_listings import LISTING_ORDER
+from spoolrender.state_listings import JOB_NAMES, LISTING_ORDER
 from spoolrender.vocabulary import JobState
 
 MARKER_NAME = re.compile(
@@ -143,10 +143,22 @@ _QUICK_ORDER = (JobState.DONE, JobState.FAILED, JobState.SPLIT, JobState.RETRY, 
 def _open_in(layout: SpoolLayout, state: JobState, final: str) -> DirHandle | None:
     """Job ``final`` (``<id>.<uid>``) opened in ``state``'s directory, if it is there."""
     if state == JobState.RETRY:
-        return _open_first(layout.retry, lambda held: [n for n in held.names() if n.endswith(f"-{final}")])
+        return _open_first(layout.retry, lambda held: [n for n in held.names() if _names(state, n, final)])
     if state == JobState.RUNNING:
-        return _open_first(layout.running, lambda held: [n for n in held.names() if n.startswith(f"{final}.")])
+        return _open_first(layout.running, lambda held: [n for n in held.names() if _names(state, n, final)])
     return _open_first(layout.state_dir(state), lambda _: [final])
+
+
+def _names(state: JobState, name: str, final: str) -> bool:
+    """Whether ``name`` in retry/ or running/ is job ``final``'s entry, its id and uid read
+    as every listing reads them (state_listings.JOB_NAMES). Not a prefix or suffix test alone: ids
+    may hold dots, and uids are shown to every user, so ``running/intro.<uid>.x.<uid2>.<token>``
+    (the running job ``intro.<uid>.x`` of anyone who may submit) starts with ``intro.<uid>.``."""
+    # The string test first: a marker's look at a big retry/ parses only its job's entries.
+    if not (name.endswith(f"-{final}") if state == JobState.RETRY else name.startswith(f"{final}.")):
+        return False
+    m = JOB_NAMES[state].fullmatch(name)
+    return m is not None and f"{m.group('id')}.{m.group('uid')}" == final
 
 
 def _open_first(state_dir: Path, names: Callable[[DirHandle], list[str]]) -> DirHandle | None:

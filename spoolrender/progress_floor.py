@@ -17,6 +17,12 @@ split/ (and then in retry/, waiting for its join). A new run starts from its own
 the join of a split job, a job retried after a failure. The ETA stays the read's own. A
 floor forgets the entries a whole status document no longer lists, and keeps at most
 ``defaults.PROGRESS_FLOOR_ENTRIES`` (the oldest go first).
+
+Every stay of a job in split/ has the same name (``<id>.<uid>``): a split job that failed
+and is sent back with `spoolrender retry` is split anew under it. So a job seen anywhere
+else (a ``GET /jobs`` item, a job's detail, an event's payload) ends its stay: the floor
+forgets it, also when no whole status document is read (a client of ``GET /jobs/{id}``
+alone). A stay that ends and starts again unseen by any read (within a poll) is held as one.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ import threading
 from typing import Any
 
 from spoolrender import defaults
+from spoolrender.state_listings import JOB_NAMES
+from spoolrender.vocabulary import JobState
+
+JOB_STATES = {state.value for state in JOB_NAMES}
 
 
 class ProgressFloor:
@@ -63,19 +73,33 @@ class ProgressFloor:
             self._highest = {entry: high for entry, high in self._highest.items() if entry in listed}
 
     def hold_item(self, state: str, item: dict[str, Any]) -> None:
-        """Hold a ``running`` or ``split`` item of ``state`` (a ``GET /jobs`` item, an event's payload)."""
+        """Hold a ``running`` or ``split`` item of ``state`` (a ``GET /jobs`` item, an event's
+        payload); an item of any other state ends its job's stay in split/."""
+        if state == "split":
+            item["progress"] = self.held(split_entry(item), item.get("progress"))
+            return
+        self._stay_ended(state, item.get("entry"))
         if state == "running":
             item["progress"] = self.held(f"running/{item['entry']}", item.get("progress"))
-        elif state == "split":
-            item["progress"] = self.held(split_entry(item), item.get("progress"))
 
     def hold_detail(self, info: dict[str, Any]) -> None:
         """Hold a job's detail (``GET /jobs/{id}``): a running job's progress, a split job's
         chunks' (in split/, or in retry/ waiting for its join)."""
+        state, _, name = str(info.get("entry") or "").partition("/")
+        if state != "split":
+            self._stay_ended(state, name)
         if info.get("state") == "running":
             info["progress"] = self.held(info["entry"], info.get("progress"))
         elif isinstance(info.get("split"), dict) and info.get("state") in ("split", "retry"):
             info["split"]["progress"] = self.held(info["entry"], info["split"].get("progress"))
+
+    def _stay_ended(self, state: str, name: object) -> None:
+        """Forget the stay in split/ of the job of entry ``state``/``name``: it is elsewhere now."""
+        pattern = JOB_NAMES.get(JobState(state)) if state in JOB_STATES else None
+        m = pattern.fullmatch(name) if pattern is not None and isinstance(name, str) else None
+        if m is not None:
+            with self._lock:
+                self._highest.pop(f"split/{m.group('id')}.{m.group('uid')}", None)
 
 
 def split_entry(item: dict[str, Any]) -> str:

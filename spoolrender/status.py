@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from spoolrender.jobfile import is_candidate_name
 from spoolrender.layout import (
     FINAL_NAME,
     RETRY_NAME,
+    RUNNING_NAME,
     SpoolLayout,
     priority_from_key,
 )
@@ -36,7 +37,7 @@ from spoolrender.render_cache import WAITING_STAGE
 from spoolrender.retention_lease import retention_report
 from spoolrender.running_items import listed_running_info
 from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.state_listings import list_job_states
+from spoolrender.state_listings import find_moved, list_job_states
 
 RECENT_FAILURES = 10
 REASON_WIDTH = 120  # status cuts longer reasons at a word; `show ID` has them whole
@@ -160,20 +161,39 @@ def read_status(config: SpoolConfig) -> tuple[SpoolSnapshot, dict[str, Any]]:
     """A snapshot of the spool and its ``status --json`` document.
 
     A running job whose run ends between the listing and the read of its heartbeat would
-    show as STALE, without progress: the snapshot is then taken again, at most
-    ``defaults.MOVED_READ_ATTEMPTS`` times (a job still moving on at the last is left out
-    of ``running``, counted where it was listed: the next look shows where it went).
+    show as STALE, without progress: it is looked for where it went
+    (state_listings.find_moved) and counted there, not by listing every state again (done/
+    at a million entries costs a second). One found running again (claimed anew) is read
+    there; one found nowhere (moving on again, or purged) is left out: the next look shows
+    where it went.
     """
     layout = SpoolLayout(config.spool)
-    for _ in range(defaults.MOVED_READ_ATTEMPTS):
-        snap = take_snapshot(layout, config.lease_seconds)
-        read = [
-            listed_running_info(layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds)
-            for name in sorted(snap.names["running"])
-        ]
-        if None not in read:
-            break
-    return snap, _status_document(config, layout, snap, [item for item in read if item is not None])
+    snap = take_snapshot(layout, config.lease_seconds)
+    running, moved = [], []
+    for name in sorted(snap.names["running"]):
+        item = listed_running_info(layout, name, now=snap.now, fs_now=snap.fs_now, lease_seconds=config.lease_seconds)
+        if item is None:
+            moved.append(name)
+        else:
+            running.append(item)
+    if moved:
+        names = {**snap.names, "running": [n for n in snap.names["running"] if n not in moved]}
+        for name in moved:
+            m = RUNNING_NAME.fullmatch(name)
+            found = find_moved(layout, f"{m.group('id')}.{m.group('uid')}") if m else None
+            if found is None or found[1] in names[found[0]]:
+                continue
+            state, entry = found
+            if state == "running":
+                item = listed_running_info(layout, entry, now=snap.now, fs_now=snap.fs_now,
+                                           lease_seconds=config.lease_seconds)  # fmt: skip
+                if item is None:
+                    continue
+                running.append(item)
+            names[state] = [*names[state], entry]
+        running.sort(key=lambda item: item["entry"])
+        snap = replace(snap, names=names, counts={state: len(entries) for state, entries in names.items()})
+    return snap, _status_document(config, layout, snap, running)
 
 
 def _status_document(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from support.unit_spool import Slot, entries
 
+from spoolrender.control import purge
 from spoolrender.hook_plan import (
     Marker,
     delivery_id,
@@ -222,3 +223,23 @@ def test_an_old_marker_whose_job_ends_its_run_while_it_is_looked_for_is_delivere
     [done] = entries(slot.layout, "done")
     state = json.loads((slot.layout.done / done / state_filename(1, "retry")).read_bytes())["hooks"]["notify"]
     assert state["attempts"] == 1 and state["gave_up_at"] is None
+
+
+def test_a_job_whose_id_starts_with_another_jobs_name_is_never_taken_for_it(slot: Slot) -> None:
+    """A submitter may choose any id ``[A-Za-z0-9._-]``, and every job's uid is in
+    `status --json`: a job with id ``intro.<intro's uid>.x`` runs as
+    ``running/intro.<uid>.x.<its uid>.<token>``, which starts with ``intro.<uid>.`` as
+    intro's own running/ entry does. open_job_dir(intro) opened it: the hooks of intro
+    (purged here, or running beside it) read their delivery state from, and wrote it (the
+    run record, which can quote props) into, another user's job."""
+    slot.drop("intro.yaml", {"composition": "Intro"})
+    assert slot.run_next().state == "done"
+    [intro] = entries(slot.layout, "done")
+    uid = intro.rsplit(".", 1)[1]
+    slot.drop("mine.yaml", {"id": f"intro.{uid}.x", "composition": "Intro"})
+    slot.scanner.note_event("", "")
+    other = slot.claim(slot.scan().candidates[0])
+    assert other is not None and other.job_dir.name.startswith(f"intro.{uid}.x.")
+    assert purge(slot.config, 0.0) == [f"done/{intro}"]  # its marker may wait on: the job is gone
+    with open_job_dir(slot.layout, "intro", uid) as found:
+        assert found is None, found.path
