@@ -9,7 +9,7 @@ imports every module of the package. Modules are counted two ways:
   tests, lazy imports included; a module imported by another one counts), which is the
   issue's measure;
 * named: imported by name in a file of tests/unit or of the tests/support modules those
-  import (read from the source, as tests/test_import_graph.py reads the package): what
+  import (read from the source, as tests/unit/test_import_graph.py reads the package): what
   the tier's tests use directly.
 
 A ``__main__`` module is counted apart: importing it runs the program, which exits, so it

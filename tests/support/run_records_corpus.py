@@ -9,7 +9,7 @@ spool I/O stop, an abandoned claim); and a decided publish that cannot be carrie
 follow-up record of transitions.carry_out). Every ``run-NNNN.json``, ``failure.json`` and
 ``result.json`` is collected, with what varies per run (times, pids, tokens, uids, the
 host, temporary paths) replaced by fixed values, so that two versions of the code can be
-compared record by record (tests/test_run_error.py does, against
+compared record by record (tests/unit/test_run_error.py does, against
 tests/data/run_records.json, which this module wrote with the code before RunError).
 
 Regenerate, from the repository root (only when a change of the records is meant)::
