@@ -130,7 +130,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     artifacts = Path(os.environ["ARTIFACTS"]) if os.environ.get("ARTIFACTS") else tmp / "dashboard-look"
     artifacts.mkdir(parents=True, exist_ok=True)
 
-    runners = runner_processes(layout)  # conftest's runners, for a module: start, and stop at the end
+    runners = runner_processes(layout)  # the start_runner fixture's runners, for a module: start, and stop at the end
     start_runner = next(runners)
     try:
         start_runner(log=tmp / "runner.log")
