@@ -75,6 +75,22 @@ def config(spool: SpoolLayout) -> SpoolConfig:
     return load_config(spool.root, environ={})
 
 
+@pytest.fixture(scope="session")
+def sample_bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundle cache (``cache_dir``) of every test that renders the sample project
+    remotion/ without testing the bundling itself: one per run, shared by the pytest-xdist
+    workers (their base temp dirs are in the run's). A bundle of remotion/ takes webpack
+    30 s to minutes of CPU; 11 were built per run, one per module or test, where one serves
+    them all. Sharing a cache_dir is what runners on one project do: the bundle cache's lock
+    (on the project's node_modules/.cache) builds a key once, and the others wait and use it."""
+    base = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        base = base.parent  # the run's directory: each worker's basetemp is popen-gwN in it
+    path = base / "sample-bundles"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def member_spool() -> Iterator[SpoolLayout]:
     """A spool of group nogroup in a directory every uid can traverse (pytest's tmp is 0700),

@@ -166,11 +166,13 @@ class TestCommandRenderer(RendererContract):
 
 
 @pytest.fixture(scope="module")
-def remotion_renderer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Renderer, SpoolConfig]]:
+def remotion_renderer(
+    tmp_path_factory: pytest.TempPathFactory, sample_bundles: Path
+) -> Iterator[tuple[Renderer, SpoolConfig]]:
     from spoolrender.renderers.remotion import RemotionRenderer
 
     root = tmp_path_factory.mktemp("contract")
-    config = make_spool(root / "spool", {"remotion_project": str(REMOTION), "cache_dir": str(root / "cache")})
+    config = make_spool(root / "spool", {"remotion_project": str(REMOTION), "cache_dir": str(sample_bundles)})
     renderer = RemotionRenderer(config)
     yield renderer, config
     renderer.close()

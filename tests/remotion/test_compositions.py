@@ -25,11 +25,11 @@ pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="module")
-def listed(tmp_path_factory: pytest.TempPathFactory) -> tuple[SpoolLayout, Path, dict[str, Any]]:
+def listed(tmp_path_factory: pytest.TempPathFactory, sample_bundles: Path) -> tuple[SpoolLayout, Path, dict[str, Any]]:
     """A spool on remotion/ and its `compositions --json` document (listed once)."""
     root = tmp_path_factory.mktemp("compositions")
     layout = init_spool(root / "spool")
-    cache = root / "cache"
+    cache = sample_bundles
     write_spool_config(layout, {"remotion_project": str(REMOTION), "cache_dir": str(cache)})
     proc = run("compositions", "--json", layout=layout, timeout=900)
     assert proc.returncode == 0, proc.stderr

@@ -36,14 +36,15 @@ pytestmark = REMOTION_MARKS
 class Slot:
     """One runner slot's renderer, fed parsed job files; outputs go to a temp dir."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache: Path) -> None:
         layout = init_spool(root / "spool")
         (layout.root / "spoolrender.yaml").write_text(
-            yaml.safe_dump({"remotion_project": str(REMOTION), "cache_dir": str(root / "cache")}), encoding="utf-8"
+            yaml.safe_dump({"remotion_project": str(REMOTION), "cache_dir": str(cache)}), encoding="utf-8"
         )
         self.config = load_config(layout.root, environ={})
         self.renderer = RemotionRenderer(self.config)
         self.root = root
+        self.cache = cache
         self._n = itertools.count()
 
     def render(self, job: dict[str, Any]) -> tuple[RenderRequest, RenderResult]:
@@ -64,8 +65,8 @@ class Slot:
 
 
 @pytest.fixture(scope="module")
-def slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slot]:
-    s = Slot(tmp_path_factory.mktemp("outputs"))
+def slot(tmp_path_factory: pytest.TempPathFactory, sample_bundles: Path) -> Iterator[Slot]:
+    s = Slot(tmp_path_factory.mktemp("outputs"), sample_bundles)
     yield s
     s.renderer.close()
 
@@ -218,7 +219,7 @@ def test_frame_range_past_the_end_fails_for_good(slot: Slot) -> None:
 
 def test_drain_publishes_a_still_and_an_audio_file_and_refuses_a_bad_combination(slot: Slot, tmp_path: Path) -> None:
     layout = init_spool(tmp_path / "spool")
-    write_spool_config(layout, {"remotion_project": str(REMOTION), "cache_dir": str(slot.root / "cache"), "slots": 1})
+    write_spool_config(layout, {"remotion_project": str(REMOTION), "cache_dir": str(slot.cache), "slots": 1})
     drop(layout, "poster.yaml", {"composition": "Tiny", "still": {"frame": 1}, "props": {"frames": 3}})
     drop(layout, "voice.yaml", {"composition": "Tiny", "settings": {"codec": "wav"}, "props": {"frames": 6}})
     drop(layout, "typo.yaml", {"composition": "Tiny", "settings": {"prores_profile": "hq"}})

@@ -36,9 +36,9 @@ pytestmark = REMOTION_MARKS
 
 
 @pytest.fixture(scope="session")
-def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # One cache for the whole session: the first test bundles, the others reuse it.
-    return tmp_path_factory.mktemp("bundle-cache")
+def bundle_cache(sample_bundles: Path) -> Path:
+    # One cache for the whole run: the first test to render bundles, the others reuse it.
+    return sample_bundles
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ def _result(layout: SpoolLayout, job_id: str) -> dict[str, Any]:
     return data
 
 
-def test_the_same_remotion_job_again_is_a_hit(spool: SpoolLayout, tmp_path: Path) -> None:
-    write_spool_config(spool, {"remotion_project": str(REMOTION), "cache_dir": str(tmp_path / "bundles"),
+def test_the_same_remotion_job_again_is_a_hit(spool: SpoolLayout, tmp_path: Path, sample_bundles: Path) -> None:
+    write_spool_config(spool, {"remotion_project": str(REMOTION), "cache_dir": str(sample_bundles),
                                "slots": 1, "lease_seconds": 30, "render_cache": True})  # fmt: skip
     job = {"composition": "Tiny", "props": {"frames": 6, "color": "#123456"}}
     drop(spool, "first.yaml", {**job, "output": "tiny/first.mp4"})

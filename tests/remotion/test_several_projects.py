@@ -40,11 +40,13 @@ def details(layout: SpoolLayout, job_id: str) -> dict[str, object]:
     return data
 
 
-def test_one_runner_renders_jobs_of_two_projects_with_bounded_warm_workers(tmp_path: Path, spool: SpoolLayout) -> None:
+def test_one_runner_renders_jobs_of_two_projects_with_bounded_warm_workers(
+    tmp_path: Path, spool: SpoolLayout, sample_bundles: Path
+) -> None:
     promo = make_project(tmp_path / "promo", PROMO, REMOTION / "node_modules", remotion_deps("4.0.529"))
     write_spool_config(
         spool,
-        {"remotion_project": str(REMOTION), "projects": {"promo": str(promo)}, "cache_dir": str(tmp_path / "cache"),
+        {"remotion_project": str(REMOTION), "projects": {"promo": str(promo)}, "cache_dir": str(sample_bundles),
          "slots": 1, "warm_projects": 1},
     )  # fmt: skip
     tiny = {"composition": "Tiny", "props": {"frames": 4}}
