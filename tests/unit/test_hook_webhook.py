@@ -2,15 +2,17 @@
 answers itself (one request, in a thread joined before the test ends): the body and the
 headers a receiver relies on (event, delivery id, HMAC signature), a 2xx as success, any
 other reply (a redirect too) as a failure with its first bytes, one deadline over connect,
-request and reply, and a refused connection named."""
+request and reply (a reply trickled a byte at a time is cut), and a refused connection named."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -99,9 +101,28 @@ def test_a_redirect_is_not_followed() -> None:
     assert len(got) == 1
 
 
-def test_a_receiver_that_never_replies_is_cut_at_the_deadline() -> None:
-    with receiver(None) as (url, _):  # the kernel accepts the connection; nobody answers
-        delivery = deliver(hook(url, timeout=0.5), BODY, META, None)
+def test_a_receiver_that_trickles_its_reply_is_cut_at_the_deadline() -> None:
+    """A byte every 0.1 s never lets a read wait 0.5 s (the socket timeout), so only the one
+    deadline over the whole delivery can end it: the cut, from the delivery's timer thread."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            with contextlib.suppress(OSError):  # the cut closes the connection: the end
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 600:
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.1)
+
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    try:
+        delivery = deliver(hook(f"http://127.0.0.1:{listener.getsockname()[1]}/", timeout=0.5), BODY, META, None)
+    finally:
+        thread.join(600)
+        listener.close()
     assert not delivery.ok
     assert delivery.detail == "timed out after 0.5 s (connect, request and reply)"
 
