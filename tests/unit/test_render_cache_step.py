@@ -55,6 +55,17 @@ def rendered(request: RenderRequest, data: bytes = b"frames of week 48") -> Rend
     return RenderResult(details={"frames": 90})
 
 
+def published(slot: Slot, cache: CacheStep, name: str) -> CacheTurn:
+    """Job ``name`` claimed, missed, rendered and decided as publishing: its render is the
+    key's entry."""
+    claim, request = claimed(slot, name), request_for(slot, name)
+    turn = cache.lookup(slot.fake, request, claim)
+    assert turn is not None
+    cache.store(turn, request, claim, rendered(request))
+    cache.decided(True)
+    return turn
+
+
 def test_a_render_becomes_an_entry_only_when_its_run_is_decided_as_publishing(slot: Slot) -> None:
     cache = step(slot)
     claim, request = claimed(slot, "first"), request_for(slot, "first")
@@ -88,11 +99,7 @@ def test_a_render_its_run_did_not_publish_is_dropped(slot: Slot) -> None:
 
 def test_an_identical_job_is_a_verified_link_to_the_entry(slot: Slot) -> None:
     cache = step(slot)
-    claim, request = claimed(slot, "first"), request_for(slot, "first")
-    turn = cache.lookup(slot.fake, request, claim)
-    assert turn is not None
-    cache.store(turn, request, claim, rendered(request))
-    cache.decided(True)
+    turn = published(slot, cache, "first")
     again_claim, again = claimed(slot, "again"), request_for(slot, "again")
     hit = cache.lookup(slot.fake, again, again_claim)
     assert hit is not None and hit.outcome == HIT and hit.key == turn.key
@@ -130,11 +137,7 @@ def test_a_job_that_does_not_use_the_cache_or_has_no_key_never_touches_it(slot: 
 
 def test_a_cache_its_group_may_write_is_refused_with_the_reason_and_the_job_renders(slot: Slot) -> None:
     cache = step(slot)
-    claim, request = claimed(slot, "first"), request_for(slot, "first")
-    turn = cache.lookup(slot.fake, request, claim)
-    assert turn is not None
-    cache.store(turn, request, claim, rendered(request))
-    cache.decided(True)
+    published(slot, cache, "first")
     os.chmod(slot.config.output_root / ".spoolrender-cache", 0o775)
     again = cache.lookup(slot.fake, request_for(slot, "again"), claimed(slot, "again"))
     assert again is not None and again.outcome == REFUSED and again.hit is None
