@@ -26,8 +26,8 @@ from spoolrender.layout import init_spool
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "reliability")]
-from conftest import FAST, command_job, drop  # noqa: E402
 from small_disk import fill, mount_small_ext4  # noqa: E402
+from support.spool_jobs import FAST, command_job, drop  # noqa: E402
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ Runs ``python -m pytest -p no:cacheprovider -q`` once per worker count given (0:
 no xdist; N: ``-n N --dist loadgroup``, as scripts/test.sh does), one after the other, and
 prints for each the command, its wall time, pytest's closing line and the load average
 before and after (a loaded machine stretches every figure: compare runs made side by side).
-Extra arguments after ``--`` go to pytest (``-- -m "not remotion"``, ``-- tests/test_cli.py``).
+Extra arguments after ``--`` go to pytest (``-- -m "not remotion"``, ``-- tests/e2e/test_cli.py``).
 
 Reproduce:  .venv/bin/python bench/suite_time.py [--workers 0 4] [-- PYTEST_ARGS...]
 """

@@ -9,8 +9,10 @@ imports every module of the package. Modules are counted two ways:
   tests, lazy imports included; a module imported by another one counts), which is the
   issue's measure;
 * named: imported by name in a file of tests/unit or of the tests/support modules those
-  import (read from the source, as tests/test_import_graph.py reads the package): what
+  import (read from the source, as tests/unit/test_import_graph.py reads the package): what
   the tier's tests use directly.
+* named by no test: imported by name in no file of tests/ at all (any tier, any helper):
+  the modules only other modules' tests reach.
 
 A ``__main__`` module is counted apart: importing it runs the program, which exits, so it
 never stays in ``sys.modules`` (tests/unit runs ``spoolrender.cli.__main__`` in-process).
@@ -126,6 +128,8 @@ def main() -> int:
     print(f"package modules: {len(modules)} (and {len(programs)} program: {', '.join(programs)})")
     print(f"imported by the unit tier (sys.modules after a serial run, exit {status}): {len(imported & modules)}")
     print(f"named by an import in {UNIT}/ or the tests/support modules it uses: {len(named)}")
+    unnamed = sorted(modules - named_in(sorted((REPO / "tests").rglob("*.py")), modules))
+    print(f"named by no test at all ({len(unnamed)}): {', '.join(unnamed)}")
     print(f"not imported by the unit tier ({len(missing)}):")
     for name in missing:
         print(f"  {name}")

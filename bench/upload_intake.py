@@ -44,7 +44,7 @@ from goals import goal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from uploads_harness import SshServer, digest, job_file, job_hash_command, sshd_missing  # noqa: E402
+from support.uploads_harness import SshServer, digest, job_file, job_hash_command, sshd_missing  # noqa: E402
 
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 DROP = ROOT / "contrib" / "drop" / "spoolrender-drop"

@@ -28,7 +28,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from conftest import longest_first, unit_of  # noqa: E402  (tests/ is not a package)
+from support.xdist_units import longest_first, unit_of  # noqa: E402  (tests/ is not a package)
 
 
 class Collector:

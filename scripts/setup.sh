@@ -21,7 +21,7 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
 
-# --test (scripts/test.sh): also the tools tests/test_contrib.py runs on contrib/. Without
+# --test (scripts/test.sh): also the tools tests/e2e/test_contrib.py runs on contrib/. Without
 # recommends: Debian's prometheus would pull in node_exporter and its collector timers.
 test_packages=()
 if [ "${1:-}" = --test ]; then
@@ -42,7 +42,7 @@ if [ "${1:-}" = --test ]; then
   # glusterds in network namespaces, mounted by FUSE clients in others.
   [ -x /usr/sbin/glusterd ] || test_packages+=(glusterfs-server)
   [ -x /usr/sbin/mount.glusterfs ] || test_packages+=(glusterfs-client)
-  # tests/test_uploads.py: real scp, sftp and rsync uploads into a real sshd on loopback.
+  # tests/e2e/test_uploads.py: real scp, sftp and rsync uploads into a real sshd on loopback.
   command -v scp >/dev/null 2>&1 || test_packages+=(openssh-client)
   command -v rsync >/dev/null 2>&1 || test_packages+=(rsync)
 fi
@@ -80,11 +80,11 @@ fi
 # --test: a Remotion project on another Remotion 4 version than remotion/ (the newest
 # version that remotion, @remotion/cli, @remotion/renderer and @remotion/bundler all have
 # on the registry), shaped like Remotion's starters: only remotion and @remotion/cli are
-# listed, the renderer and bundler come with the CLI. tests/test_projects.py links its
+# listed, the renderer and bundler come with the CLI. tests/remotion/test_projects.py links its
 # projects' node_modules here. Installed once; later runs only check the stamp.
 # Also a starter installed the way the registry gives it (issue 22): remotion 4.0.541 beside
 # @remotion/cli and everything it pulls in at 4.0.529, each with its own nested remotion.
-# Also the packages of tests/test_conformance.py's Tailwind, React Three Fiber and Skia
+# Also the packages of tests/remotion/test_conformance.py's Tailwind, React Three Fiber and Skia
 # shapes, in one tree on the newest version @remotion/tailwind-v4 and @remotion/three have
 # (4.0.527; @remotion/skia stops at 4.0.508, a mixed version as a Skia user gets it).
 # install_test_project DIR REMOTION_VERSION CLI_VERSION [EXTRA_DEPENDENCIES_JSON]
@@ -102,7 +102,7 @@ JSON
     printf '%s' "$extra" > "$1/node_modules/.spoolrender-installed"
   fi
 }
-# --test: checkov, the security scanner tests/test_contrib_kubernetes.py runs on
+# --test: checkov, the security scanner tests/e2e/test_contrib_kubernetes.py runs on
 # contrib/kubernetes/ (non-root, read-only root filesystem, resource limits). A venv of its
 # own: its ~100 dependencies pin versions of libraries spoolrender's venv also has.
 # Measured 2026-12-02 (empty pip cache, load 9-18): 84 s, 291 MB; a scan takes 3-5 s.

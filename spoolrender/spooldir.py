@@ -27,7 +27,7 @@ drops in it, or swap it; its files are not claimed (nothing deleted) and ``statu
 ``incoming/``.
 
 No other module builds a spool path from a name it got from a listing
-(tests/test_spooldir_usage.py checks that mechanically, as far as it can).
+(tests/unit/test_spooldir_usage.py checks that mechanically, as far as it can).
 """
 
 from __future__ import annotations

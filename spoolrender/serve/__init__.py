@@ -5,7 +5,7 @@ files per request, each event stream holds one thread that mostly sleeps, and no
 dependency has to be vetted for a process that listens on a network. It only reads the
 spool (no runner runs in it), so it works on any host that mounts the spool.
 
-Layers, each importing only the ones below it (tests/test_serve.py checks this):
+Layers, each importing only the ones below it (tests/e2e/test_serve.py checks this):
 
 - :mod:`.server`: the process: the socket, connection caps, start and stop;
 - :mod:`.routes`: the endpoints, one handler method each, and the route table;

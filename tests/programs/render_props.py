@@ -7,7 +7,7 @@ nothing), content (bytes to write), pidfile (write our pid there), child_pidfile
 fail_until_attempt (exit 75 while SPOOLRENDER_ATTEMPT < this), until_file (keep
 rendering until this file exists: a test decides when the render ends), steps_file (print
 each of the 10 PROGRESS steps only once this file holds at least its number, which the test
-writes with conftest.allow_steps: a test moves the render on step by step, 10 ends it),
+writes with support.spool_jobs.allow_steps: a test moves the render on step by step, 10 ends it),
 marker (append a line to this file when the render completes: counts renders), content_pid
 (write "rendered by PID" as the output), size (write that many bytes).
 """

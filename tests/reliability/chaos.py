@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import Audit, audit
+from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
 from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.records import read_runs
@@ -45,7 +45,7 @@ CONFIG = {
         "props": [sys.executable, str(RENDER_PROPS), "{output}", "{props_file}"],
         **FRAMES_CONFIG["commands"],
     },
-    "command_chunks": FRAMES_CONFIG["command_chunks"],  # split jobs: tests/chunk_jobs.py
+    "command_chunks": FRAMES_CONFIG["command_chunks"],  # split jobs: tests/support/chunk_jobs.py
 }
 # Where a job may be while it is not finished (split/: waiting for its chunks).
 LIVE_STATES = ("incoming", "running", "retry", "split")

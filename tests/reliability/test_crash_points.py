@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit
+from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
 from spoolrender.failpoints import CHUNK_CRASH_POINTS, CRASH_POINTS
 from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, retry_name

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import allow_steps, stopped
 from invariants import audit
+from support.processes import stopped
+from support.spool_jobs import allow_steps
 
 from spoolrender.cli.exit_codes import EXIT_PAUSED
 from spoolrender.clock import ManualClock

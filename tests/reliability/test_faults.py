@@ -1,6 +1,6 @@
 """Faults under a working runner: a full output filesystem, a spool that refuses changes,
 heartbeats deleted and corrupted. Each must end as a transient failure or a recovery,
-with nothing partial left and the runner still going. (Clock jumps: tests/test_recovery.py
+with nothing partial left and the runner still going. (Clock jumps: tests/integration/test_recovery.py
 with an injected clock, and the skewed host in test_hosts.py; see docs/reliability.md.)"""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import allow_steps
 from invariants import audit
+from support.spool_jobs import allow_steps
 
 from spoolrender import defaults
 from spoolrender.heartbeat import heartbeat_path

@@ -22,10 +22,12 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from browser.cdp import CHROMIUM, Chromium
-from browser.server import running_server
-from conftest import FAST, command_job, drop, entries, spoolrender_cmd, wait_for
 from small_disk import fill, free, mount_small_ext4
+from support.browser.cdp import CHROMIUM, Chromium
+from support.browser.server import running_server
+from support.processes import spoolrender_cmd
+from support.spool_jobs import FAST, command_job, drop, entries
+from support.waiting import wait_for
 
 from spoolrender import defaults, executor
 from spoolrender.clock import ManualClock

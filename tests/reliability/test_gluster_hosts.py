@@ -64,7 +64,7 @@ import yaml
 from gluster_lab import GlusterHost, GlusterLab, missing
 from invariants import audit, probe_leftovers, render_orphans
 from netfs_lab import beacon_hosts, runner_argv, skewed_env, wait_until
-from uploads_harness import job_hash_command
+from support.uploads_harness import job_hash_command
 
 from spoolrender.errors import UnsupportedFilesystem
 from spoolrender.fscheck import check_filesystem

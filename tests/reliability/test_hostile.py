@@ -328,13 +328,13 @@ REMOTION = Path(__file__).resolve().parents[2] / "remotion"
     not (REMOTION / "node_modules" / "@remotion" / "renderer").is_dir() or not Path("/usr/bin/chromium").exists(),
     reason="remotion/node_modules or Debian chromium missing: run scripts/setup.sh",
 )
-def test_render_size_caps_stop_a_render_before_its_first_frame(tmp_path: Path) -> None:
+def test_render_size_caps_stop_a_render_before_its_first_frame(tmp_path: Path, sample_bundles: Path) -> None:
     """Issue 12 item 15: props and scale that make a composition huge (Tiny with a
     billion frames, scale past the pixel budget) fail for good, named, without retries."""
     layout = init_spool(tmp_path / "spool")
     config = {
         "settle_seconds": 0, "slots": 1, "max_attempts": 3, "remotion_project": str(REMOTION),
-        "cache_dir": str(tmp_path / "cache"), "max_job_frame_pixels": 100_000,
+        "cache_dir": str(sample_bundles), "max_job_frame_pixels": 100_000,
     }  # fmt: skip
     (layout.root / "spoolrender.yaml").write_text(yaml.safe_dump(config))
     tiny = {"composition": "Tiny"}

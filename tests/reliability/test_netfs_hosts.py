@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 from invariants import audit, probe_leftovers, render_orphans
 from netfs_lab import Host, NetfsLab, beacon_hosts, missing, runner_argv, unexplained_hidden_files, wait_until
+from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
 from spoolrender.heartbeat import Heartbeat, read_heartbeat
 from spoolrender.layout import SpoolLayout, init_spool

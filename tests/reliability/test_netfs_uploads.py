@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from netfs_lab import NetfsLab, beacon_hosts, missing, runner_argv, wait_until
-from uploads_harness import job_hash_command
+from support.uploads_harness import job_hash_command
 
 from spoolrender.layout import SpoolLayout, init_spool
 

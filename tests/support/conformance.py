@@ -1,5 +1,5 @@
 """Remotion project shapes as users have them, rendered by the project's own CLI (the
-oracle) and compared with spoolrender's outputs: tests/test_conformance.py and
+oracle) and compared with spoolrender's outputs: tests/remotion/test_conformance.py and
 bench/cli_ratio.py share them.
 
 Each :class:`Shape` is a project written into a temp dir (nothing fetched: its
@@ -525,7 +525,7 @@ export const RemotionRoot: React.FC = () => (
 
 # Remotion's React Three Fiber starter: <ThreeCanvas> from @remotion/three, a lit turning
 # box. Its gl: the starter's own 'angle' gets no WebGL context on a headless host (the CLI
-# fails the same way: tests/test_webgl_rule.py), so the config says swangle, as docs/projects.md's fix.
+# fails the same way: tests/integration/test_webgl_rule.py), so the config says swangle, as docs/projects.md's fix.
 THREE = Shape(
     name="react-three-fiber",
     node_modules=SHAPES_MODULES,

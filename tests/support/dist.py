@@ -2,8 +2,8 @@
 
 ``python -m build`` on the checkout itself writes ``build/`` and ``spoolrender.egg-info/``
 there (setuptools' staging directories, removed and rewritten by every build), so two
-builds at once, on two pytest-xdist workers (tests/test_projects.py and the README's
-own-project block of tests/test_docs_examples.py), race on the same files: a wheel or sdist
+builds at once, on two pytest-xdist workers (tests/remotion/test_projects.py and the README's
+own-project block of tests/e2e/test_docs_examples.py), race on the same files: a wheel or sdist
 missing files, or a build failing on a directory the other removed. A copy per build has
 nothing to share.
 """

@@ -1,6 +1,6 @@
 """The examples of the docs: every fenced code block of README.md and docs/**/*.md, with its kind.
 
-The marking rules are docs contract of issue 25 (tests/test_docs_examples.py's docstring
+The marking rules are docs contract of issue 25 (tests/e2e/test_docs_examples.py's docstring
 repeats them). A block's kind comes from ``<!-- example: KIND -->`` on the line directly
 above its opening fence, else a default by language; what has neither is an
 :class:`Example` with a ``problem``, which the test reports as a failure at its location.

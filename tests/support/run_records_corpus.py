@@ -9,7 +9,7 @@ spool I/O stop, an abandoned claim); and a decided publish that cannot be carrie
 follow-up record of transitions.carry_out). Every ``run-NNNN.json``, ``failure.json`` and
 ``result.json`` is collected, with what varies per run (times, pids, tokens, uids, the
 host, temporary paths) replaced by fixed values, so that two versions of the code can be
-compared record by record (tests/test_run_error.py does, against
+compared record by record (tests/unit/test_run_error.py does, against
 tests/data/run_records.json, which this module wrote with the code before RunError).
 
 Regenerate, from the repository root (only when a change of the records is meant)::
@@ -162,13 +162,21 @@ def _recovered(spool_dir: Path) -> None:
 
 def corpus(tmp: Path) -> dict[str, Any]:
     """The normalized records of every case (the module docstring), made under ``tmp``."""
-    logging.getLogger("spoolrender").setLevel(logging.CRITICAL)  # the cases' failures are expected
-    found: dict[str, Any] = {}
-    replace = {str(tmp): "<tmp>", HOSTNAME: "<host>"}
-    _runner_jobs(tmp / "runs")
-    found.update({f"runs/{k}": v for k, v in _records(tmp / "runs", replace).items()})
-    _recovered(tmp / "recovered")
-    found.update({f"recovered/{k}": v for k, v in _records(tmp / "recovered", replace).items()})
+    # The cases' failures are expected: not logged. Only while they run: the level is the
+    # process's, and a later test in it that reads the package's log records (caplog) would
+    # find none (tests/unit/test_thread_faults.py after test_run_error.py, in one worker).
+    package_log = logging.getLogger("spoolrender")
+    level = package_log.level
+    package_log.setLevel(logging.CRITICAL)
+    try:
+        found: dict[str, Any] = {}
+        replace = {str(tmp): "<tmp>", HOSTNAME: "<host>"}
+        _runner_jobs(tmp / "runs")
+        found.update({f"runs/{k}": v for k, v in _records(tmp / "runs", replace).items()})
+        _recovered(tmp / "recovered")
+        found.update({f"recovered/{k}": v for k, v in _records(tmp / "recovered", replace).items()})
+    finally:
+        package_log.setLevel(level)
     return found
 
 

@@ -4,7 +4,7 @@ live on, keep its duty, resume, and say so once rather than per try (docs/reliab
 "A spool that does not answer"). The fault is injected at the thread's own call (a
 monkeypatched os/pathlib function that fails for that thread's files only); the spool, the
 threads and the rest of the filesystem are real. The runner's own threads (heartbeat, the
-main loop's backoff, the thread check) are in tests/test_runner_thread_faults.py."""
+main loop's backoff, the thread check) are in tests/integration/test_runner_thread_faults.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The Remotion tier: real renders with Remotion, Node and Chromium (marked ``remotion``)."""
