@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from spoolrender import Spool
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 CMD = [sys.executable, "-m", "spoolrender.cli"]
 CONFIG = "commands:\n  copy: [cp, '{props_file}', '{output}']\n"

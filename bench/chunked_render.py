@@ -6,7 +6,7 @@ Both go through the renderer API the way a runner's slots use it, with warm work
 renderer has rendered a Tiny job before the clock starts; bundle cached):
   - whole: one RemotionRenderer renders the job at each Remotion concurrency in
     --concurrencies (the best one is what a single render can do on this host);
-  - split: `frame_span` on one slot, then one chunk per slot (spoolrender.capacity's
+  - split: `frame_span` on one slot, then one chunk per slot (spoolrender.runner.capacity's
     default slot count: one RemotionRenderer each, in parallel threads), each chunk
     rendered and verified, then `join` (Remotion's combineChunks) and `verify_join`
     (ffprobe) on one slot. The clock runs from frame_span to the end of verify_join: what
@@ -36,11 +36,11 @@ import yaml
 from goals import goal
 from spools import make_spool, remotion_config
 
-from spoolrender.capacity import plan_capacity
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.jobfile import parse_job
 from spoolrender.renderers.base import CancelToken, ChunkPart, FrameSpan, JoinRequest, RenderRequest
-from spoolrender.renderers.remotion import RemotionRenderer
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.runner.capacity import plan_capacity
 
 
 def ignore(fraction: float | None, stage: str | None = None) -> None:

@@ -59,7 +59,7 @@ import netfs_lab  # noqa: E402
 from gluster_lab import GlusterLab  # noqa: E402
 from netfs_lab import NetfsLab, namespace_pids, runner_argv, wait_until  # noqa: E402
 
-from spoolrender.layout import SpoolLayout, init_spool  # noqa: E402
+from spoolrender.spool.layout import SpoolLayout, init_spool  # noqa: E402
 
 POLL_S = 0.2  # every runner's poll_seconds, on every filesystem
 WAIT_S = 300.0  # generous deadlines: conditions, never timers (the machine is shared)

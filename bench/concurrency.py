@@ -9,7 +9,7 @@ in a cron drain) and frames/s. The bundle cache is warmed once before (one Tiny 
 combinations share it. The combinations are measured round-robin, median over repeats.
 spoolrender caps threads so that slots x threads <= cores; a combination above that (e.g.
 2 x 2 on 2 cores) is run as `slots` runner processes with one slot of `threads` each.
-The default is `spoolrender.capacity.plan_capacity` on a fresh spool's default config.
+The default is `spoolrender.runner.capacity.plan_capacity` on a fresh spool's default config.
 
 Reproduce:  .venv/bin/python bench/concurrency.py [--jobs 10] [--repeats 2] [--combos 1x1,2x1,1x2,2x2,3x1]
 """
@@ -33,8 +33,8 @@ import yaml
 from goals import goal
 from spools import CMD, make_spool, remotion_config, sample_jobs
 
-from spoolrender.capacity import plan_capacity, usable_cores
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
+from spoolrender.runner.capacity import plan_capacity, usable_cores
 
 LAYOUT = re.compile(r"(\d+) slot\(s\) x (\d+) thread\(s\)")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "reliability")]

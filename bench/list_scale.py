@@ -56,7 +56,7 @@ def main() -> None:
             if label.startswith("list") and "--queue" not in extra:
                 worst = max(worst, seconds)
             print(f"{label:<34} {seconds:>7.3f} s")
-        # An id no job has gets a did-you-mean hint (spoolrender.suggest): 13-16 s at 100k
+        # An id no job has gets a did-you-mean hint (spoolrender.core.suggest): 13-16 s at 100k
         # done before difflib's pool was bounded; an id that exists never computes one.
         for label, job_id in (("show job-0000042 (exists)", "job-0000042"), ("show job-00000x42 (a typo)",
                               "job-00000x42"), ("show zzz (nothing close)", "zzz")):  # fmt: skip

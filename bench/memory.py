@@ -120,7 +120,7 @@ def report_runner(rss: list[float], floor: float, what: str) -> None:
 
 
 def import_floor() -> float:
-    code = "import spoolrender.cli, spoolrender.runner, spoolrender.renderers.registry, sys; sys.stdin.read()"
+    code = "import spoolrender.cli, spoolrender.runner.loop, spoolrender.renderers.registry, sys; sys.stdin.read()"
     popen = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
     time.sleep(3)
     rss = psutil.Process(popen.pid).memory_info().rss / MB

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cost of recording each publish's publisher (spoolrender.output_index) beside the
+"""The cost of recording each publish's publisher (spoolrender.spool.output_index) beside the
 publish itself.
 
 ``rerun: true`` may replace only an output its own id published last, and the file cannot
@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.output_index import record_publish
-from spoolrender.publish import SCRATCH_DIR, publish_output
+from spoolrender.spool.layout import SpoolLayout, init_spool
+from spoolrender.spool.output_index import record_publish
+from spoolrender.spool.publish import SCRATCH_DIR, publish_output
 
 
 def main() -> None:

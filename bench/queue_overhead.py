@@ -29,11 +29,11 @@ from pathlib import Path
 import yaml
 from goals import goal
 
-from spoolrender.config import load_config
-from spoolrender.durable import set_fsync
-from spoolrender.layout import init_spool
+from spoolrender.config.spool_config import load_config
 from spoolrender.renderers.base import CancelToken, ProgressFn, Renderer, RenderRequest, RenderResult, WholeRendersOnly
-from spoolrender.runner import Runner
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.durable import set_fsync
+from spoolrender.spool.layout import init_spool
 
 JOB = b"renderer: command\ncommand: noop\n"
 

@@ -43,11 +43,11 @@ import yaml
 from goals import goal
 from spools import CMD, REMOTION, make_spool, remotion_config, sample_jobs
 
-from spoolrender.capacity import plan_capacity
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.jobfile import parse_job
 from spoolrender.renderers.base import CancelToken, RenderRequest
-from spoolrender.renderers.remotion import RemotionRenderer
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.runner.capacity import plan_capacity
 
 TINY = {"composition": "Tiny"}
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from goals import goal
 from spools import CMD, make_spool
 
-from spoolrender.heartbeat import read_heartbeat
+from spoolrender.spool.heartbeat import read_heartbeat
 
 
 def race(base: Path, jobs: int, runners: int) -> tuple[float, int, int, int]:

@@ -11,7 +11,7 @@ one way per fresh file:
 - ``lstat``: what the scanner's listing sees;
 - ``statx force, by path``: ``statx(AT_STATX_FORCE_SYNC)`` on the name;
 - ``open + fstat``; ``open + statx force``: a forced statx on the new descriptor
-  (spoolrender.netcache.fresh_attributes);
+  (spoolrender.spool.netcache.fresh_attributes);
 - ``open + read``: a plain read of the job file; ``open + statx force + read``;
   ``open + fadvise + read`` (cached pages dropped only); ``O_DIRECT read``.
 
@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from spoolrender.netcache import fresh_attributes, fstat_fresh
+from spoolrender.spool.netcache import fresh_attributes, fstat_fresh
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 OPTION_SETS = (

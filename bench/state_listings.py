@@ -29,9 +29,9 @@ from pathlib import Path
 from goals import goal
 
 from spoolrender import defaults
-from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.layout import SpoolLayout, init_spool, list_names
-from spoolrender.state_listings import list_job_states
+from spoolrender.spool.chunk_names import is_chunk_name
+from spoolrender.spool.layout import SpoolLayout, init_spool, list_names
+from spoolrender.spool.state_listings import list_job_states
 
 RATIO_GOAL = 1.25  # retry/ is listed twice; every other name once, as the floor does
 

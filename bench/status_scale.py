@@ -11,7 +11,7 @@ start-up included, measured alone as a baseline). ``--base`` puts the spool on a
 filesystem (a tmpfs: /dev/shm), which is where 1M entries are cheap to make.
 
 ``--keep-done-max N``: after the table, one `run --drain` with keep_done=30d and
-keep_done_max=N (retention.py) purges done/ down to N (its time is printed: the catch-up
+keep_done_max=N (ops/retention.py) purges done/ down to N (its time is printed: the catch-up
 of a spool that never purged), then status is timed again with retention on.
 
 Reproduce:  .venv/bin/python bench/status_scale.py [--done 100000] [--incoming 10000] [--failed 1000]

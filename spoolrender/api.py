@@ -31,14 +31,15 @@ from typing import Any
 
 import yaml
 
-from spoolrender import control, defaults, submission
+from spoolrender import defaults
 from spoolrender.compositions import Composition, list_compositions
-from spoolrender.config import SpoolConfig, load_config
-from spoolrender.durable import set_fsync
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderError, WaitTimeout
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
-from spoolrender.layout import RETRY_NAME, SpoolLayout, new_token
-from spoolrender.lookup import Located, by_relevance, describe, find_job, job_id_of, read_entry, show_document
+from spoolrender.ops import control, submission
+from spoolrender.ops.lookup import Located, by_relevance, describe, find_job, job_id_of, read_entry, show_document
+from spoolrender.spool.durable import set_fsync
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, new_token
 
 FINISHED_STATES = ("done", "failed")
 _WAIT_POLL_MAX_S = 1.0
@@ -170,9 +171,9 @@ class Spool:
         too, a Remotion job's composition and still frame are checked against the cached
         listing of :meth:`compositions` when the project is unchanged since it was made,
         and its props with the composition's own zod schema in that bundle's page
-        (seconds: Node and Chromium start; ``spoolrender.props_check``). A
+        (seconds: Node and Chromium start; ``spoolrender.renderers.remotion.props_check``). A
         Remotion job on a spool without a usable Remotion project is queued, and the
-        reason it will fail is logged as a warning (logger ``spoolrender.submission``).
+        reason it will fail is logged as a warning (logger ``spoolrender.ops.submission``).
         """
         data, default_name = self._job_bytes(job)
         name = name or default_name or _declared_id(data) or f"api-{time.strftime('%Y%m%dT%H%M%S')}-{new_token()[:6]}"
@@ -231,7 +232,7 @@ class Spool:
     def rerun(self, job_id: str) -> Path:
         """Render the done job ``job_id`` again, as a new run of the same id (its output and
         done entry stay until the new run is published); returns the queued file."""
-        from spoolrender.rerun_done import rerun
+        from spoolrender.ops.rerun_done import rerun
 
         return rerun(self.config, job_id)
 
@@ -243,7 +244,7 @@ class Spool:
 
     def status(self) -> SpoolStatus:
         """Counts per state, running jobs, the retry queue, recent failures, runners."""
-        from spoolrender.status import collect_status
+        from spoolrender.ops.status import collect_status
 
         return SpoolStatus(collect_status(self.config))
 
@@ -329,7 +330,7 @@ class Job:
         the truth, so this works on any host that mounts the spool; on a local spool
         inotify on done/ and failed/ wakes it as soon as the job gets there.
         """
-        from spoolrender.outcome_events import OutcomeEvents  # watchdog: only for wait()
+        from spoolrender.ops.outcome_events import OutcomeEvents  # watchdog: only for wait()
 
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = poll

@@ -5,7 +5,7 @@ Listing opens Chromium on the bundle (``worker/compositions.mjs``), which takes 
 the result is stored in the bundle directory (``compositions.json``), whose name is the
 bundle's content key, so it is valid exactly as long as the bundle is: ``submit`` checks
 a job's composition and still frame against it without starting Node, knows which
-compositions have a schema to call (``spoolrender.props_check``), and falls silent when
+compositions have a schema to call (``spoolrender.renderers.remotion.props_check``), and falls silent when
 the project changed since it was listed (the runner checks again before the first frame).
 The props JSON Schema is for display: props are checked with the zod schema itself.
 """
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoolrender.bundle_cache import cached_bundle, ensure_bundle, last_json_object
-from spoolrender.durable import write_atomic
+from spoolrender.core.suggest import did_you_mean
+from spoolrender.core.vocabulary import FailureKind
 from spoolrender.errors import RenderError, SpoolrenderError
-from spoolrender.renderers.remotion_project import WORKER_DIR, setup_error
-from spoolrender.suggest import did_you_mean
-from spoolrender.vocabulary import FailureKind
+from spoolrender.renderers.remotion.bundle_cache import cached_bundle, ensure_bundle, last_json_object
+from spoolrender.renderers.remotion.project import WORKER_DIR, setup_error
+from spoolrender.spool.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def submit_problems(
 ) -> list[str]:
     """A job's problems against a project's listing: an unknown composition, a still
     frame past its end. Phrased as job-file problems (``field 'still'``); its props are
-    checked with the schema itself (``spoolrender.props_check``).
+    checked with the schema itself (``spoolrender.renderers.remotion.props_check``).
 
     The listing's duration is the one ``calculateMetadata`` gives the default props: a
     still frame is checked only when the job's props leave them as they are (other props

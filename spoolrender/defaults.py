@@ -1,14 +1,14 @@
 """Every default value of spoolrender, named, in one place.
 
 The spool config file, ``SPOOLRENDER_*`` environment variables and CLI flags override
-the configurable ones (see :mod:`spoolrender.config`); the rest are protocol constants
+the configurable ones (see :mod:`spoolrender.config.spool_config`); the rest are protocol constants
 that every host sharing a spool must agree on.
 """
 
 from __future__ import annotations
 
-from spoolrender.retry_policy import RetryPolicy
-from spoolrender.vocabulary import FailureKind, JobState
+from spoolrender.core.retry_policy import RetryPolicy
+from spoolrender.core.vocabulary import FailureKind, JobState
 
 # --- spool layout (protocol: every host must agree) ---------------------------------
 # Plain strings (argparse shows choices by repr; serve and status use them as JSON keys).
@@ -17,11 +17,11 @@ STATE_DIRS = tuple(s.value for s in JobState)  # incoming, running, retry, done,
 OPTIONAL_STATE_DIRS = (JobState.SPLIT.value,)
 PRIVATE_DIR = ".spoolrender"  # staging for atomic writes, id reservations, runners
 CONFIG_FILENAME = "spoolrender.yaml"
-JOB_FILENAME = "job.yaml"  # the runner-owned, read-only private copy of the claimed bytes (owncopy.py)
+JOB_FILENAME = "job.yaml"  # the runner-owned, read-only private copy of the claimed bytes (intake/owncopy.py)
 SUBMITTED_FILENAME = "submitted.yaml"  # the submitter's own file after the claim: evidence only
 # Runs of one job discarded because its submitter's file was still being appended to at the
 # decision (a remote upload the intake could not see): after that many the job decides from
-# its private copy (owncopy.py), so no writer can keep a job from ending.
+# its private copy (intake/owncopy.py), so no writer can keep a job from ending.
 MAX_UPLOAD_DISCARDS = 3
 HEARTBEAT_FILENAME = "heartbeat"
 LOCK_FILENAME = "lock"
@@ -64,7 +64,7 @@ BYTES_PER_FRAME_PIXEL = 64
 
 # --- timing -------------------------------------------------------------------------
 # A file unchanged this long (no close/rename event) is complete. On a local spool the
-# writer check decides (spoolrender.intake); this protects against other hosts' writers.
+# writer check decides (spoolrender.intake.completeness); this protects against other hosts' writers.
 # Measured (bench/upload_intake.py --gaps, docs/uploads.md): scp/sftp send files under
 # ~200 KiB in one burst at any -l; 900 KiB files stall 2.0 s (scp -l 1000), 5.1 s (scp
 # -l 400), 20.4 s (scp/sftp -l 100); rsync --inplace --bwlimit=50 leaves a 2 KB file no
@@ -76,7 +76,7 @@ SETTLE_S = 5.0
 # writer check cannot tell (an unprivileged runner, another user's upload) waits for its
 # close; this long quiet means the close event was lost.
 UNCLOSED_WRITE_S = 600.0
-# fanotify (spoolrender.closers, root only) follows each process that closed an upload in
+# fanotify (spoolrender.intake.upload_closers, root only) follows each process that closed an upload in
 # incoming/ with a pidfd, one descriptor each, until it exits or its close is older than
 # the settle time plus this margin (then the file is settled anyway: following it longer
 # changes no verdict). A burst of writers is capped, in total and per user (a hostile
@@ -89,7 +89,7 @@ CLOSER_PIDFDS_FD_LIMIT_SHARE = 4
 CLOSER_HOLD_MARGIN_S = 1.0
 CLOSER_KEYS_MAX = 10_000  # inodes remembered at most; beyond, every close waits to settle
 # Another host's start-up probe dir older than this (spool filesystem's clock) is a dead
-# prober's leftover (spoolrender.probe_dirs): a probe takes a second, a frozen host's too.
+# prober's leftover (spoolrender.spool.probe_dirs): a probe takes a second, a frozen host's too.
 PROBE_LEFTOVER_AGE_S = 3600.0
 # An entry in incoming/ whose claim fails (a mode-555 directory cannot be moved: EACCES)
 # is tried again after this delay, doubling per failure up to the maximum.
@@ -97,7 +97,7 @@ BLOCKED_RETRY_MIN_S = 1.0
 BLOCKED_RETRY_MAX_S = 300.0
 BLOCKED_CLAIM_RETRY = RetryPolicy(BLOCKED_RETRY_MIN_S, BLOCKED_RETRY_MAX_S)
 # A write to the spool that fails for the filesystem's own reason (full, over quota,
-# read-only, I/O error, stale handle, cut off: spoolrender.spool_io) is tried again after this delay,
+# read-only, I/O error, stale handle, cut off: spoolrender.spool.io_trouble) is tried again after this delay,
 # doubling per failure up to the maximum; claiming pauses meanwhile, and the log says so
 # once, then reminds at most once per delay. A freed disk is noticed within the maximum.
 SPOOL_IO_RETRY_MIN_S = 1.0
@@ -105,7 +105,7 @@ SPOOL_IO_RETRY_MAX_S = 30.0
 SPOOL_IO_RETRY = RetryPolicy(SPOOL_IO_RETRY_MIN_S, SPOOL_IO_RETRY_MAX_S)
 # A background task (hook dispatch, the purge lease's renewal, serve's event stream and
 # history) whose spool reads or writes keep failing logs it once, then a reminder at most
-# this often, then once when it works again (spoolrender.trouble_log): not a line per try.
+# this often, then once when it works again (spoolrender.spool.trouble_log): not a line per try.
 TROUBLE_REMINDER_S = SPOOL_IO_RETRY_MAX_S
 # A render that fails while its spool or output filesystem has less room than this (for
 # an unprivileged writer) failed for the disk's sake: requeued without using an attempt.
@@ -127,11 +127,11 @@ RUNNER_EXPIRY_S = 24 * 3600.0
 RUNNER_BEACON_MAX_BYTES = 1024**2  # a runner's beacon is a few hundred bytes; more is not one of ours
 RESCAN_INTERVAL_S = 10.0  # full listing even when no event arrived
 # How long a runner reuses its last probe of the spool filesystem's clock, moved on by
-# the seconds passed (spoolrender.clock.SpoolClock): one probe write a second, not a pass.
+# the seconds passed (spoolrender.spool.clock.SpoolClock): one probe write a second, not a pass.
 SPOOL_CLOCK_REUSE_SECONDS = 1.0
 POLL_INTERVAL_S = 2.0  # watchdog PollingObserver period on network filesystems
 # A job's failed attempt waits before its next one: doubling from the base, capped, with
-# equal jitter (retry_policy.py); the spool's backoff_*_seconds settings replace both, and
+# equal jitter (core/retry_policy.py); the spool's backoff_*_seconds settings replace both, and
 # the job's max_attempts says how many it gets (SpoolConfig.job_retry).
 BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 3600.0
@@ -168,7 +168,7 @@ DIR_STAMP_MARGIN_SECONDS = 1.0
 # where it went instead: state_listings.find_moved.)
 MOVED_READ_ATTEMPTS = 3
 # Progress published over time (serve, `status --watch`) is held at its highest per run
-# (progress_floor.py): the runs remembered at most, if no whole status document is read to
+# (ops/progress_floor.py): the runs remembered at most, if no whole status document is read to
 # forget the finished ones (a server nobody follows the events of, asked for job pages).
 PROGRESS_FLOOR_ENTRIES = 10_000
 
@@ -200,7 +200,7 @@ MIN_CHUNK_FRAMES = 5
 MAX_CHUNKS = 64  # chunks one job may be split into (each is a spool entry and a file set)
 CHUNK_FILENAME = "chunk.json"  # in a chunk entry: its parent and its frame range
 
-# --- completion hooks (hooks: in spoolrender.yaml; see hook_config.py) ----------------
+# --- completion hooks (hooks: in spoolrender.yaml; see config/hooks.py) ----------------
 HOOK_TIMEOUT_S = 10.0  # one delivery (a command's run, a webhook's request) at most
 HOOK_TIMEOUT_MAX_S = 600.0
 HOOK_ATTEMPTS = 10  # deliveries tried before giving up (logged, kept in the job's state)
@@ -215,14 +215,14 @@ HOOK_OUTPUT_BYTES = 2000  # of a hook command's output / a webhook's reply, kept
 HOOK_DELIVERIES_PER_HOOK = 2
 HOOK_KILL_GRACE_S = 2.0  # a timed-out command's pipes, after its process group was killed
 
-# --- host health (hosts.py) ----------------------------------------------------------
+# --- host health (hosts/health.py) ----------------------------------------------------------
 RETRY_ELSEWHERE_S = 120.0  # after a failure on host H, H's runners leave the retry this long
 HOST_BLOCK_JOBS = 5  # different jobs failing on one host within the window block it...
 HOST_BLOCK_WINDOW_S = 600.0
 HOST_BLOCK_S = 1800.0  # ...for this quiet period, or until `spoolrender unblock HOST`
 # At most this share of the online hosts, rounded down, is blocked at once (none of one
 # host, one of two or three, two of four), and never the last online host of a queue:
-# a rule meant to route around a bad host must never stop the farm (host_blocks.py).
+# a rule meant to route around a bad host must never stop the farm (hosts/blocks.py).
 HOST_BLOCK_MAX_SHARE = 0.5
 # A host's records (hosts/): its failures file holds one window's failures (~60 bytes each)
 # and its block marker a few of them; more is not one of ours.
@@ -235,7 +235,7 @@ HOST_PROBE_S = 60.0
 CLOCK_SKEW_SHOWN_S = 10.0
 
 
-# --- render cache (render_cache.py; docs/render-cache.md) ---------------------------
+# --- render cache (render_cache/entries.py; docs/render-cache.md) ---------------------------
 # Off unless the spool sets render_cache: true or a job cache: true (a composition that
 # fetches data or reads the clock is not a pure function of its inputs).
 RENDER_CACHE = False
@@ -252,12 +252,12 @@ RENDER_CACHE_META_MAX_BYTES = 1024**2  # an entry.json is a few hundred bytes; m
 # when a job for another project needs one more. Each holds a Chromium (~150-300 MB).
 WARM_PROJECTS_PER_SLOT = 2
 
-# Retention (retention.py): how often the spool's finished jobs are purged by keep_done,
+# Retention (ops/retention.py): how often the spool's finished jobs are purged by keep_done,
 # keep_failed and their caps; any runner may do it, one at a time (a lease).
 RETENTION_INTERVAL_S = 600.0
 RETENTION_DIR = "retention"  # in .spoolrender/: the purge lease and the last purge's report
 RETENTION_CHECK_S = 60.0  # how often a runner looks whether a purge is due (a probe file, one read)
 
-# Descriptors one tree removal keeps open at most (spoolrender.tree_removal): a tree of any
+# Descriptors one tree removal keeps open at most (spoolrender.spool.tree_removal): a tree of any
 # depth is removed without recursion and without running a runner out of descriptors.
 TREE_REMOVAL_MAX_FDS = 32

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spoolrender.vocabulary import FailureKind
+from spoolrender.core.vocabulary import FailureKind
 
 
 class SpoolrenderError(Exception):
@@ -28,7 +28,7 @@ class SpoolIOError(SpoolrenderError):
     """The spool's filesystem refused a write for a reason of its own, not the job's nor
     the filesystem type's: full (ENOSPC), over quota (EDQUOT), read-only (EROFS), failing
     (EIO) or a stale network handle (ESTALE). It passes: runners wait and try again
-    (spoolrender.spool_io). ``errno``/``strerror``: the error as the kernel reported it."""
+    (spoolrender.spool.io_trouble). ``errno``/``strerror``: the error as the kernel reported it."""
 
     def __init__(self, message: str, *, errno: int | None, strerror: str) -> None:
         super().__init__(message)
@@ -61,7 +61,7 @@ class RenderError(SpoolrenderError):
     full) or not (unknown composition, bad props, a component that always throws).
     ``kind`` is a short machine-readable class such as ``timeout`` or ``invalid-props``:
     any string, since a command renderer or a future worker may report kinds of its own
-    (passed through as they are); spoolrender.vocabulary.FailureKind names spoolrender's.
+    (passed through as they are); spoolrender.core.vocabulary.FailureKind names spoolrender's.
     """
 
     def __init__(self, message: str, *, transient: bool, kind: str = FailureKind.ERROR) -> None:

@@ -40,11 +40,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from spoolrender import defaults
-from spoolrender.clock import ManualClock
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
+from spoolrender.core.vocabulary import FailureKind
 from spoolrender.errors import RenderCancelled, RenderError, SpoolrenderError
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import init_spool
 from spoolrender.renderers.base import (
     CancelToken,
     ProgressFn,
@@ -54,10 +53,11 @@ from spoolrender.renderers.base import (
     WholeRendersOnly,
 )
 from spoolrender.renderers.command import verify_nonempty
-from spoolrender.vocabulary import FailureKind
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.layout import init_spool
 
 if TYPE_CHECKING:
-    from spoolrender.runner import Runner
+    from spoolrender.runner.loop import Runner
 
 __all__ = [
     "Fail",
@@ -311,12 +311,12 @@ def make_request(
 
 @contextmanager
 def running_runner(config: SpoolConfig, fake: FakeRenderer, **runner_options: Any) -> Iterator[Runner]:
-    """A long-running :class:`~spoolrender.runner.Runner` that renders with ``fake``, in a
+    """A long-running :class:`~spoolrender.runner.loop.Runner` that renders with ``fake``, in a
     thread of this process, for the ``with`` block; then stopped as by a second SIGTERM
     (a running render is cancelled at once and its job put back) and joined. ``runner_options`` go to Runner
     (``clock``, ``capacity``, ``max_jobs``...). Wait for jobs with the API's ``Job.wait``;
     unlike a drain, the runner stays for retries that are not due yet."""
-    from spoolrender.runner import Runner  # the whole runner: only for this helper
+    from spoolrender.runner.loop import Runner  # the whole runner: only for this helper
 
     runner = Runner(config, make_renderer=fake.factory, **runner_options)
     failed: list[BaseException] = []

@@ -15,8 +15,8 @@ from support.spool_jobs import write_spool_config
 from support.xdist_units import longest_first
 
 import spoolrender
-from spoolrender.config import SpoolConfig, load_config
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.config.spool_config import SpoolConfig, load_config
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,7 +1,7 @@
 """MkDocs hook: the configuration reference table, generated from the code's own table of settings.
 
 docs/configuration.md holds the marker line below; at build time it is replaced with
-``spoolrender.config.settings_reference_markdown()``, so the documented keys, types and
+``spoolrender.config.spool_config.settings_reference_markdown()``, so the documented keys, types and
 defaults are the ones the config loader accepts and cannot drift from them.
 """
 
@@ -16,7 +16,7 @@ MARKER = "<!-- spoolrender:config-reference -->"
 
 def settings_table() -> str:
     """The generated reference table (Markdown)."""
-    from spoolrender.config import settings_reference_markdown
+    from spoolrender.config.spool_config import settings_reference_markdown
 
     return settings_reference_markdown()
 

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.chunks.naming import chunk_store_name, chunk_uid, ledger_dir, store_dir
 from spoolrender.chunks.plan import ChunkPlan
-from spoolrender.durable import create_exclusive
-from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
-from spoolrender.records import FAILED, PUBLISHING, read_runs
+from spoolrender.core.run_error import UNREADABLE_CHUNK_ERROR
+from spoolrender.intake.seal import SEAL_KEY
 from spoolrender.renderers.base import ChunkPart
-from spoolrender.run_error import UNREADABLE_CHUNK_ERROR
-from spoolrender.seal import SEAL_KEY
+from spoolrender.spool.chunk_names import chunk_store_name, chunk_uid, ledger_dir, store_dir
+from spoolrender.spool.durable import create_exclusive
+from spoolrender.spool.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.spool.records import FAILED, PUBLISHING, read_runs
 
 PLAN_FILENAME = "plan.json"
 FINISHED_DIR = "finished"
@@ -120,7 +120,7 @@ def chunk_states(layout: SpoolLayout, output_root: Path, key: str, parent_uid: s
     # that makes one move during it (retry/ -> running/ by a claim, running/ -> retry/ after
     # a failure, running/ -> finished/ when done) is still seen in one listing or another
     # (the destination is listed again after the source was first listed; see
-    # state_listings.py), and one seen in two is where the later listing found it.
+    # spool/state_listings.py), and one seen in two is where the later listing found it.
     first = _list_waiting(layout, by_uid)
     for name in list_names(layout.running):
         m = RUNNING_NAME.fullmatch(name)

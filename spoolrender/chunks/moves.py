@@ -1,5 +1,5 @@
 """The renames that carry out a split job's decisions; each idempotent, like
-:mod:`spoolrender.transitions` (a recoverer that finds a decided run whose owner died
+:mod:`spoolrender.lifecycle.transitions` (a recoverer that finds a decided run whose owner died
 calls the same functions).
 
 - the parent's ``split`` decision: into split/, then its missing chunks into retry/;
@@ -21,7 +21,12 @@ from pathlib import Path
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import ChunkStates, chunk_info, chunk_states, finished_dir, read_plan
-from spoolrender.chunks.naming import (
+from spoolrender.chunks.plan import ChunkPlan
+from spoolrender.config.queues import QUEUE_FILENAME
+from spoolrender.core.failpoints import crash_point
+from spoolrender.intake.owncopy import write_copy
+from spoolrender.intake.seal import SEAL_KEY, JobFileState
+from spoolrender.spool.chunk_names import (
     STORE_DIR,
     chunk_id,
     chunk_store_name,
@@ -30,17 +35,12 @@ from spoolrender.chunks.naming import (
     ledgers_root,
     store_dir,
 )
-from spoolrender.chunks.plan import ChunkPlan
-from spoolrender.durable import fsync_dir, rename_durable, write_atomic
-from spoolrender.failpoints import crash_point
-from spoolrender.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, new_token, retry_name
-from spoolrender.owncopy import write_copy
-from spoolrender.publish import remove_tree
-from spoolrender.queues import QUEUE_FILENAME
-from spoolrender.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
-from spoolrender.seal import SEAL_KEY, JobFileState
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.trusted_dirs import UntrustedDir, ensure_trusted_path
+from spoolrender.spool.durable import fsync_dir, rename_durable, write_atomic
+from spoolrender.spool.layout import RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, new_token, retry_name
+from spoolrender.spool.publish import remove_tree
+from spoolrender.spool.records import PUBLISHING, RunRecord, read_runs, recorded_priority, run_path
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.spool.trusted_dirs import UntrustedDir, ensure_trusted_path
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def create_chunk(
     stage = ledger_dir(layout, key) / f".new-{index:04d}-{new_token()}"
     stage.mkdir()
     try:
-        # The parent's private copy (owncopy.py), copied in turn: the chunk validates and
+        # The parent's private copy (intake/owncopy.py), copied in turn: the chunk validates and
         # renders exactly what the parent validated, and checks it against the hash here.
         parent_copy = parent_dir / defaults.JOB_FILENAME
         data = parent_copy.read_bytes()
@@ -256,7 +256,7 @@ def discard_chunks(layout: SpoolLayout, output_root: Path, key: str) -> None:
     job_id, _, uid = key.rpartition(".")
     uids = _chunk_uids(uid)
     # Listed entries are reached through their state directory's descriptor
-    # (spoolrender.spooldir), never by their names from the root again.
+    # (spoolrender.spool.spooldir), never by their names from the root again.
     with contextlib.suppress(FileNotFoundError), DirHandle.open(layout.retry) as retry:
         for name in retry.names():
             m = RETRY_NAME.fullmatch(name)

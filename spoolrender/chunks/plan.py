@@ -75,7 +75,7 @@ def plan_parts(span: FrameSpan, *, chunks: int | None = None, chunk_frames: int 
     Every chunk but the last has the same length and the last is no longer: the layout of
     Remotion Lambda, which Remotion's ``combineChunks`` assumes when it cuts each chunk's
     audio at ``index * frames_per_chunk / fps`` (chunks differing by one frame joined with
-    audio shifted from the second chunk on: measured, see renderers/remotion_chunks.py).
+    audio shifted from the second chunk on: measured, see renderers/remotion/splitting.py).
     """
     if (chunks is None) == (chunk_frames is None):
         raise ValueError("give chunks or chunk_frames")

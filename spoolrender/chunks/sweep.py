@@ -27,12 +27,12 @@ from pathlib import Path
 from spoolrender import defaults
 from spoolrender.chunks.ledger import chunk_states, read_plan
 from spoolrender.chunks.moves import discard_chunks, parent_priority, waiting_for_nothing, wake_parent
-from spoolrender.chunks.naming import STORE_DIR, ledger_dir, ledgers_root
-from spoolrender.clock import Clock
-from spoolrender.config import SpoolConfig
-from spoolrender.layout import FINAL_NAME, SpoolLayout, list_names
-from spoolrender.publish import remove_tree
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.spool.chunk_names import STORE_DIR, ledger_dir, ledgers_root
+from spoolrender.spool.clock import Clock
+from spoolrender.spool.layout import FINAL_NAME, SpoolLayout, list_names
+from spoolrender.spool.publish import remove_tree
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SplitSweeper:
     def sweep(self, fs_now: float | None) -> list[str]:
         """Wake the split jobs nobody else will wake; returns their entry names.
 
-        ``fs_now``: the spool filesystem's clock (spoolrender.clock.spool_now), or None.
+        ``fs_now``: the spool filesystem's clock (spoolrender.spool.clock.spool_now), or None.
         """
         woken = []
         try:
@@ -55,7 +55,7 @@ class SplitSweeper:
             split = None  # optional: a spool that never split a job may lack it
         if split is not None:
             # The sweep's own reads of a listed entry go through split/'s descriptor
-            # (spoolrender.spooldir), never through the entry's name again.
+            # (spoolrender.spool.spooldir), never through the entry's name again.
             with split:
                 woken = self._wake_stranded(split, fs_now)
         self._remove_ended()

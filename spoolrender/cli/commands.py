@@ -23,16 +23,16 @@ from spoolrender.cli.exit_codes import (
 )
 from spoolrender.cli.ops_commands import list_command, rerun_command, retry_command
 from spoolrender.cli.parser import comma_names
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
+from spoolrender.core.safe_text import printable
 from spoolrender.defaults import CONFIG_FILENAME
-from spoolrender.display import printable
-from spoolrender.durable import set_fsync
 from spoolrender.errors import JobInvalid, SpoolrenderError
+from spoolrender.spool.durable import set_fsync
 
 if TYPE_CHECKING:
     from spoolrender.api import Spool
-    from spoolrender.runner import Runner, RunSummary
-    from spoolrender.submission import Submission
+    from spoolrender.ops.submission import Submission
+    from spoolrender.runner.loop import Runner, RunSummary
 
 
 def _spool_path(args: argparse.Namespace) -> Path:
@@ -64,11 +64,11 @@ def silence_stdout() -> None:
 
 
 def _purge_cache(args: argparse.Namespace) -> int:
-    from spoolrender.clock import SystemClock
-    from spoolrender.heartbeat import LivenessTracker
-    from spoolrender.layout import SpoolLayout
-    from spoolrender.render_cache import RenderCache
-    from spoolrender.render_cache_flight import InFlight
+    from spoolrender.render_cache.entries import RenderCache
+    from spoolrender.render_cache.in_flight import InFlight
+    from spoolrender.spool.clock import SystemClock
+    from spoolrender.spool.heartbeat import LivenessTracker
+    from spoolrender.spool.layout import SpoolLayout
 
     if args.state is not None:
         raise SpoolrenderError("--state is for finished jobs, not for --cache")
@@ -87,9 +87,9 @@ def _purge_cache(args: argparse.Namespace) -> int:
 
 
 def _purge_jobs(args: argparse.Namespace) -> int:
-    """`purge ID...`: those finished jobs' records, as the dashboard's delete (spoolrender.bulk)."""
-    from spoolrender.bulk import BulkAction, bulk_action, locate
-    from spoolrender.id_hints import id_hint
+    """`purge ID...`: those finished jobs' records, as the dashboard's delete (spoolrender.ops.bulk)."""
+    from spoolrender.ops.bulk import BulkAction, bulk_action, locate
+    from spoolrender.ops.id_hints import id_hint
 
     if args.older_than is not None or args.state is not None:
         raise SpoolrenderError("purge takes job ids or --older-than/--state, not both")
@@ -112,9 +112,9 @@ def _say(text: str) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from spoolrender import project_setup
-    from spoolrender.layout import init_spool
-    from spoolrender.settings import config_template
+    from spoolrender.config.settings import config_template
+    from spoolrender.renderers.remotion import project_setup
+    from spoolrender.spool.layout import init_spool
 
     project: Path | None = None
     if args.remotion_project is not None:
@@ -156,7 +156,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _add_queues(incoming: Path, names: list[str]) -> None:
-    from spoolrender.spooldir import add_queue_dir
+    from spoolrender.spool.spooldir import add_queue_dir
 
     for name in names:
         done = add_queue_dir(incoming, name)
@@ -179,14 +179,14 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _queue(args: argparse.Namespace) -> int:
-    from spoolrender.layout import SpoolLayout
+    from spoolrender.spool.layout import SpoolLayout
 
     _add_queues(SpoolLayout(_config(args).spool).incoming, args.names)
     return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    from spoolrender.runner import Runner
+    from spoolrender.runner.loop import Runner
 
     extra = {"slots": args.slots, "output_root": args.output_root, "watch": args.watch}
     config = _config(args, {**extra, "queues": comma_names(args.queues), "tags": comma_names(args.tags)})
@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from spoolrender.lookup import format_description
+    from spoolrender.ops.lookup import format_description
 
     document = _spool(args).show(args.id)
     if args.json:
@@ -228,8 +228,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _unblock(args: argparse.Namespace) -> int:
-    from spoolrender.hosts import unblock
-    from spoolrender.layout import SpoolLayout
+    from spoolrender.hosts.health import unblock
+    from spoolrender.spool.layout import SpoolLayout
 
     layout = SpoolLayout(_config(args).spool)
     layout.check()
@@ -248,7 +248,7 @@ def _purge(args: argparse.Namespace) -> int:
     if args.older_than is None:
         raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
     states = (args.state,) if args.state else ("done", "failed")
-    from spoolrender.control import purge_older
+    from spoolrender.ops.control import purge_older
 
     purged = purge_older(_config(args), args.older_than, states, dry_run=args.dry_run)
     for entry in purged.removed:
@@ -262,7 +262,7 @@ def _purge(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     """Every file checked first, every problem of each listed; all queued only if all pass."""
-    from spoolrender import submission
+    from spoolrender.ops import submission
 
     if args.name is not None and len(args.files) > 1:
         raise SpoolrenderError("--name names one job file; give it with a single FILE (or -)")
@@ -317,9 +317,9 @@ def print_problems(heading: str, problems: list[str]) -> None:
 
 
 def _run_with_display(args: argparse.Namespace, runner: Runner) -> RunSummary:
-    """``runner.run()``, under the live display when someone watches a terminal (live_display.py)."""
+    """``runner.run()``, under the live display when someone watches a terminal (cli/live_display.py)."""
+    from spoolrender.cli.live_display import live_display, live_wanted
     from spoolrender.cli.log_output import route_logs
-    from spoolrender.live_display import live_display, live_wanted
 
     if not live_wanted(sys.stdout, os.environ, refused=args.no_live):
         return runner.run()
@@ -347,9 +347,9 @@ def _run_exit_status(args: argparse.Namespace, summary: RunSummary, output_root:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from spoolrender.layout import SpoolLayout
     from spoolrender.serve.listen import ServeOptions, parse_listen
     from spoolrender.serve.server import SpoolServer
+    from spoolrender.spool.layout import SpoolLayout
 
     if not (0 < args.poll <= 60 and 0 < args.keepalive <= 3600):
         raise SpoolrenderError("--poll must be in (0, 60] and --keepalive in (0, 3600] seconds")
@@ -394,19 +394,19 @@ def _compositions(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from spoolrender.progress_floor import ProgressFloor
-    from spoolrender.render_cache import describe_usage
-    from spoolrender.status import format_status
+    from spoolrender.ops.progress_floor import ProgressFloor
+    from spoolrender.ops.status import format_status
+    from spoolrender.render_cache.entries import describe_usage
 
     spool = _spool(args)
     if args.prometheus:
-        from spoolrender.metrics import spool_metrics_text
+        from spoolrender.ops.metrics import spool_metrics_text
 
         sys.stdout.write(spool_metrics_text(spool.config))
         return EXIT_OK
     colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     stop = _stop_on_signals() if args.watch is not None else None
-    floor = ProgressFloor()  # redraws never show a run's progress falling back (progress_floor.py)
+    floor = ProgressFloor()  # redraws never show a run's progress falling back (ops/progress_floor.py)
     while True:
         document = spool.status().document
         floor.hold_status(document)

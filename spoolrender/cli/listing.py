@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any
 
-from spoolrender.config import SpoolConfig
-from spoolrender.display import printable, shorten
-from spoolrender.status import _age, _table
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.safe_text import printable, shorten
+from spoolrender.ops.status import _age, _table
 
 # What a row says in its WHEN column, from the item's time field of its state.
 _WHEN = {
@@ -27,10 +27,10 @@ DETAIL_WIDTH = 70
 
 def list_document(config: SpoolConfig, args: argparse.Namespace) -> dict[str, Any]:
     """The page `list` shows: ``GET /jobs``'s document, every state newest first."""
-    from spoolrender.clock import spool_time
-    from spoolrender.layout import SpoolLayout
     from spoolrender.serve.api import list_jobs
     from spoolrender.serve.browse import Filters
+    from spoolrender.spool.clock import spool_time
+    from spoolrender.spool.layout import SpoolLayout
 
     since = None
     if args.since is not None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from spoolrender.display import printable
+from spoolrender.core.safe_text import printable
 
 
 def setup_logging(args: argparse.Namespace) -> None:

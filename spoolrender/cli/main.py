@@ -8,7 +8,7 @@ from spoolrender.cli.commands import dispatch, print_problems, silence_stdout
 from spoolrender.cli.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from spoolrender.cli.log_output import setup_logging
 from spoolrender.cli.parser import build_parser, unknown_command
-from spoolrender.display import printable
+from spoolrender.core.safe_text import printable
 from spoolrender.errors import JobInvalid, SpoolrenderError
 
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from spoolrender.cli.exit_codes import EXIT_OK
-from spoolrender.config import SpoolConfig
-from spoolrender.display import printable
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.safe_text import printable
 from spoolrender.errors import SpoolrenderError
 
 
@@ -20,7 +20,7 @@ def list_command(config: SpoolConfig, args: argparse.Namespace) -> int:
 
 def retry_command(config: SpoolConfig, args: argparse.Namespace) -> int:
     """`retry ID`, or `retry --all-failed/--kind/--queue` over the failed jobs they choose."""
-    from spoolrender import control
+    from spoolrender.ops import control
 
     kinds = tuple(args.kind or ())
     many = args.all_failed or bool(kinds) or args.queue is not None
@@ -36,7 +36,7 @@ def retry_command(config: SpoolConfig, args: argparse.Namespace) -> int:
         for change in control.retry(config, args.id):
             print(printable(change.text))
         return EXIT_OK
-    from spoolrender.failed_select import select_failed
+    from spoolrender.cli.failed_select import select_failed
 
     selection = select_failed(config, kinds=kinds, queue=args.queue, include_hopeless=args.include_hopeless)
     verb = "would send back" if args.dry_run else "sent back"
@@ -61,8 +61,8 @@ def retry_command(config: SpoolConfig, args: argparse.Namespace) -> int:
 
 def _retry_one_dry_run(config: SpoolConfig, job_id: str) -> int:
     from spoolrender.errors import JobNotFound
-    from spoolrender.id_hints import id_hint
-    from spoolrender.lookup import find_job
+    from spoolrender.ops.id_hints import id_hint
+    from spoolrender.ops.lookup import find_job
 
     found = find_job(config, job_id, incoming=False)
     if not found:
@@ -78,7 +78,7 @@ def _retry_one_dry_run(config: SpoolConfig, job_id: str) -> int:
 
 
 def rerun_command(config: SpoolConfig, args: argparse.Namespace) -> int:
-    from spoolrender import rerun_done as rerun
+    from spoolrender.ops import rerun_done as rerun
 
     if args.dry_run:
         plan = rerun.plan_rerun(config, args.id)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from spoolrender import __version__
-from spoolrender.config import CONFIG_KEYS
+from spoolrender.config.spool_config import CONFIG_KEYS
 from spoolrender.errors import SpoolrenderError
 
 DESCRIPTION = """\
@@ -68,7 +68,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _queue_name(value: str) -> str:
-    from spoolrender.queues import name_problem
+    from spoolrender.config.queues import name_problem
 
     problem = name_problem("queue", value)
     if problem is not None:
@@ -440,7 +440,7 @@ def add_serve_parser(sub: Subparsers) -> None:
 
 
 def _add_live_option(p: argparse.ArgumentParser) -> None:
-    """`run --no-live` (live_display.py): the display is on by itself only where someone watches."""
+    """`run --no-live` (cli/live_display.py): the display is on by itself only where someone watches."""
     p.add_argument(
         "--no-live", action="store_true",
         help="no live display (slots, progress, ETA, totals, last failures); it is shown only when stdout is "
@@ -541,7 +541,7 @@ def add_rerun_parser(sub: Subparsers) -> None:
 def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """The error for a first argument that is no command (``stauts``), with a did-you-mean;
     None if it is one (or an option: argparse words those)."""
-    from spoolrender.suggest import did_you_mean
+    from spoolrender.core.suggest import did_you_mean
 
     if not argv or argv[0].startswith("-"):
         return None
@@ -606,7 +606,7 @@ def watch_interval(text: str) -> float:
 
 
 def _parse(text: str, *, bare_seconds: bool) -> float:
-    from spoolrender.durations import parse_duration
+    from spoolrender.config.durations import parse_duration
 
     try:
         return parse_duration(text, bare_seconds=bare_seconds)

@@ -20,11 +20,11 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
+from spoolrender.config.queues import name_problem
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.suggest import did_you_mean
 from spoolrender.jobfile.media import CODECS, check_still, combination_problems, default_suffix, setting_problem
 from spoolrender.jobfile.naming import ID_PATTERN, ID_RULE, filename_origin, id_from_filename, output_path_problem
-from spoolrender.queues import name_problem
-from spoolrender.suggest import did_you_mean
 
 RENDERERS = ("remotion", "command")
 REMOTION_CODECS = CODECS

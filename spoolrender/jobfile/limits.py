@@ -8,7 +8,7 @@ attempts are capped when the file is validated (:mod:`spoolrender.jobfile.fields
 
 from __future__ import annotations
 
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 
 
 def render_size_problem(config: SpoolConfig, width: int, height: int, frames: int, scale: float) -> str | None:

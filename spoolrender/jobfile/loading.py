@@ -6,7 +6,7 @@ value would silently win: ``id:`` twice changes the id), keys that YAML reads as
 and any document that is not a mapping.
 
 Job files stay YAML 1.1 (PyYAML's reading), unlike spoolrender.yaml
-(:mod:`spoolrender.config_yaml`): in a value, ``yes``/``no``/``on``/``off`` are booleans,
+(:mod:`spoolrender.config.yaml_loader`): in a value, ``yes``/``no``/``on``/``off`` are booleans,
 so ``rerun: yes``, ``cache: on`` and props such as ``loop: yes`` keep the meaning they
 have had in every job written so far, and a job means the same whoever's spool reads it.
 Keys are where 1.1 goes wrong silently: a props key ``on:`` or ``no:`` became the boolean

@@ -7,14 +7,14 @@ import stat
 from pathlib import Path
 
 from spoolrender.errors import JobInvalid
-from spoolrender.netcache import Attributes, drop_cached_pages, fstat_fresh
+from spoolrender.spool.netcache import Attributes, drop_cached_pages, fstat_fresh
 
 
 def read_job_bytes(path: Path, max_bytes: int, *, uncached: bool = False) -> bytes:
     """Read a claimed job file without following links or blocking on FIFOs.
 
     ``uncached`` (a spool on a network filesystem): the bytes the server has now, not a
-    prefix the client cached while another host was still writing (spoolrender.netcache).
+    prefix the client cached while another host was still writing (spoolrender.spool.netcache).
     """
     return read_job_at(None, path, max_bytes, uncached=uncached)[0]
 

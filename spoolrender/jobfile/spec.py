@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.jobfile.fields import ID_FIELD_ORIGIN, RENDERERS, Fields, check_fields
 from spoolrender.jobfile.loading import load_yaml_mapping
@@ -32,7 +32,7 @@ class JobSpec:
     rerun: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     fallback: dict[str, Any] = field(default_factory=dict)
-    queue: str | None = None  # None: from the drop directory, else "default" (queues.py)
+    queue: str | None = None  # None: from the drop directory, else "default" (config/queues.py)
     requires: tuple[str, ...] = ()  # runner tags a runner must have to take the job
     still: dict[str, Any] | None = None  # {frame, format (None: from the output's suffix)}
     cache: bool | None = None  # the render cache: True asks, False opts out, None: the spool decides

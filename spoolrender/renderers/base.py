@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spoolrender.core.vocabulary import FailureKind
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import JobSpec
-from spoolrender.vocabulary import FailureKind
 
 # The error kind of a render that a signal from outside spoolrender ended (an operator's
-# kill, the OOM killer): not evidence against the host (spoolrender.hosts). Signals a
+# kill, the OOM killer): not evidence against the host (spoolrender.hosts.health). Signals a
 # process sends itself when it crashes (SIGSEGV, SIGABRT, SIGBUS) are not kills.
 KILLED = FailureKind.KILLED
 KILL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})

@@ -43,9 +43,11 @@ from pathlib import Path
 from typing import IO
 
 from spoolrender import defaults
-from spoolrender.chunks.command_config import CommandChunks
-from spoolrender.config import ENV_PREFIX, SpoolConfig
+from spoolrender.config.command_chunks import CommandChunks
+from spoolrender.config.spool_config import ENV_PREFIX, SpoolConfig
+from spoolrender.core.vocabulary import FailureKind
 from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.render_cache.keys import FileDigests, digest_of, sha256_file
 from spoolrender.renderers.base import (
     KILLED,
     CancelToken,
@@ -58,9 +60,7 @@ from spoolrender.renderers.base import (
     killing_signal,
     terminate_group,
 )
-from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file
 from spoolrender.renderers.run_log import RunLogLines
-from spoolrender.vocabulary import FailureKind
 
 log = logging.getLogger(__name__)
 

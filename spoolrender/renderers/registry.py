@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from spoolrender.capacity import Capacity
-from spoolrender.config import SpoolConfig
-from spoolrender.executor import RendererFactory
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.renderers.base import Renderer
 from spoolrender.renderers.command import CommandRenderer
-from spoolrender.renderers.worker_tmp import remove_stale_worker_tmpdirs
+from spoolrender.renderers.remotion.worker_tmp import remove_stale_worker_tmpdirs
+from spoolrender.run.executor import RendererFactory
+from spoolrender.runner.capacity import Capacity
 
 
 def renderer_factory(config: SpoolConfig, capacity: Capacity) -> RendererFactory:
@@ -18,7 +18,7 @@ def renderer_factory(config: SpoolConfig, capacity: Capacity) -> RendererFactory
         if name == "command":
             return CommandRenderer(config)
         if name == "remotion":
-            from spoolrender.renderers.remotion import RemotionRenderer
+            from spoolrender.renderers.remotion.renderer import RemotionRenderer
 
             return RemotionRenderer(config)
         raise ValueError(f"unknown renderer {name!r}")

@@ -3,7 +3,7 @@
 Every answer is built by the code `status` and `show` use (:func:`status.collect_status`,
 :func:`lookup.find_job` and :func:`lookup.describe`), so the API and the command line never
 disagree about a spool. The write actions are `submit`, `retry` and `cancel` of
-:mod:`spoolrender.control`, with their validation.
+:mod:`spoolrender.ops.control`, with their validation.
 
 The middle layer of :mod:`spoolrender.serve`, below the HTTP handler, above the read
 model (:mod:`.readmodel`, which checks ids and finds entries). No path is ever taken from
@@ -23,14 +23,13 @@ from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from spoolrender import defaults
-from spoolrender.chunks.progress import chunk_table, split_info
-from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, pause, resume, retry
+from spoolrender.config.queues import incoming_view
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import JobInvalid, JobMoving, SpoolrenderError
-from spoolrender.id_hints import close_ids, ids_hint
 from spoolrender.jobfile import ID_PATTERN, parse_job, read_job_bytes
-from spoolrender.layout import RETRY_NAME, SpoolLayout, final_name, list_names, new_token
-from spoolrender.lookup import (
+from spoolrender.ops.control import cancel, pause, resume, retry
+from spoolrender.ops.id_hints import close_ids, ids_hint
+from spoolrender.ops.lookup import (
     JOB_SCHEMA_VERSION,
     LIVE_STATES,
     Located,
@@ -43,9 +42,18 @@ from spoolrender.lookup import (
     read_entry,
     read_job_file,
 )
-from spoolrender.metrics import spool_metrics_text
-from spoolrender.queues import incoming_view
-from spoolrender.running_items import listed_running_info, running_info
+from spoolrender.ops.metrics import spool_metrics_text
+from spoolrender.ops.running_items import listed_running_info, running_info
+from spoolrender.ops.split_progress import chunk_table, split_info
+from spoolrender.ops.status import (
+    SCHEMA_VERSION,
+    collect_status,
+    pause_reason,
+    read_failure,
+    retry_info,
+    spool_clock,
+)
+from spoolrender.ops.submission import submit
 from spoolrender.serve.browse import Filters, JobIndex, state_listings
 from spoolrender.serve.outputs import output_urls
 from spoolrender.serve.posters import find_ffmpeg
@@ -58,16 +66,8 @@ from spoolrender.serve.readmodel import (
     refuse_private,
     result_summary,
 )
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.status import (
-    SCHEMA_VERSION,
-    collect_status,
-    pause_reason,
-    read_failure,
-    retry_info,
-    spool_clock,
-)
-from spoolrender.submission import submit
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, final_name, list_names, new_token
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
 T = TypeVar("T")
 
@@ -242,7 +242,7 @@ def job_detail(config: SpoolConfig, job_id: str, *, see_private: bool = False) -
     """``GET /jobs/{id}``: the ``show --json`` object of the job's current entry, and more
     (job.schema.json's ``$defs/served``; without ``others``).
 
-    Added: ``schema`` (:data:`~spoolrender.lookup.JOB_SCHEMA_VERSION`, as in ``show --json``),
+    Added: ``schema`` (:data:`~spoolrender.ops.lookup.JOB_SCHEMA_VERSION`, as in ``show --json``),
     ``entry``, ``queue`` and ``requires`` (as in ``GET /jobs``),
     ``progress``/``stage``/``eta_seconds``/``stale`` (as in status),
     ``errors`` (each run's error), ``job`` (the validated job file, or ``job_problems``),

@@ -7,7 +7,7 @@ from one of:
 - ``serve_token_file``: a regular file, neither readable nor writable by others and not
   writable by its group; readable by its group only when that group is not the spool's
   (the submitters') and has no member but the server's user
-  (:mod:`spoolrender.secret_file`); the first line is the token;
+  (:mod:`spoolrender.config.secret_file`); the first line is the token;
 - ``serve_token`` in the spool's ``spoolrender.yaml``: only if that file is readable by
   nobody else on the same terms (``init`` makes it readable by everyone: the runners of
   every host read it);
@@ -23,9 +23,9 @@ import os
 import stat
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig, config_file_settings
+from spoolrender.config.secret_file import read_secret_line, shared_group_problem
+from spoolrender.config.spool_config import SpoolConfig, config_file_settings
 from spoolrender.errors import ConfigError
-from spoolrender.secret_file import read_secret_line, shared_group_problem
 
 
 def load_serve_token(config: SpoolConfig) -> str | None:

@@ -9,7 +9,7 @@ cache forgets names that left the listing. A server reads every finished job's t
 at start (:meth:`JobIndex.warm`, in a thread); later pages only stat what is new.
 
 A job's queue and ``requires:`` tags (:meth:`JobIndex.route`): for a claimed job, what its
-last routed run recorded; else as a runner reads them (scan.py, retry_scan.py): the drop directory
+last routed run recorded; else as a runner reads them (intake/scan.py, intake/retry_scan.py): the drop directory
 (incoming/<queue>/, kept as ``queue`` in a claimed job's directory), else the job file's
 ``queue:`` field, else ``default``. A job file that does not parse has no known tags, and
 a queue only if it was dropped into a queue directory.
@@ -34,17 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
+from spoolrender.config.queues import QUEUE_FILENAME, list_incoming, name_problem, queue_dir_of, route
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import JobInvalid
-from spoolrender.heartbeat import entry_token, read_heartbeat
 from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job, read_job_bytes
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
-from spoolrender.lookup import Located, entry_holder
-from spoolrender.queues import QUEUE_FILENAME, list_incoming, name_problem, queue_dir_of, route
-from spoolrender.records import read_runs
+from spoolrender.ops.lookup import Located, entry_holder
 from spoolrender.serve.readmodel import ApiError, is_private
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.state_listings import list_job_states
+from spoolrender.spool.heartbeat import entry_token, read_heartbeat
+from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.spool.records import read_runs
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.spool.state_listings import list_job_states
 
 MAX_QUERY_LENGTH = 200
 # The file whose mtime says when an entry got into its state (written just before the move).
@@ -93,7 +93,7 @@ def state_listings(layout: SpoolLayout) -> dict[str, list[str]]:
     """Every state's entries as listed (as `status`, minus its per-file reads): what a page
     of ``GET /jobs`` and a bulk action's filter start from."""
     # Queue directories too, as `<queue>/<name>` (counted per job, as status counts them).
-    # Listed first: a claim moves a job from here into running/ (state_listings.py).
+    # Listed first: a claim moves a job from here into running/ (spool/state_listings.py).
     listing = {"incoming": [n for n in list_incoming(layout.incoming) if is_candidate_name(PurePath(n).name)]}
     # Each job once, however it moves meanwhile; chunk entries and dot-names are never jobs.
     listing.update(list_job_states(layout))
@@ -211,7 +211,7 @@ class JobIndex:
         if name not in known:
             try:
                 with entry_holder(self._where(state, name)) as (holder, base), holder.sub(base) as entry:
-                    job_dir = entry.through  # the open job directory itself (spoolrender.spooldir)
+                    job_dir = entry.through  # the open job directory itself (spoolrender.spool.spooldir)
                     if state == "failed":
                         with open(job_dir / defaults.FAILURE_FILENAME, "rb") as fh:
                             failure = json.loads(fh.read())

@@ -7,7 +7,7 @@ until) meaning every job it matches, on every page, or the ``entries`` a dry run
 happen (counts and each entry) and changes nothing: the dashboard shows that answer before
 it asks for a confirmation, and the confirmation sends that answer's entries, so that only
 what the operator saw is acted on (one still listed as it was; the others are skipped, with
-why). What is done is :mod:`spoolrender.bulk`'s, shared with the command line.
+why). What is done is :mod:`spoolrender.ops.bulk`'s, shared with the command line.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import json
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.bulk import BulkAction, BulkItem, Target, bulk_action, locate
-from spoolrender.config import SpoolConfig
-from spoolrender.id_hints import id_hint
-from spoolrender.layout import SpoolLayout
-from spoolrender.lookup import Located, incoming_id
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.ops.bulk import BulkAction, BulkItem, Target, bulk_action, locate
+from spoolrender.ops.id_hints import id_hint
+from spoolrender.ops.lookup import Located, incoming_id
 from spoolrender.serve.browse import Filters, JobIndex, name_id, state_listings
 from spoolrender.serve.readmodel import ApiError, check_job_id
+from spoolrender.spool.layout import SpoolLayout
 
 FILTER_FIELDS = frozenset({"state", "q", "composition", "props", "kind", "queue", "since", "until"})
 REQUEST_FIELDS = frozenset({"action", "ids", "filter", "entries", "dry_run"})
@@ -32,7 +32,7 @@ SELECTIONS = ("ids", "filter", "entries")
 
 def bulk_request(config: SpoolConfig, index: JobIndex, data: bytes, who: str) -> dict[str, Any]:
     """``POST /bulk``: the JSON body ``{"action", "ids" | "filter" | "entries", "dry_run"}``, answered by
-    :meth:`spoolrender.bulk.BulkResult.to_json`."""
+    :meth:`spoolrender.ops.bulk.BulkResult.to_json`."""
     try:
         request = json.loads(data)
     except ValueError as exc:

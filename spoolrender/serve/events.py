@@ -1,7 +1,7 @@
 """Server-sent events for `spoolrender serve`: spool snapshots, taken periodically and diffed.
 
 A layer of :mod:`spoolrender.serve` below the HTTP handler and beside the API; it reads
-the spool through :mod:`spoolrender.status` and the read model (:mod:`.readmodel`).
+the spool through :mod:`spoolrender.ops.status` and the read model (:mod:`.readmodel`).
 
 Runners keep no event log that a server could tail: the spool's directories are the only
 truth, on every host that mounts them. So the hub takes the snapshot `status` takes every
@@ -13,7 +13,7 @@ turns the differences into events:
   failed ones the kind and reason of the failure.
 - ``progress``: a running job's progress, stage or staleness changed (the ``running``
   object of ``status --json``), or a split job's chunks (its ``split`` object); progress
-  is held at the highest published for the run (:mod:`spoolrender.progress_floor`).
+  is held at the highest published for the run (:mod:`spoolrender.ops.progress_floor`).
 - ``summary``: the ``status --json`` document (its retry queue cut to the first
   ``SUMMARY_RETRY`` entries; ``counts.retry`` has the total) whenever something in it
   changed, and every ``summary_seconds`` anyway so that ages stay fresh.
@@ -39,16 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.chunks.progress import split_info
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
-from spoolrender.lookup import Located, by_relevance, find_job, incoming_id
-from spoolrender.progress_floor import ProgressFloor
-from spoolrender.running_items import listed_running_info
+from spoolrender.ops.lookup import Located, by_relevance, find_job, incoming_id
+from spoolrender.ops.progress_floor import ProgressFloor
+from spoolrender.ops.running_items import listed_running_info
+from spoolrender.ops.split_progress import split_info
+from spoolrender.ops.status import read_failure, read_status, spool_clock
 from spoolrender.serve.readmodel import result_summary
-from spoolrender.status import read_failure, read_status, spool_clock
-from spoolrender.trouble_log import TroubleLog
+from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
+from spoolrender.spool.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class EventHub:
         # Waiting files are parsed once for their id (an explicit `id:` may differ from the
         # file name); kept across baselines, so a big backlog is read once per server.
         self._incoming_ids: dict[str, str] = {}
-        # Progress as published never falls back within a run (progress_floor.py): the
+        # Progress as published never falls back within a run (ops/progress_floor.py): the
         # server's requests (routes.py) publish through it too.
         self.floor = ProgressFloor()
         self._trouble = TroubleLog(log, "event stream: reading the spool", level=logging.WARNING)

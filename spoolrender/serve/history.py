@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spoolrender.config import SpoolConfig
-from spoolrender.layout import SpoolLayout, new_token
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.ops.status import collect_status
 from spoolrender.serve.readmodel import result_summary
-from spoolrender.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.status import collect_status
-from spoolrender.trouble_log import TroubleLog
+from spoolrender.spool.layout import SpoolLayout, new_token
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.spool.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class HistoryRecorder:
                 for start in [b for b in pending if b < next_start]:
                     del pending[start]
             except Exception as exc:  # the server goes on without history, and says why
-                # Once, reminded, and once when over (trouble_log.py): said only the first
+                # Once, reminded, and once when over (spool/trouble_log.py): said only the first
                 # time ever, a later outage, or one that never ended, went unsaid.
                 self._trouble.failed(exc)
                 seen = None  # start watching afresh: what happened meanwhile is unknown
@@ -111,7 +111,7 @@ class HistoryRecorder:
 
     def _render_seconds(self, name: str) -> float | None:
         """How long done/``name`` took to render; read through done/'s descriptor
-        (spoolrender.spooldir: a listed name is never re-resolved by path)."""
+        (spoolrender.spool.spooldir: a listed name is never re-resolved by path)."""
         try:
             with DirHandle.open(self.layout.done) as done, done.sub(name) as entry:
                 took = (result_summary(entry.through) or {}).get("duration_seconds")

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.serve.readmodel import ApiError, find_entries
 
 # By suffix; anything else is sent as a download (application/octet-stream, attachment).

@@ -16,10 +16,10 @@ import subprocess
 import threading
 from pathlib import Path
 
-from spoolrender.config import SpoolConfig
-from spoolrender.layout import new_token
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.serve.outputs import Published, open_output
 from spoolrender.serve.readmodel import ApiError
+from spoolrender.spool.layout import new_token
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.jobfile import ID_PATTERN
-from spoolrender.layout import FINAL_NAME
-from spoolrender.lookup import Located, by_relevance, entry_holder, find_job
-from spoolrender.spooldir import SpoolPathRefused
+from spoolrender.ops.lookup import Located, by_relevance, entry_holder, find_job
+from spoolrender.spool.layout import FINAL_NAME
+from spoolrender.spool.spooldir import SpoolPathRefused
 
-# A job whose job file no one but its owner may read (spoolrender.owncopy: the runner's copy
+# A job whose job file no one but its owner may read (spoolrender.intake.owncopy: the runner's copy
 # keeps only the submitted file's group/other read bits) is private to the token's holders.
 OTHERS_READ_BITS = stat.S_IRGRP | stat.S_IROTH
 PRIVATE_REASON = (

@@ -15,8 +15,7 @@ import time
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from spoolrender import defaults
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.lookup import find_job
+from spoolrender.ops.lookup import find_job
 from spoolrender.serve.api import (
     DEFAULT_LIMIT,
     DEFAULT_LOG_BYTES,
@@ -53,6 +52,7 @@ from spoolrender.serve.http import (
 from spoolrender.serve.outputs import MEDIA_TYPES, open_output, parse_range, published_output
 from spoolrender.serve.posters import poster
 from spoolrender.serve.readmodel import ApiError, check_job_id
+from spoolrender.spool.heartbeat import HOSTNAME
 
 
 class SpoolHandler(RequestHandler):

@@ -30,7 +30,7 @@ from importlib import resources
 from types import FrameType
 from typing import Any
 
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.serve.auth import load_serve_token
 from spoolrender.serve.browse import JobIndex
@@ -49,7 +49,7 @@ LINGER_BYTES = 16 * 1024 * 1024
 
 
 def _read_static() -> dict[str, bytes]:
-    web = resources.files("spoolrender").joinpath("web")
+    web = resources.files("spoolrender.serve").joinpath("web")
     try:
         return {name: web.joinpath(name).read_bytes() for name, _ in STATIC.values()}
     except OSError as exc:

@@ -15,9 +15,9 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.settings import config_template
+from spoolrender.config.settings import config_template
+from spoolrender.config.spool_config import load_config
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -108,8 +108,8 @@ def test_bad_config_is_a_clear_error(spool: SpoolLayout) -> None:
 
 
 def test_submitted_job_is_readable_whatever_the_umask(spool: SpoolLayout) -> None:
-    from spoolrender.config import load_config
-    from spoolrender.submission import submit
+    from spoolrender.config.spool_config import load_config
+    from spoolrender.ops.submission import submit
 
     old = os.umask(0o077)
     try:

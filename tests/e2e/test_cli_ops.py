@@ -1,6 +1,6 @@
 """The operator's commands of issue 23 as users type them: list, show's times, did-you-mean,
 retry's choices, rerun. Real subprocesses of the CLI on a real spool; the read models
-under them (spoolrender.suggest, failed_select, lookup.timing) get fast unit tests below."""
+under them (spoolrender.core.suggest, failed_select, lookup.timing) get fast unit tests below."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from support.spool_jobs import allow_steps, command_job, drop, entries, write_sp
 from support.waiting import wait_for
 
 from spoolrender.api import Spool
+from spoolrender.cli.failed_select import select_failed
 from spoolrender.compositions import Composition, submit_problems
-from spoolrender.config import load_config
-from spoolrender.failed_select import select_failed
-from spoolrender.id_hints import spool_ids
-from spoolrender.layout import SpoolLayout
-from spoolrender.suggest import close_matches, did_you_mean
+from spoolrender.config.spool_config import load_config
+from spoolrender.core.suggest import close_matches, did_you_mean
+from spoolrender.ops.id_hints import spool_ids
+from spoolrender.spool.layout import SpoolLayout
 
 # Transient failures wait ten minutes: a drain leaves them in retry/, whatever the machine's load.
 SLOW_RETRY = {"backoff_base_seconds": 600, "backoff_cap_seconds": 600}
@@ -211,7 +211,7 @@ def test_id_hints_in_a_large_spool_run_difflib_over_a_bounded_pool() -> None:
     """Over 100,000 done ids difflib took 13-16 s per unknown id: it sees at most
     DIFFLIB_POOL names now (those sharing the longest prefix that leaves few enough), and
     none when ids containing what was typed fill the hint."""
-    from spoolrender.suggest import DIFFLIB_POOL, _bounded
+    from spoolrender.core.suggest import DIFFLIB_POOL, _bounded
 
     ids = sorted(f"job-{i:06d}" for i in range(100_000))
     assert len(_bounded("job-01234x", ids)) <= DIFFLIB_POOL
@@ -269,8 +269,8 @@ def test_job_index_orders_every_state_newest_first_when_asked(spool: SpoolLayout
 
 def test_spool_rerun_from_python_queues_the_done_job_again(spool: SpoolLayout) -> None:
     """docs/operations.md: "`Spool.rerun(ID)` does the same from Python"; the merge of opcli
-    moved rerun() into spoolrender.rerun_done, but api.py (and cli/ops_commands.py) still
-    import it from spoolrender.rerun."""
+    moved rerun() into spoolrender.ops.rerun_done, but api.py (and cli/ops_commands.py) still
+    import it from spoolrender.lifecycle.rerun."""
     drop(spool, "recap.yaml", {**command_job(content="first"), "output": "recap.txt"})
     drain(spool)
     queued = Spool(spool.root).rerun("recap")

@@ -32,9 +32,10 @@ from support.waiting import wait_for
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from spoolrender import defaults, glusterfs
+from spoolrender import defaults
 from spoolrender.cli import build_parser
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool import glusterfs
+from spoolrender.spool.layout import SpoolLayout
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib"
 UNITS = CONTRIB / "systemd"
@@ -280,7 +281,7 @@ def test_mount_units_mount_the_spool_with_the_supported_options() -> None:
     # measured on a replica-3 volume, the defaults left a renamed name visible on other
     # hosts for ~1 s and a same-size rewrite stale; backup-volfile-servers only lets the
     # mount start while the first server is down.
-    # The supported list is spoolrender.glusterfs's (what fscheck checks, and what the GlusterFS
+    # The supported list is spoolrender.spool.glusterfs's (what fscheck checks, and what the GlusterFS
     # lab mounts with): the unit must say exactly that.
     gluster = mount_options("glusterfs")
     assert sorted(o for o in gluster if not o.startswith("backup-volfile-servers=")) == sorted(glusterfs.MOUNT_OPTIONS)

@@ -28,8 +28,8 @@ from support.waiting import wait_for
 
 from e2e.test_contrib import METRICS, check_cli_accepts, run, tool
 from spoolrender import defaults
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout
+from spoolrender.config.spool_config import load_config
+from spoolrender.spool.layout import SpoolLayout
 
 K8S = REPO / "contrib" / "kubernetes"
 PROMETHEUS = REPO / "contrib" / "prometheus"

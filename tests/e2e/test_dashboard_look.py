@@ -32,8 +32,8 @@ from support.processes import runner_processes, spoolrender_cmd
 from support.spool_jobs import allow_steps, command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.heartbeat import read_heartbeat
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs Debian's chromium)"

@@ -23,7 +23,7 @@ from support.chunk_jobs import FRAMES_CONFIG, frames_job
 from support.spool_jobs import FAST, allow_steps, command_job, drop, entries
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout, retry_name
+from spoolrender.spool.layout import SpoolLayout, retry_name
 
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} missing (scripts/setup.sh installs Debian's chromium)"

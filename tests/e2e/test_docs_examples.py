@@ -14,7 +14,7 @@ language). How each kind is checked:
   is the page's most recent ``config`` block above it, else the file ``spoolrender init``
   writes. A ``config-fragment`` never configures a job.
 - ``config`` / ``config-fragment``: the text written as it is to a temp spool's
-  spoolrender.yaml and loaded by spoolrender.config.load_config (no environment). Files a
+  spoolrender.yaml and loaded by spoolrender.config.spool_config.load_config (no environment). Files a
   config names (``secret_file: /etc/spoolrender/hook-secret``, projects) are not created:
   the loader reads none of them (a hook's secret is read when it is delivered); should it
   ever need one, the block fails and says which.
@@ -397,7 +397,7 @@ def test_the_old_readme_fails_unmarked() -> None:
 def test_the_old_hooks_block_loads_as_a_config_fragment() -> None:
     # 8329ac5's loader read `on:` as the boolean key True and refused this block with
     # "hooks.chat: unknown key(s) True"; spoolrender.yaml is now read with YAML 1.2's
-    # booleans (spoolrender.config_yaml), so the block loads exactly as the README had it.
+    # booleans (spoolrender.config.yaml_loader), so the block loads exactly as the README had it.
     (hooks,) = collect("README.md", f"<!-- example: config-fragment -->\n{OLD_HOOKS_BLOCK}")
     assert config_problem(hooks) is None
 

@@ -16,7 +16,7 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import allow_steps, command_job, drop
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 ESCAPE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR|DEBUG) spoolrender\.")
@@ -80,7 +80,7 @@ def test_run_on_a_terminal_shows_slots_progress_totals_and_failures(spool: Spool
         assert re.search(r"SLOT +JOB +PROGRESS +% +ELAPSED +ETA +STAGE", screen), screen
         assert re.search(r"drain: 2 claimed, 1 running, 0 done, 0 to retry, 1 failed, 0 waiting", screen), screen
         # Logs go on above the display, the same lines as without it.
-        assert re.search(LOG_LINE.pattern + r"executor: job broken-card: running -> failed", screen), screen
+        assert re.search(LOG_LINE.pattern + r"run\.executor: job broken-card: running -> failed", screen), screen
         allow_steps(steps, 10)
         _finish(proc, terminal)
     finally:

@@ -21,9 +21,9 @@ from support.spool_jobs import allow_steps, command_job, drop, entries, write_sp
 from support.waiting import wait_for
 
 import spoolrender
-from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout
-from spoolrender.status import format_status
+from spoolrender.ops.status import format_status
+from spoolrender.spool.heartbeat import read_heartbeat
+from spoolrender.spool.layout import SpoolLayout
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 
@@ -266,8 +266,8 @@ def test_stopped_runner_removes_its_textfile(spool: SpoolLayout, start_runner: A
 
 
 def test_find_job_in_incoming_by_name_or_any_spelling_of_its_id(spool: SpoolLayout) -> None:
-    from spoolrender.config import load_config
-    from spoolrender.lookup import find_job
+    from spoolrender.config.spool_config import load_config
+    from spoolrender.ops.lookup import find_job
 
     files = {
         "named.yaml": b"id: target\ncomposition: Tiny\n",
@@ -393,7 +393,7 @@ def test_show_names_the_final_outcome_of_a_run(spool: SpoolLayout) -> None:
 
 
 def test_printable_escapes_every_kind_of_control_character() -> None:
-    from spoolrender.display import printable, shorten
+    from spoolrender.core.safe_text import printable, shorten
 
     assert printable("plain: ok — ünïcode 映像") == "plain: ok — ünïcode 映像"
     assert printable("a\nb\rc\td") == "a\\nb\\rc\\td"

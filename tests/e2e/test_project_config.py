@@ -11,10 +11,10 @@ import yaml
 from support.processes import spoolrender_cmd
 from support.spool_jobs import write_spool_config
 
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 
 def cfg(spool: Path, **settings: Any) -> SpoolConfig:

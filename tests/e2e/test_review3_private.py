@@ -12,7 +12,7 @@ from support.browser.server import running_server
 from support.browser.spools import with_token
 from support.spool_jobs import command_job, drop
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 SECRET = "s3cret-review3-props"
 TOKEN = "private-token-0123456789abcdef"

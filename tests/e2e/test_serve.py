@@ -22,12 +22,12 @@ from support.spool_jobs import allow_steps, command_job, drop, entries, write_sp
 from support.waiting import wait_for
 
 import spoolrender
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ConfigError
-from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout, init_spool
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.listen import parse_listen
+from spoolrender.spool.heartbeat import read_heartbeat
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 TOKEN = "test-token-0123456789abcdef"

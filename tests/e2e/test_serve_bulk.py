@@ -1,7 +1,7 @@
 """The bulk actions of `spoolrender serve` (POST /bulk, DELETE /jobs/ID) over a real server:
 refused without the token, a dry run that changes nothing and counts what would happen,
 then retry, cancel and delete by ids and by filter, and `spoolrender purge ID` doing the
-same as the API's delete (spoolrender.bulk behind both)."""
+same as the API's delete (spoolrender.ops.bulk behind both)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from support.browser.spools import finished_entries, with_token
 from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 TOKEN = "bulk-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -15,8 +15,8 @@ from support.browser.server import running_server
 from support.spool_jobs import allow_steps, command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout
 from spoolrender.serve.history import HISTORY_DIR, SAMPLE_NAME
+from spoolrender.spool.layout import SpoolLayout
 
 
 def totals(samples: list[dict[str, Any]]) -> tuple[int, int]:

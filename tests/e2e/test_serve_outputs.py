@@ -17,8 +17,8 @@ from support.browser.server import Server, running_server
 from support.browser.videos import FFMPEG, published, video_spool
 from support.spool_jobs import entries
 
-from spoolrender.layout import SpoolLayout
 from spoolrender.serve.posters import POSTER_NAME
+from spoolrender.spool.layout import SpoolLayout
 
 needs_ffmpeg = pytest.mark.skipif(FFMPEG is None, reason="Remotion's ffmpeg missing (scripts/setup.sh installs it)")
 

@@ -18,7 +18,7 @@ from support.browser.server import Server, running_server
 from support.spool_jobs import command_job, drop, entries
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 Start = Callable[..., Any]
 

@@ -27,9 +27,9 @@ from support.processes import MEMBER_UID, as_member, spoolrender_cmd
 from support.spool_jobs import write_spool_config
 from support.waiting import wait_for
 
+from spoolrender.config.secret_file import read_secret_line
 from spoolrender.errors import ConfigError
-from spoolrender.layout import SpoolLayout
-from spoolrender.secret_file import read_secret_line
+from spoolrender.spool.layout import SpoolLayout
 
 TOKEN = "test-token-0123456789abcdef"
 

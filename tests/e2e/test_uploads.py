@@ -31,9 +31,9 @@ from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.uploads_harness import ClientRun, SshServer, digest, job_file, job_hash_command, run_client, sshd_missing
 from support.waiting import wait_for
 
-from spoolrender.intake import Activity, judge
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.writers import Writer, lease_probe, local_writer
+from spoolrender.intake.completeness import Activity, judge
+from spoolrender.intake.upload_writers import Writer, lease_probe, local_writer
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 Start = Callable[..., "subprocess.Popen[bytes]"]
 SETTLE = 0.5  # shorter than every client's quiet gap below
@@ -329,7 +329,7 @@ def test_unprivileged_runner_cannot_prove_the_absence_of_other_users_writers(tmp
         foreign.write_bytes(b"id: x\n")
         os.chmod(foreign, 0o644)
         probe = (
-            "import sys; from pathlib import Path; from spoolrender.writers import local_writer;"
+            "import sys; from pathlib import Path; from spoolrender.intake.upload_writers import local_writer;"
             "own = Path(sys.argv[2]); own.write_bytes(b'x');"
             "fh = open(sys.argv[3], 'ab') if len(sys.argv) > 3 else None;"
             "print(local_writer(Path(sys.argv[1])).value, local_writer(own).value)"

@@ -26,7 +26,7 @@ from spoolrender import (
     SpoolrenderError,
     WaitTimeout,
 )
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 
 def test_submit_then_wait_returns_the_result(spool: SpoolLayout, start_runner: Any) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from support.processes import MEMBER_UID, as_member
 
-from spoolrender.bundle_cache import BUILD_LOCK_NAME, build_lock
+from spoolrender.renderers.remotion.bundle_cache import BUILD_LOCK_NAME, build_lock
 
 
 def project(root: Path, node_modules: Path | None = None) -> Path:
@@ -86,7 +86,9 @@ def test_every_user_who_can_write_the_webpack_cache_takes_its_lock() -> None:
         theirs = base / "member-cache"
         theirs.mkdir()
         os.chown(theirs, MEMBER_UID, -1)
-        code = "import sys; from pathlib import Path; from spoolrender.bundle_cache import build_lock; "
+        code = (
+            "import sys; from pathlib import Path; from spoolrender.renderers.remotion.bundle_cache import build_lock; "
+        )
         code += "print(build_lock(Path(sys.argv[1]), Path(sys.argv[2])).lock_file)"
         seen = as_member(sys.executable, "-c", code, str(shared), str(theirs)).stdout.strip()
         assert Path(seen) == Path(first.lock_file) == shared / "node_modules" / ".cache" / BUILD_LOCK_NAME
@@ -114,7 +116,9 @@ def test_another_users_lock_file_in_a_sticky_cache_is_not_taken() -> None:
         shared = project(base / "project")
         (shared / "node_modules" / ".cache").mkdir()
         os.chmod(shared / "node_modules" / ".cache", 0o1777)
-        code = "import sys; from pathlib import Path; from spoolrender.bundle_cache import build_lock; "
+        code = (
+            "import sys; from pathlib import Path; from spoolrender.renderers.remotion.bundle_cache import build_lock; "
+        )
         code += "print(build_lock(Path(sys.argv[1]), Path(sys.argv[2])).lock_file)"
         theirs = base / "member-cache"
         theirs.mkdir()
@@ -133,8 +137,8 @@ def test_another_users_lock_file_in_a_sticky_cache_is_not_taken() -> None:
 def test_a_build_lock_held_too_long_is_the_renders_transient_error(tmp_path: Path) -> None:
     import pytest
 
-    from spoolrender.bundle_cache import holding
     from spoolrender.errors import RenderError
+    from spoolrender.renderers.remotion.bundle_cache import holding
 
     path = tmp_path / "node_modules" / ".cache" / BUILD_LOCK_NAME
     path.parent.mkdir(parents=True)

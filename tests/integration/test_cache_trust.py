@@ -25,12 +25,12 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.chunks.naming import STORE_DIR
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.render_cache import cache_root
-from spoolrender.runner import Runner
-from spoolrender.trusted_dirs import ensure_trusted_path
+from spoolrender.config.spool_config import load_config
+from spoolrender.render_cache.entries import cache_root
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.chunk_names import STORE_DIR
+from spoolrender.spool.layout import SpoolLayout, init_spool
+from spoolrender.spool.trusted_dirs import ensure_trusted_path
 
 NEEDS_ROOT = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (a second uid)"

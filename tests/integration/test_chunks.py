@@ -23,12 +23,12 @@ from support.waiting import wait_for
 
 import spoolrender
 from spoolrender.chunks.plan import ChunkPlan, plan_parts
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import SpoolLayout
 from spoolrender.renderers.base import ChunkPart, FrameSpan
-from spoolrender.renderers.remotion_chunks import frames_per_chunk
+from spoolrender.renderers.remotion.splitting import frames_per_chunk
+from spoolrender.spool.layout import SpoolLayout
 
 SCHEMA = json.loads((Path(spoolrender.__file__).parent / "status.schema.json").read_text())
 

@@ -23,8 +23,8 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.closers import CloserTracker
-from spoolrender.layout import SpoolLayout
+from spoolrender.intake.upload_closers import CloserTracker
+from spoolrender.spool.layout import SpoolLayout
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs root (CAP_SYS_ADMIN)")
 WRITE_AND_SLEEP = 'printf x > "$1" && exec sleep 600'

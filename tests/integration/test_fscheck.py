@@ -1,4 +1,4 @@
-"""The start-up probes of spoolrender/fscheck.py, on real filesystems that lack a feature.
+"""The start-up probes of spoolrender/runner/fscheck.py, on real filesystems that lack a feature.
 
 The filesystems are real: sshfs (FUSE) over OpenSSH's own sftp-server, with the SFTP
 requests a poorer server would lack denied by sftp-server's `-P`, or sshfs's
@@ -24,20 +24,20 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from spoolrender import fscheck
-from spoolrender.clock import SystemClock
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
+from spoolrender.core.failpoints import FSCHECK_POINTS
 from spoolrender.defaults import PROBE_LEFTOVER_AGE_S
 from spoolrender.errors import PublishError, UnsupportedFilesystem
-from spoolrender.failpoints import FSCHECK_POINTS
-from spoolrender.fscheck import PROBE_PREFIX, check_filesystem
-from spoolrender.heartbeat import HOSTNAME
 from spoolrender.jobfile import read_job_bytes
-from spoolrender.layout import init_spool
-from spoolrender.netcache import Attributes, fresh_attributes
-from spoolrender.probe_dirs import make_probe_dir, remove_dead_probes, start_ticks
-from spoolrender.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch, scratch_dir
-from spoolrender.recovery import Recoverer
+from spoolrender.lifecycle.recovery import Recoverer
+from spoolrender.runner import fscheck
+from spoolrender.runner.fscheck import PROBE_PREFIX, check_filesystem
+from spoolrender.spool.clock import SystemClock
+from spoolrender.spool.heartbeat import HOSTNAME
+from spoolrender.spool.layout import init_spool
+from spoolrender.spool.netcache import Attributes, fresh_attributes
+from spoolrender.spool.probe_dirs import make_probe_dir, remove_dead_probes, start_ticks
+from spoolrender.spool.publish import SCRATCH_DIR, RenderedFile, publish_output, remove_scratch, scratch_dir
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -289,7 +289,7 @@ def test_a_write_on_the_server_is_seen_past_the_mounts_caches(mounts: Mounts, op
 
 @needs_sshfs
 def test_a_caching_mount_is_reported_and_a_fresh_one_is_not(mounts: Mounts, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="spoolrender.fscheck")
+    caplog.set_level(logging.INFO, logger="spoolrender.runner.fscheck")
     check_filesystem(mounts.sshfs(options=CACHING[1]), "spool")
     assert "this mount caches attributes" in caplog.text
     caplog.clear()
@@ -335,7 +335,7 @@ def test_a_runner_killed_while_probing_leaves_nothing_after_the_next_start(tmp_p
             capture_output=True, text=True, timeout=120, check=False, env=env,
         )  # fmt: skip
 
-    # A real SIGKILL at the point where every probe file exists (spoolrender.failpoints).
+    # A real SIGKILL at the point where every probe file exists (spoolrender.core.failpoints).
     spool_point, output_point = FSCHECK_POINTS
     assert run(spool_point).returncode == -signal.SIGKILL
     (left,) = _leftovers(layout.private)

@@ -23,12 +23,12 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.config import load_config
+from spoolrender.config.hooks import HookSpec
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ConfigError
-from spoolrender.hook_config import HookSpec
-from spoolrender.hook_delivery import deliver
-from spoolrender.hook_plan import pending_dir, taken_dir
-from spoolrender.layout import SpoolLayout
+from spoolrender.hooks.delivery import deliver
+from spoolrender.hooks.plan import pending_dir, taken_dir
+from spoolrender.spool.layout import SpoolLayout
 
 Start = Callable[..., subprocess.Popen[bytes]]
 SECRET = "s3cret-for-the-hook-tests-0123456789"

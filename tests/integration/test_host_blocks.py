@@ -18,11 +18,9 @@ import yaml
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.clock import SystemClock
-from spoolrender.config import SpoolConfig
-from spoolrender.durable import write_json_atomic
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.host_blocks import (
+from spoolrender.config.queues import Subscription
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.hosts.blocks import (
     APPLIED,
     HELD_JOBS_FAULT,
     HELD_LAST,
@@ -31,13 +29,15 @@ from spoolrender.host_blocks import (
     ProbeSlot,
     block_states,
 )
-from spoolrender.hosts import hosts_dir, marker_path, record_failure
-from spoolrender.layout import SpoolLayout, new_token, retry_name
-from spoolrender.queues import Subscription
-from spoolrender.records import RETRY, RUNNER_DIED, SPOOL_IO, RunRecord, decide
+from spoolrender.hosts.health import hosts_dir, marker_path, record_failure
+from spoolrender.intake.retry_scan import RetryScan
+from spoolrender.ops.status import collect_status, format_status
 from spoolrender.renderers.base import KILLED, killing_signal
-from spoolrender.retry_scan import RetryScan
-from spoolrender.status import collect_status, format_status
+from spoolrender.spool.clock import SystemClock
+from spoolrender.spool.durable import write_json_atomic
+from spoolrender.spool.heartbeat import HOSTNAME
+from spoolrender.spool.layout import SpoolLayout, new_token, retry_name
+from spoolrender.spool.records import RETRY, RUNNER_DIED, SPOOL_IO, RunRecord, decide
 
 
 def online(layout: SpoolLayout, host: str, queues: tuple[str, ...] = ("*",), **extra: Any) -> None:
@@ -136,7 +136,7 @@ def test_what_counts_against_a_host(spool: SpoolLayout, cfg: SpoolConfig) -> Non
 
 
 def test_status_and_metrics_say_why_and_until_when(spool: SpoolLayout, cfg: SpoolConfig) -> None:
-    from spoolrender.metrics import spool_metrics_text
+    from spoolrender.ops.metrics import spool_metrics_text
 
     now = time.time()
     online(spool, "a")

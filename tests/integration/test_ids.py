@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spoolrender import ids, layout
 from spoolrender.errors import JobInvalid
-from spoolrender.ids import release_id, reserve_id
-from spoolrender.layout import SpoolLayout, final_name, new_token, retry_name, running_name
+from spoolrender.spool import ids, layout
+from spoolrender.spool.ids import release_id, reserve_id
+from spoolrender.spool.layout import SpoolLayout, final_name, new_token, retry_name, running_name
 
 UID_A = "aaaaaaaaaaaa"
 UID_B = "bbbbbbbbbbbb"
@@ -289,8 +289,8 @@ def test_release_never_deletes_a_reservation_taken_over_meanwhile(
 KILLED_AT_ASIDE = """
 import sys
 from pathlib import Path
-from spoolrender.ids import release_id, reserve_id
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.ids import release_id, reserve_id
+from spoolrender.spool.layout import SpoolLayout
 
 layout, action, uid = SpoolLayout(Path(sys.argv[1])), sys.argv[2], sys.argv[3]
 if action == "reserve":

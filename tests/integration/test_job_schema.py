@@ -23,11 +23,11 @@ from support.waiting import wait_for
 
 import spoolrender
 from spoolrender import Spool
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import JobFailed
-from spoolrender.layout import SpoolLayout
-from spoolrender.lookup import JOB_SCHEMA_VERSION
+from spoolrender.ops.lookup import JOB_SCHEMA_VERSION
 from spoolrender.serve.api import job_detail
+from spoolrender.spool.layout import SpoolLayout
 from spoolrender.testing import Fail, FakeRenderer, Hang, Succeed, make_spool, running_runner
 
 SCHEMA: dict[str, Any] = json.loads((Path(spoolrender.__file__).parent / "job.schema.json").read_text())

@@ -12,11 +12,11 @@ from typing import Any
 
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 
-from spoolrender.clock import ManualClock
-from spoolrender.config import load_config
-from spoolrender.layout import RETRY_NAME, SpoolLayout
-from spoolrender.retry_policy import RetryPolicy
-from spoolrender.runner import Runner, RunSummary
+from spoolrender.config.spool_config import load_config
+from spoolrender.core.retry_policy import RetryPolicy
+from spoolrender.runner.loop import Runner, RunSummary
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout
 
 
 def drain(layout: SpoolLayout, **kwargs: Any) -> RunSummary:
@@ -247,7 +247,7 @@ def test_polling_watch_mode_picks_up_jobs(spool: SpoolLayout) -> None:
 
 
 def test_capacity_from_host_and_overrides(spool: SpoolLayout) -> None:
-    from spoolrender.capacity import Capacity, plan_capacity, usable_cores
+    from spoolrender.runner.capacity import Capacity, plan_capacity, usable_cores
 
     cores = usable_cores()
 

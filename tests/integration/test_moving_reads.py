@@ -15,13 +15,13 @@ import pytest
 import yaml
 from support.spool_jobs import command_job
 
-from spoolrender import lookup
 from spoolrender.api import Spool
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import JobNotFound
-from spoolrender.layout import SpoolLayout, new_token
-from spoolrender.lookup import show_document
+from spoolrender.ops import lookup
+from spoolrender.ops.lookup import show_document
 from spoolrender.serve.api import job_detail
+from spoolrender.spool.layout import SpoolLayout, new_token
 
 # A separate process moves the job as runners do, in a loop with no pauses: a run writes
 # its log and decides its record in running/, then the job goes to retry/ and is claimed
@@ -32,9 +32,9 @@ MOVER = r"""
 import os, sys, time
 from pathlib import Path
 from spoolrender import defaults
-from spoolrender.durable import rename_durable, write_atomic
-from spoolrender.layout import new_token
-from spoolrender.records import RunRecord, decide, log_path
+from spoolrender.spool.durable import rename_durable, write_atomic
+from spoolrender.spool.layout import new_token
+from spoolrender.spool.records import RunRecord, decide, log_path
 
 spool, job_id, uid, token, stop = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], Path(sys.argv[5])
 runs = int(sys.argv[6])

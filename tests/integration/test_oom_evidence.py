@@ -1,4 +1,4 @@
-"""Out-of-memory evidence (renderers/memory.py): a rise of the OOM killer's count is this
+"""Out-of-memory evidence (renderers/remotion/out_of_memory.py): a rise of the OOM killer's count is this
 render's only when it is counted in the runner's memory cgroup, or the render's own worker
 died of SIGKILL; a host-wide rise alone is "possibly" out of memory, never final.
 
@@ -15,9 +15,9 @@ import sys
 import pytest
 
 from spoolrender.errors import RenderError
-from spoolrender.renderers.memory import OomCount, oom_evidence, oom_kills
-from spoolrender.renderers.remotion import _memory_verdict
-from spoolrender.renderers.remotion_worker import OUT_OF_MEMORY, RemotionWorker
+from spoolrender.renderers.remotion.node_worker import OUT_OF_MEMORY, RemotionWorker
+from spoolrender.renderers.remotion.out_of_memory import OomCount, oom_evidence, oom_kills
+from spoolrender.renderers.remotion.renderer import _memory_verdict
 
 
 def test_the_oom_count_says_whose_it_is() -> None:

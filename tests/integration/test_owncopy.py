@@ -30,8 +30,8 @@ from support.waiting import wait_for
 
 from spoolrender.cli.exit_codes import EXIT_JOBS_FAILED
 from spoolrender.defaults import MAX_UPLOAD_DISCARDS
-from spoolrender.layout import RETRY_NAME, SpoolLayout, retry_name
-from spoolrender.seal import SUBMITTED_NOTE_KEY
+from spoolrender.intake.seal import SUBMITTED_NOTE_KEY
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, retry_name
 
 Start = Callable[..., subprocess.Popen[bytes]]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root (setpriv)")

@@ -17,8 +17,8 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import allow_steps, command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.heartbeat import read_heartbeat
+from spoolrender.spool.layout import SpoolLayout
 
 Start = Callable[..., subprocess.Popen[bytes]]
 

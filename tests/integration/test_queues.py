@@ -16,8 +16,8 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout
-from spoolrender.status import SCHEMA_VERSION
+from spoolrender.ops.status import SCHEMA_VERSION
+from spoolrender.spool.layout import SpoolLayout
 
 Start = Callable[..., subprocess.Popen[bytes]]
 

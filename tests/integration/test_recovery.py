@@ -11,11 +11,12 @@ import pytest
 from support.spool_jobs import entries
 
 from spoolrender import defaults
-from spoolrender.clock import ManualClock
-from spoolrender.config import SpoolConfig
-from spoolrender.durable import create_exclusive
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import ClaimLost
-from spoolrender.heartbeat import (
+from spoolrender.lifecycle.recovery import Recoverer
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.durable import create_exclusive
+from spoolrender.spool.heartbeat import (
     HOSTNAME,
     ActiveJob,
     Heartbeat,
@@ -25,10 +26,9 @@ from spoolrender.heartbeat import (
     lock_is_free,
     lock_path,
 )
-from spoolrender.layout import SpoolLayout, new_token, running_name
-from spoolrender.publish import scratch_dir
-from spoolrender.records import PUBLISHING, REQUEUE, RETRY, SPOOL_IO, RunRecord, decide, run_path
-from spoolrender.recovery import Recoverer
+from spoolrender.spool.layout import SpoolLayout, new_token, running_name
+from spoolrender.spool.publish import scratch_dir
+from spoolrender.spool.records import PUBLISHING, REQUEUE, RETRY, SPOOL_IO, RunRecord, decide, run_path
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
 
@@ -245,7 +245,7 @@ def test_short_cron_drains_add_up_to_a_lease(spool: SpoolLayout) -> None:
 
     from support.processes import spoolrender_cmd
 
-    from spoolrender.beacons import LIVENESS_DIR
+    from spoolrender.spool.beacons import LIVENESS_DIR
 
     job_dir = foreign_job(spool)  # heartbeat from "elsewhere", never changing again
     shared = spool.private / LIVENESS_DIR / f"{HOSTNAME}.json"

@@ -24,17 +24,17 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.clock import ManualClock
-from spoolrender.config import load_config
-from spoolrender.heartbeat import Heartbeat, LivenessTracker, read_heartbeat
+from spoolrender.config.spool_config import load_config
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import SpoolLayout
-from spoolrender.render_cache import WAITING_STAGE, RenderCache, cache_root
-from spoolrender.render_cache_flight import Holder, InFlight
+from spoolrender.render_cache.entries import WAITING_STAGE, RenderCache, cache_root
+from spoolrender.render_cache.in_flight import Holder, InFlight
 from spoolrender.renderers.base import RenderRequest
 from spoolrender.renderers.command import CommandRenderer
-from spoolrender.renderers.remotion import RemotionRenderer
-from spoolrender.runner import Runner, RunSummary
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.runner.loop import Runner, RunSummary
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.heartbeat import Heartbeat, LivenessTracker, read_heartbeat
+from spoolrender.spool.layout import SpoolLayout
 
 OUTPUT = "output"
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from support.checkout import REMOTION, REMOTION_MARKS, RENDER_PROPS
 
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import RenderCancelled, RenderError
 from spoolrender.renderers.base import CancelToken, Renderer, RenderRequest
 from spoolrender.renderers.command import CommandRenderer
@@ -169,7 +169,7 @@ class TestCommandRenderer(RendererContract):
 def remotion_renderer(
     tmp_path_factory: pytest.TempPathFactory, sample_bundles: Path
 ) -> Iterator[tuple[Renderer, SpoolConfig]]:
-    from spoolrender.renderers.remotion import RemotionRenderer
+    from spoolrender.renderers.remotion.renderer import RemotionRenderer
 
     root = tmp_path_factory.mktemp("contract")
     config = make_spool(root / "spool", {"remotion_project": str(REMOTION), "cache_dir": str(sample_bundles)})

@@ -14,10 +14,10 @@ from typing import Any
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout
-from spoolrender.rerun import RERUN_REFUSED
-from spoolrender.runner import Runner
+from spoolrender.config.spool_config import load_config
+from spoolrender.lifecycle.rerun import RERUN_REFUSED
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.layout import SpoolLayout
 
 
 def drain(layout: SpoolLayout) -> None:

@@ -16,10 +16,10 @@ from support.processes import spoolrender_cmd, stopped
 from support.spool_jobs import allow_steps, command_job, drop, entries
 from support.waiting import wait_for
 
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ConfigError
-from spoolrender.layout import SpoolLayout
-from spoolrender.retention_lease import FREE, HELD, read_lease, take_lease
+from spoolrender.ops.retention_lease import FREE, HELD, read_lease, take_lease
+from spoolrender.spool.layout import SpoolLayout
 
 DAY = 86400.0
 POLICY = ("--set", "keep_done=30d", "--set", "keep_failed=90d", "--set", "keep_done_max=3")

@@ -19,12 +19,12 @@ from support.waiting import wait_for
 
 from spoolrender import Spool, defaults
 from spoolrender.cli import main
-from spoolrender.config import load_config
-from spoolrender.layout import RETRY_NAME, SpoolLayout, priority_key, retry_name
-from spoolrender.lookup import format_description
-from spoolrender.records import read_runs
-from spoolrender.runner import Runner
+from spoolrender.config.spool_config import load_config
+from spoolrender.ops.lookup import format_description
+from spoolrender.runner.loop import Runner
 from spoolrender.serve.api import retry_job
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, priority_key, retry_name
+from spoolrender.spool.records import read_runs
 
 SCHEDULED = datetime(2030, 1, 1, tzinfo=UTC)
 

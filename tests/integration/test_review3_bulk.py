@@ -18,14 +18,14 @@ import yaml
 from support.browser.spools import finished_entries
 from support.spool_jobs import command_job, drop, entries
 
-from spoolrender.bulk import BulkAction, Target, bulk_action, carry_out
-from spoolrender.config import SpoolConfig
-from spoolrender.layout import SpoolLayout
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.ops.bulk import BulkAction, Target, bulk_action, carry_out
 from spoolrender.serve.browse import JobIndex
 from spoolrender.serve.bulk import bulk_request, delete_job
 from spoolrender.serve.readmodel import ApiError
+from spoolrender.spool.layout import SpoolLayout
 
-BROWSE_JS = Path(__file__).resolve().parents[2] / "spoolrender" / "web" / "browse.js"
+BROWSE_JS = Path(__file__).resolve().parents[2] / "spoolrender" / "serve" / "web" / "browse.js"
 
 
 def bulk(config: SpoolConfig, body: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def test_bulk_filter_narrows_by_composition_and_props(spool: SpoolLayout, config
 
 def test_bulk_delete_keeps_the_records_of_a_job_queued_again(spool: SpoolLayout, config: SpoolConfig) -> None:
     """A done job submitted again with ``rerun: true`` keeps its finished record until the
-    re-run is done (spoolrender.bulk.plan: "cancel it first"), by ids and by a filter alike;
+    re-run is done (spoolrender.ops.bulk.plan: "cancel it first"), by ids and by a filter alike;
     a re-run still waiting in incoming/ is as live as a running one."""
     finished_entries(spool, "done", 2, float(int(time.time()) - 100), prefix="done")
     drop(spool, "again.yaml", {**command_job(), "id": "done-0000000", "rerun": True})  # queued again

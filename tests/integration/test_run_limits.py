@@ -12,7 +12,7 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 Start = Callable[..., subprocess.Popen[bytes]]
 

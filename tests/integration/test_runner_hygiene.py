@@ -19,11 +19,11 @@ from support.processes import spoolrender_cmd, stopped
 from support.spool_jobs import allow_steps, command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender import records
-from spoolrender.beacons import expire_runners, hooks_probe_path, probe_path
-from spoolrender.heartbeat import HOSTNAME, process_start, read_heartbeat
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import RunRecord
+from spoolrender.spool import records
+from spoolrender.spool.beacons import expire_runners, hooks_probe_path, probe_path
+from spoolrender.spool.heartbeat import HOSTNAME, process_start, read_heartbeat
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.records import RunRecord
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

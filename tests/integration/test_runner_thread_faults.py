@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-import spoolrender.heartbeat as heartbeat_module
-import spoolrender.runner as runner_module
+import spoolrender.runner.loop as runner_module
+import spoolrender.spool.heartbeat as heartbeat_module
 from spoolrender import Spool
-from spoolrender.beacons import write_beacon
-from spoolrender.claim import SpoolScanner
-from spoolrender.durable import write_atomic
-from spoolrender.heartbeat import HeartbeatWriter
+from spoolrender.intake.claim import SpoolScanner
+from spoolrender.spool.beacons import write_beacon
+from spoolrender.spool.durable import write_atomic
+from spoolrender.spool.heartbeat import HeartbeatWriter
 from spoolrender.testing import FakeRenderer, Succeed, make_spool, running_runner
 
 FAST: dict[str, Any] = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from spoolrender.deadlines import _CANCELLED_KEPT, Deadlines
-from spoolrender.slot_threads import SlotThread
+from spoolrender.run.deadlines import _CANCELLED_KEPT, Deadlines
+from spoolrender.runner.slot_threads import SlotThread
 
 WAIT = 30.0  # generous: the machine is shared
 

@@ -11,16 +11,16 @@ import pytest
 from support.chunk_jobs import FRAMES_CONFIG, frames_job, video
 from support.spool_jobs import drop, entries, write_spool_config
 
-from spoolrender.chunks.naming import ledger_dir
-from spoolrender.chunks.progress import joining_key
 from spoolrender.cli import main
-from spoolrender.config import SpoolConfig, load_config
-from spoolrender.layout import SpoolLayout, final_name, retry_name
-from spoolrender.metrics import spool_metrics_text
-from spoolrender.records import FAILED, PUBLISHING, REQUEUE, RESET, RETRY, SPLIT, RunRecord, decide
-from spoolrender.runner import Runner
-from spoolrender.status import job_counts, take_snapshot
-from spoolrender.transitions import complete_publish
+from spoolrender.config.spool_config import SpoolConfig, load_config
+from spoolrender.lifecycle.transitions import complete_publish
+from spoolrender.ops.metrics import spool_metrics_text
+from spoolrender.ops.split_progress import joining_key
+from spoolrender.ops.status import job_counts, take_snapshot
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.chunk_names import ledger_dir
+from spoolrender.spool.layout import SpoolLayout, final_name, retry_name
+from spoolrender.spool.records import FAILED, PUBLISHING, REQUEUE, RESET, RETRY, SPLIT, RunRecord, decide
 
 
 def drain(spool: SpoolLayout, **kwargs: Any) -> None:

@@ -21,16 +21,16 @@ import yaml
 from support.processes import as_member
 from support.spool_jobs import command_job, drop
 
-import spoolrender.scan
+import spoolrender.intake.scan
 import spoolrender.serve.api
-from spoolrender.clock import SystemClock
-from spoolrender.config import SpoolConfig
-from spoolrender.control import cancel, purge, retry
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
-from spoolrender.layout import SpoolLayout, new_token
-from spoolrender.scan import SpoolScanner
+from spoolrender.intake.scan import SpoolScanner
+from spoolrender.ops.control import cancel, purge, retry
 from spoolrender.serve.readmodel import ApiError
-from spoolrender.tree_removal import remove_tree_at
+from spoolrender.spool.clock import SystemClock
+from spoolrender.spool.layout import SpoolLayout, new_token
+from spoolrender.spool.tree_removal import remove_tree_at
 
 MEMBER_UID = 65534  # nobody: the hostile spool-group member
 SECRET = b"id: root-only\nsecret: the vault's bytes\n"
@@ -97,7 +97,7 @@ def test_the_scan_never_reads_through_a_swapped_queue_dir(
     old = time.time() - 60
     os.utime(queue / "x.yaml", (old, old))  # settled
     vault = _vault(tmp_path, "x.yaml")
-    _after(monkeypatch, spoolrender.scan, ("incoming_view", "list_incoming"), lambda: _swap(queue, vault))
+    _after(monkeypatch, spoolrender.intake.scan, ("incoming_view", "list_incoming"), lambda: _swap(queue, vault))
     scanner = SpoolScanner(spool, config, SystemClock())
     found = scanner.scan(lambda: None).candidates
     assert [(c.name, c.job_id) for c in found] == [("q1/x.yaml", "mine")]

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from support.spool_jobs import command_job, entries
 
-from spoolrender.bundle_cache import bundle_dir
 from spoolrender.cli import main
 from spoolrender.compositions import LISTING_FILE
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout
-from spoolrender.runner import Runner
+from spoolrender.config.spool_config import load_config
+from spoolrender.renderers.remotion.bundle_cache import bundle_dir
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.layout import SpoolLayout
 
 
 def submit(spool: SpoolLayout, *args: str) -> int:

@@ -14,10 +14,10 @@ import pytest
 
 import spoolrender.testing
 from spoolrender import Spool
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import RenderError, SpoolrenderError
 from spoolrender.renderers.base import CancelToken
-from spoolrender.runner import Runner
+from spoolrender.runner.loop import Runner
 from spoolrender.testing import Fail, FakeRenderer, Hang, ManualClock, Succeed, make_request, make_spool, running_runner
 
 # Quick protocol clocks (the same protocol, only faster), as the other tests' FAST.

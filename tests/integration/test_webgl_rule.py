@@ -9,7 +9,7 @@ from typing import Any
 
 from support.worker_js import call_worker
 
-from spoolrender.renderers.remotion import PERMANENT_KINDS
+from spoolrender.renderers.remotion.renderer import PERMANENT_KINDS
 
 # One node process for several cases: each a failure's message and the job's console.
 CLASSIFY = """

@@ -23,8 +23,8 @@ import yaml
 from invariants import Audit, audit
 from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.records import read_runs
+from spoolrender.spool.layout import SpoolLayout, init_spool
+from spoolrender.spool.records import read_runs
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gluster_lab import GlusterLab
 from netfs_lab import wait_until
 
-from spoolrender.glusterfs import VOLUME_OPTIONS
+from spoolrender.spool.glusterfs import VOLUME_OPTIONS
 
 SIZE = 32 * 1024 * 1024
 VOLUME = "full"

@@ -4,7 +4,7 @@
   glusterfs-server) in a mount namespace of its own with ``/var/lib/glusterd``, ``/run`` and
   ``/var/log/glusterfs`` bind-mounted from the lab's directory (nothing of the machine's is
   touched), its bricks plain directories in the lab's directory; one ``replica 3`` volume
-  with spoolrender's options (``spoolrender.glusterfs.VOLUME_OPTIONS``); more volumes on
+  with spoolrender's options (``spoolrender.spool.glusterfs.VOLUME_OPTIONS``); more volumes on
   demand, a brick of which may live on a small filesystem of its own (``small_filesystem``:
   a tmpfs in its server's mount namespace, to be filled up);
 - an observer mount for the test itself (its FUSE client in a namespace of its own, the
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from netfs_lab import Host, _child_of, wait_until
 
-from spoolrender.glusterfs import MOUNT_OPTIONS, VOLUME_OPTIONS
+from spoolrender.spool.glusterfs import MOUNT_OPTIONS, VOLUME_OPTIONS
 
 GLUSTERD = "/usr/sbin/glusterd"
 NET = "10.200.0"

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gluster_lab import GlusterLab
 from netfs_lab import wait_until
 
-from spoolrender.glusterfs import VOLUME_OPTIONS
+from spoolrender.spool.glusterfs import VOLUME_OPTIONS
 
 LIMIT = 90.0  # seconds an operation may stay blocked before it is reported as blocked
 

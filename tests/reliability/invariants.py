@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spoolrender.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
-from spoolrender.probe_dirs import PROBE_PREFIX
-from spoolrender.publish import scratch_name
-from spoolrender.records import attempts_used, read_runs
+from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.spool.probe_dirs import PROBE_PREFIX
+from spoolrender.spool.publish import scratch_name
+from spoolrender.spool.records import attempts_used, read_runs
 
 # Processes a render may leave behind; none may outlive the runners.
 RENDER_PROCESS_MARKERS = ("render_props.py", "frames.py", "render-worker.mjs", "spoolrender-worker-")
@@ -83,7 +83,7 @@ def render_orphans(scope: str = "") -> list[str]:
 
 
 def probe_leftovers(layout: SpoolLayout) -> list[str]:
-    """Start-up probes' directories (spoolrender.probe_dirs) in the spool's private dir or the
+    """Start-up probes' directories (spoolrender.spool.probe_dirs) in the spool's private dir or the
     output root's scratch dir. A runner killed while probing leaves its own until its host
     starts a runner again (or for an hour): judge a spool after every host has."""
     found = []

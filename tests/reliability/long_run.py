@@ -44,7 +44,7 @@ from test_gluster_hosts import brick_heal_case, frozen_host_case
 from test_hostile import CASES, SPECIAL
 from test_hostile import test_hostile_corpus_ends_where_it_belongs as hostile_case
 
-from spoolrender.failpoints import CRASH_POINTS
+from spoolrender.core.failpoints import CRASH_POINTS
 
 
 def main() -> None:

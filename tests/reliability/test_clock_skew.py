@@ -24,7 +24,7 @@ import pytest
 import yaml
 from test_hosts import Host, _can_simulate, wait_until
 
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 pytestmark = pytest.mark.skipif(_can_simulate() is not None, reason=str(_can_simulate()))
 

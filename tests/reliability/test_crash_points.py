@@ -14,8 +14,8 @@ import yaml
 from invariants import audit
 from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
-from spoolrender.failpoints import CHUNK_CRASH_POINTS, CRASH_POINTS
-from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, retry_name
+from spoolrender.core.failpoints import CHUNK_CRASH_POINTS, CRASH_POINTS
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, init_spool, retry_name
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]

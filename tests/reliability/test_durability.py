@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 SYSCALL = re.compile(r"^(?:\d+ +)?(\w+)\((.*)\) += (-?\d+)")

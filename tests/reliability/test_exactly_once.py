@@ -24,11 +24,11 @@ from support.processes import stopped
 from support.spool_jobs import allow_steps
 
 from spoolrender.cli.exit_codes import EXIT_PAUSED
-from spoolrender.clock import ManualClock
-from spoolrender.config import load_config
-from spoolrender.heartbeat import HOSTNAME, Heartbeat, boot_id, lock_path, process_start
-from spoolrender.layout import SpoolLayout, init_spool, new_token, retry_name, running_name
-from spoolrender.recovery import Recoverer
+from spoolrender.config.spool_config import load_config
+from spoolrender.lifecycle.recovery import Recoverer
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.heartbeat import HOSTNAME, Heartbeat, boot_id, lock_path, process_start
+from spoolrender.spool.layout import SpoolLayout, init_spool, new_token, retry_name, running_name
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]

@@ -29,10 +29,10 @@ import yaml
 from invariants import audit
 from test_hosts import Host, _can_simulate
 
-from spoolrender.config import load_config
-from spoolrender.host_blocks import block_states
-from spoolrender.hosts import online_hosts
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.config.spool_config import load_config
+from spoolrender.hosts.blocks import block_states
+from spoolrender.hosts.health import online_hosts
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = pytest.mark.skipif(_can_simulate() is not None, reason=str(_can_simulate()))
 

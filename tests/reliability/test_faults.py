@@ -20,8 +20,8 @@ from invariants import audit
 from support.spool_jobs import allow_steps
 
 from spoolrender import defaults
-from spoolrender.heartbeat import heartbeat_path
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.heartbeat import heartbeat_path
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]

@@ -29,12 +29,13 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import FAST, command_job, drop, entries
 from support.waiting import wait_for
 
-from spoolrender import defaults, executor
-from spoolrender.clock import ManualClock
-from spoolrender.config import load_config
-from spoolrender.layout import RETRY_NAME, SpoolLayout, init_spool, priority_key
-from spoolrender.runner import Runner
-from spoolrender.spool_io import SpoolIOCondition, next_delay
+from spoolrender import defaults
+from spoolrender.config.spool_config import load_config
+from spoolrender.run import executor
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.io_trouble import SpoolIOCondition, next_delay
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, init_spool, priority_key
 
 CPU_SHARE_MAX = 0.20  # of one core, over a window while the disk is full (was 0.45-0.75)
 LOG_LINES_MAX = 6  # per window (was 450-760 a second)

@@ -3,7 +3,7 @@
 `gluster_lab.GlusterLab` (one lab and one `replica 3` volume for the whole module: up and
 down take 5-20 s): three brick hosts, client hosts with their own network, UTS, PID and
 mount namespaces, each running two `spoolrender run` processes on one FUSE mount with
-spoolrender's options (`spoolrender.glusterfs`). Each test has a spool of its own on the
+spoolrender's options (`spoolrender.spool.glusterfs`). Each test has a spool of its own on the
 volume, its output root beside it; the test drops jobs and judges through an observer mount.
 
 - the sshfs lab's exactly-once suite (test_netfs_hosts.py) on the volume: four client hosts,
@@ -67,11 +67,11 @@ from netfs_lab import beacon_hosts, runner_argv, skewed_env, wait_until
 from support.uploads_harness import job_hash_command
 
 from spoolrender.errors import UnsupportedFilesystem
-from spoolrender.fscheck import check_filesystem
-from spoolrender.glusterfs import MOUNT_OPTIONS, VOLUME_OPTIONS
-from spoolrender.heartbeat import Heartbeat, read_heartbeat
-from spoolrender.layout import init_spool
-from spoolrender.publish import SCRATCH_DIR, remove_scratch_dir
+from spoolrender.runner.fscheck import check_filesystem
+from spoolrender.spool.glusterfs import MOUNT_OPTIONS, VOLUME_OPTIONS
+from spoolrender.spool.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.spool.layout import init_spool
+from spoolrender.spool.publish import SCRATCH_DIR, remove_scratch_dir
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
@@ -223,7 +223,7 @@ class Spool:
         more and run one `spoolrender run --drain` (the hosts in parallel). A runner killed
         in its start-up probe leaves the probe's directory in the output root's scratch dir,
         and only its own host can tell it is dead before an hour has passed
-        (spoolrender.probe_dirs): its next start removes it, as here."""
+        (spoolrender.spool.probe_dirs): its next start removes it, as here."""
         back = [self.lab.host(name, [*runner_argv(self.layout.root), "--drain"], self.tmp_path / f"{name}.log",
                               volume=self.volume, mountpoint=self.mount) for name in names]  # fmt: skip
         for host in back:
@@ -435,7 +435,7 @@ def test_a_client_hosts_link_cut_past_the_ping_timeout_loses_nothing(lab: Gluste
     lets its run go (no record, no output of its own) and the hosts agree in `status`.
     Each of its two runners logs the trouble once (an ERROR, then reminders at most once
     per backoff delay, never a line per pass) and, once the spool answers again, that every
-    one of its threads runs (thread_check.py): none ended during the cut."""
+    one of its threads runs (runner/thread_check.py): none ended during the cut."""
     spool = Spool(lab, tmp_path)
     quick = {f"j{i:03d}" for i in range(3)}
     during = {f"d{i:03d}" for i in range(3)}
@@ -504,7 +504,7 @@ def test_fscheck_passes_the_supported_options_and_names_the_ones_to_change(
     mount without direct-io-mode is refused (another host's same-size rewrite would read
     stale for good); a volume with its defaults passes with a warning per caching option,
     each naming the option to change."""
-    caplog.set_level(logging.WARNING, logger="spoolrender.fscheck")
+    caplog.set_level(logging.WARNING, logger="spoolrender.runner.fscheck")
     check_filesystem(lab.mountpoint / f"fsc-{secrets.token_hex(4)}", "spool")
     assert [r.getMessage() for r in caplog.records] == []
 

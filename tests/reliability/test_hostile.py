@@ -18,7 +18,7 @@ import pytest
 import yaml
 from invariants import audit
 
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 CMD = [sys.executable, "-m", "spoolrender.cli"]

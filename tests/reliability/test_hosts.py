@@ -26,9 +26,9 @@ import pytest
 import yaml
 from invariants import audit
 
-from spoolrender.heartbeat import Heartbeat, read_heartbeat
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.publish import scratch_dir
+from spoolrender.spool.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.spool.layout import SpoolLayout, init_spool
+from spoolrender.spool.publish import scratch_dir
 
 RENDER_PROPS = Path(__file__).resolve().parent.parent / "programs" / "render_props.py"
 LEASE = 3.0

@@ -28,9 +28,9 @@ from invariants import audit, probe_leftovers, render_orphans
 from netfs_lab import Host, NetfsLab, beacon_hosts, missing, runner_argv, unexplained_hidden_files, wait_until
 from support.chunk_jobs import FRAMES_CONFIG, chunk_leftovers, frames_job, video
 
-from spoolrender.heartbeat import Heartbeat, read_heartbeat
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.publish import SCRATCH_DIR
+from spoolrender.spool.heartbeat import Heartbeat, read_heartbeat
+from spoolrender.spool.layout import SpoolLayout, init_spool
+from spoolrender.spool.publish import SCRATCH_DIR
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 
@@ -125,7 +125,7 @@ def test_sshfs_hosts_exactly_once_kill_freeze_and_cron_drain(tmp_path: Path) -> 
         # Every host stopped whole (a power cut: the lab kills), then started once more for one
         # drain. A cron drain killed in its start-up probe leaves the probe's directory in the
         # scratch dir, and only its own host can tell that it is dead before an hour has passed
-        # (spoolrender.probe_dirs): its next start removes it. Audited straight after the
+        # (spoolrender.spool.probe_dirs): its next start removes it. Audited straight after the
         # kill, 1 in 15 such kills of an sshfs cron host left one (measured).
         for stopped in hosts.values():
             stopped.stop()

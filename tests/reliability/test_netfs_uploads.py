@@ -25,7 +25,7 @@ import yaml
 from netfs_lab import NetfsLab, beacon_hosts, missing, runner_argv, wait_until
 from support.uploads_harness import job_hash_command
 
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
 

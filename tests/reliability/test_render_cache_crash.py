@@ -13,8 +13,8 @@ import yaml
 from invariants import audit
 from test_crash_points import drain, make_spool
 
-from spoolrender.failpoints import CACHE_POINTS
-from spoolrender.layout import SpoolLayout
+from spoolrender.core.failpoints import CACHE_POINTS
+from spoolrender.spool.layout import SpoolLayout
 
 VIDEO = b"the cached video"
 

@@ -19,7 +19,7 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import write_spool_config
 
 from spoolrender.compositions import LISTING_FILE, cached_compositions
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = REMOTION_MARKS
 

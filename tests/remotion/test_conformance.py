@@ -43,7 +43,7 @@ from support.conformance import REMOTION_MODULES, SHAPES, Shape, differences, pi
 from support.processes import spoolrender_cmd
 from support.spool_jobs import drop, entries, write_spool_config
 
-from spoolrender.layout import init_spool
+from spoolrender.spool.layout import init_spool
 
 pytestmark = [*REMOTION_MARKS, pytest.mark.slow]
 DRAIN_TIMEOUT_S = 900.0  # a bundle and a few renders on a loaded host

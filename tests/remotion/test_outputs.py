@@ -20,13 +20,13 @@ from support.checkout import FFPROBE, REMOTION, REMOTION_MARKS
 from support.processes import spoolrender_cmd
 from support.spool_jobs import drop, entries, write_spool_config
 
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import init_spool
-from spoolrender.renderers import output_check
 from spoolrender.renderers.base import CancelToken, RenderRequest, RenderResult
-from spoolrender.renderers.remotion import RemotionRenderer
+from spoolrender.renderers.remotion import output_check
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.spool.layout import init_spool
 
 WIDTH, HEIGHT, FPS = 160, 90, 30
 

@@ -46,7 +46,7 @@ from support.remotion_projects import (
 )
 from support.spool_jobs import drop, entries
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 pytestmark = REMOTION_MARKS
 
@@ -384,7 +384,7 @@ def test_projects_without_remotion_packages_fail_for_good_with_the_install_comma
     assert entries(spool, "retry") == []
 
 
-WORKER_FILES = {p.name for p in (REPO / "spoolrender" / "worker").glob("*.mjs")}
+WORKER_FILES = {p.name for p in (REPO / "spoolrender" / "renderers" / "remotion" / "worker").glob("*.mjs")}
 
 
 @pytest.mark.slow
@@ -398,9 +398,11 @@ def test_the_wheel_renders_a_users_project_outside_the_repository(tmp_path: Path
     (wheel,) = dist.glob("spoolrender-*.whl")
     (sdist,) = dist.glob("spoolrender-*.tar.gz")
     with zipfile.ZipFile(wheel) as whl:
-        assert {Path(n).name for n in whl.namelist() if n.startswith("spoolrender/worker/")} == WORKER_FILES
+        assert {
+            Path(n).name for n in whl.namelist() if n.startswith("spoolrender/renderers/remotion/worker/")
+        } == WORKER_FILES
     with tarfile.open(sdist) as tar:
-        assert {Path(n).name for n in tar.getnames() if "/spoolrender/worker/" in n} == WORKER_FILES
+        assert {Path(n).name for n in tar.getnames() if "/spoolrender/renderers/remotion/worker/" in n} == WORKER_FILES
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

@@ -20,7 +20,7 @@ from support.remotion_projects import drain, make_project, record, remotion_deps
 from support.spool_jobs import drop, entries, write_spool_config
 
 from remotion.test_compositions import run
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = REMOTION_MARKS
 

@@ -24,14 +24,14 @@ import yaml
 from support.checkout import FFPROBE, REMOTION, REMOTION_MARKS, REPO
 from support.node_modules import link_node_modules
 
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ChunkPartInvalid, RenderCancelled, RenderError
 from spoolrender.jobfile import parse_job
-from spoolrender.layout import init_spool
-from spoolrender.renderers import join_check, output_check
 from spoolrender.renderers.base import CancelToken, ChunkPart, FrameSpan, JoinRequest, RenderRequest, RenderResult
-from spoolrender.renderers.remotion import RemotionRenderer
-from spoolrender.renderers.remotion_chunks import CHUNK_AUDIO, CHUNK_MANIFEST, CHUNK_VIDEO
+from spoolrender.renderers.remotion import join_check, output_check
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.renderers.remotion.splitting import CHUNK_AUDIO, CHUNK_MANIFEST, CHUNK_VIDEO
+from spoolrender.spool.layout import init_spool
 
 OTHER_VERSION = "4.0.527"  # installed by scripts/setup.sh --test (see tests/remotion/test_projects.py)
 OTHER = REPO / ".cache" / f"remotion-{OTHER_VERSION}"

@@ -27,10 +27,10 @@ from support.processes import spoolrender_cmd
 from support.spool_jobs import drop, entries, write_spool_config
 from support.waiting import wait_for
 
-from spoolrender.bundle_cache import ensure_bundle
 from spoolrender.errors import RenderError
-from spoolrender.heartbeat import read_heartbeat
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.renderers.remotion.bundle_cache import ensure_bundle
+from spoolrender.spool.heartbeat import read_heartbeat
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 pytestmark = REMOTION_MARKS
 
@@ -265,7 +265,7 @@ def test_bundle_cache_builds_once_and_never_caches_a_failure(tmp_path: Path) -> 
     index.write_text(good)
     script = (
         "import logging, sys; from pathlib import Path; logging.basicConfig(level=logging.INFO);"
-        "from spoolrender.bundle_cache import ensure_bundle;"
+        "from spoolrender.renderers.remotion.bundle_cache import ensure_bundle;"
         "print(ensure_bundle(Path(sys.argv[1]), Path(sys.argv[2])))"
     )
     procs = [

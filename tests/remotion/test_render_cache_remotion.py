@@ -14,9 +14,9 @@ from typing import Any
 from support.checkout import REMOTION, REMOTION_MARKS
 from support.spool_jobs import drop, entries, write_spool_config
 
-from spoolrender.config import load_config
-from spoolrender.layout import SpoolLayout
-from spoolrender.runner import Runner
+from spoolrender.config.spool_config import load_config
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.layout import SpoolLayout
 
 pytestmark = REMOTION_MARKS
 

@@ -18,7 +18,7 @@ from support.processes import spoolrender_cmd
 from support.remotion_projects import first_frame, make_project, near, pixel, remotion_deps
 from support.spool_jobs import drop, entries, write_spool_config
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 pytestmark = REMOTION_MARKS
 

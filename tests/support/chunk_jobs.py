@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spoolrender.chunks.naming import LEDGERS_DIR, STORE_DIR, is_chunk_name
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.chunk_names import LEDGERS_DIR, STORE_DIR, is_chunk_name
+from spoolrender.spool.layout import SpoolLayout
 
 FRAMES = Path(__file__).resolve().parents[1] / "programs" / "frames.py"
 PY = sys.executable

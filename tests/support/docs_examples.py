@@ -18,11 +18,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from spoolrender import defaults, submission
-from spoolrender.config import load_config
+from spoolrender import defaults
+from spoolrender.config.settings import config_template
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ConfigError, JobInvalid, SpoolrenderError
-from spoolrender.layout import init_spool
-from spoolrender.settings import config_template
+from spoolrender.ops import submission
+from spoolrender.spool.layout import init_spool
 
 
 class Kind(enum.Enum):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 
 from spoolrender.errors import RenderCancelled, RenderError
+from spoolrender.render_cache.keys import digest_of
 from spoolrender.renderers.base import (
     CancelToken,
     ChunkPart,
@@ -22,7 +23,6 @@ from spoolrender.renderers.base import (
     RenderRequest,
     RenderResult,
 )
-from spoolrender.renderers.cache_keys import digest_of
 from spoolrender.testing import FakeRenderer
 
 FRAMES_FILE = "frames.txt"  # in a chunk's directory

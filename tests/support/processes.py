@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 
 def spoolrender_cmd(*args: str) -> list[str]:

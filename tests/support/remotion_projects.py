@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 from support.checkout import REMOTION, REPO
 from support.node_modules import link_node_modules
 from support.processes import spoolrender_cmd

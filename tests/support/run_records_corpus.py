@@ -3,7 +3,7 @@
 One spool in a temporary directory, one slot, spoolrender.testing's FakeRenderer: jobs that
 fail for good (with a kind of spoolrender's and with a renderer's own), run out of attempts,
 time out, are refused (unparsable, too big, output taken, chunks asked of a renderer that
-cannot split), are cancelled by ``spoolrender cancel`` (control.py), are retried and then done;
+cannot split), are cancelled by ``spoolrender cancel`` (ops/control.py), are retried and then done;
 the recoverer's records of a dead owner (runner-died with attempts left and without, a
 spool I/O stop, an abandoned claim); and a decided publish that cannot be carried out (the
 follow-up record of transitions.carry_out). Every ``run-NNNN.json``, ``failure.json`` and
@@ -32,14 +32,14 @@ from typing import Any
 import yaml
 
 from spoolrender import Spool, defaults
-from spoolrender.clock import SystemClock
-from spoolrender.heartbeat import HOSTNAME, Heartbeat
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import PUBLISHING, RUN_FILE, RunRecord, decide
-from spoolrender.recovery import Recoverer
-from spoolrender.runner import Runner
+from spoolrender.lifecycle.recovery import Recoverer
+from spoolrender.lifecycle.transitions import carry_out
+from spoolrender.runner.loop import Runner
+from spoolrender.spool.clock import SystemClock
+from spoolrender.spool.heartbeat import HOSTNAME, Heartbeat
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.records import PUBLISHING, RUN_FILE, RunRecord, decide
 from spoolrender.testing import Fail, FakeRenderer, Hang, Succeed, make_spool
-from spoolrender.transitions import carry_out
 
 QUICK: dict[str, Any] = {
     "slots": 1,

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 from support.checkout import RENDER_PROPS
 
 # Fast timings for tests: the protocol is the same, only the clocks run quicker.

@@ -2,7 +2,7 @@
 scanner, claim and executor, the render done by :class:`spoolrender.testing.FakeRenderer`,
 and no runner thread (the caller scans, claims and executes, one step at a time).
 
-Clocks are the caller's (a :class:`~spoolrender.clock.ManualClock` for backoff and settle
+Clocks are the caller's (a :class:`~spoolrender.spool.clock.ManualClock` for backoff and settle
 times); the heartbeat writer is never started (no thread): a claim's first heartbeat is
 written by the claim itself.
 """
@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
-from spoolrender.candidates import Candidate, ScanResult
-from spoolrender.claim import Claim, claim
-from spoolrender.clock import ManualClock
-from spoolrender.config import SpoolConfig
-from spoolrender.executor import JobExecutor, RunEnd
-from spoolrender.heartbeat import HeartbeatWriter
-from spoolrender.layout import SpoolLayout
-from spoolrender.scan import SpoolScanner
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.intake.candidates import Candidate, ScanResult
+from spoolrender.intake.claim import Claim, claim
+from spoolrender.intake.scan import SpoolScanner
+from spoolrender.run.executor import JobExecutor, RunEnd
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.heartbeat import HeartbeatWriter
+from spoolrender.spool.layout import SpoolLayout
 from spoolrender.testing import FakeRenderer, make_spool
 
 # Settings of a unit spool: short times, and a retry due at once (no backoff to wait out).

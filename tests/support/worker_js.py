@@ -1,4 +1,4 @@
-"""Calling a function of the Node worker's modules (spoolrender/worker/*.mjs) from a test:
+"""Calling a function of the Node worker's modules (spoolrender/renderers/remotion/worker/*.mjs) from a test:
 one ``node`` process (about 50 ms) that imports the module, evaluates a JavaScript
 function body with the module as ``m`` and ``input`` as the given JSON, and prints what
 it returns as JSON. For the workers' pure rules (classifying a failure, reading a
@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-WORKER = Path(__file__).resolve().parents[2] / "spoolrender" / "worker"
+WORKER = Path(__file__).resolve().parents[2] / "spoolrender" / "renderers" / "remotion" / "worker"
 NODE_TIMEOUT_S = 60.0  # one import and one call, on a loaded host
 
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 from support.unit_guard import ProcessGuard, UnitTierViolation, no_lingering_threads, no_processes
 
-from spoolrender.deadlines import DEADLINES
+from spoolrender.run.deadlines import DEADLINES
 
 
 @pytest.fixture(autouse=True, scope="session")
 def process_timeout_thread() -> None:
-    """The process's one timeout thread (spoolrender.deadlines) is started at the first
+    """The process's one timeout thread (spoolrender.run.deadlines) is started at the first
     deadline armed and lives as long as the process, by design: started here, before any
     test's guard looks, so that the first test to run a job is not charged with it (it was:
     "left threads running: deadlines", and a 5 s wait for it to end)."""

@@ -1,4 +1,4 @@
-"""Trees removed on a thread of their own (spoolrender.background_removal): the tree goes,
+"""Trees removed on a thread of their own (spoolrender.spool.background_removal): the tree goes,
 never through a symlink, one removal per tree at a time, and a removal that fails or finds
 the tree gone is logged, not raised; the thread ends (joined here before the test ends)."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from spoolrender import background_removal
-from spoolrender.background_removal import remove_tree, removing
-from spoolrender.tree_removal import remove_tree_at
+from spoolrender.spool import background_removal
+from spoolrender.spool.background_removal import remove_tree, removing
+from spoolrender.spool.tree_removal import remove_tree_at
 
 
 def join_removal(name: str) -> None:

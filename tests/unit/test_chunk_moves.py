@@ -24,8 +24,8 @@ from spoolrender.chunks.moves import (
     wake_if_ready,
     wake_parent,
 )
-from spoolrender.chunks.naming import is_chunk_name, ledger_dir, store_dir
-from spoolrender.records import FAILED, PUBLISHING, RunRecord, read_runs, run_path
+from spoolrender.spool.chunk_names import is_chunk_name, ledger_dir, store_dir
+from spoolrender.spool.records import FAILED, PUBLISHING, RunRecord, read_runs, run_path
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
 

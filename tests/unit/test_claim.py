@@ -10,7 +10,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
-from spoolrender.heartbeat_file import heartbeat_path
+from spoolrender.spool.heartbeat_file import heartbeat_path
 
 JOB = {"composition": "Intro", "output": "x.mp4"}
 

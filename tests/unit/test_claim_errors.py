@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from support.unit_spool import Slot, entries
 
-from spoolrender import spooldir
-from spoolrender.executor import RunEnd
-from spoolrender.recovery import ABANDONED_DIR, Recoverer
+from spoolrender.lifecycle.recovery import ABANDONED_DIR, Recoverer
+from spoolrender.run.executor import RunEnd
+from spoolrender.spool import spooldir
 
 JOB = {"composition": "Intro", "output": "intro.mp4"}
 # Calls that touch the spool; a failure of os.close is not one a claim could act on.

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from spoolrender.cli import build_parser, main
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 
 def old_done_entry(spool: SpoolLayout, name: str, age_seconds: float) -> None:

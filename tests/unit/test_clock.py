@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from spoolrender.clock import ManualClock, SpoolClock, spool_now, spool_time
+from spoolrender.spool.clock import ManualClock, SpoolClock, spool_now, spool_time
 
 
 def test_a_probe_that_cannot_be_written_gives_no_clock_and_keeps_the_offset(tmp_path: Path) -> None:

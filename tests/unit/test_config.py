@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from spoolrender import defaults
-from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config, parse_scalar
+from spoolrender.config.setting_checks import COMMAND_PLACEHOLDERS
+from spoolrender.config.settings import config_template
+from spoolrender.config.spool_config import CONFIG_KEYS, SpoolConfig, load_config, parse_scalar
 from spoolrender.errors import ConfigError
-from spoolrender.layout import SpoolLayout, init_spool
-from spoolrender.setting_checks import COMMAND_PLACEHOLDERS
-from spoolrender.settings import config_template
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 
 def write_config(root: Path, doc: dict[str, Any] | str) -> Path:

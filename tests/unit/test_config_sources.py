@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spoolrender.config import load_config
+from spoolrender.config.spool_config import load_config
 from spoolrender.errors import ConfigError
 from spoolrender.testing import make_spool
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from spoolrender import defaults
-from spoolrender.config import load_config, parse_scalar
-from spoolrender.config_yaml import ConfigLoader
+from spoolrender.config.spool_config import load_config, parse_scalar
+from spoolrender.config.yaml_loader import ConfigLoader
 from spoolrender.errors import ConfigError
 
 # README.md, "Completion hooks", exactly as written there (issue 25: on main this was

@@ -12,7 +12,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
-from spoolrender.records import read_runs
+from spoolrender.spool.records import read_runs
 from spoolrender.testing import Fail, Hang, Succeed
 
 JOB = {"composition": "Intro"}

@@ -22,9 +22,12 @@ from support.spool_jobs import entries
 from support.waiting import wait_for
 
 from spoolrender import defaults
-from spoolrender.clock import ManualClock
-from spoolrender.config import SpoolConfig
-from spoolrender.heartbeat import (
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.lifecycle.recovery import ABANDONED_DIR, Recoverer
+from spoolrender.lifecycle.transitions import carry_out
+from spoolrender.ops.running_items import listed_running_info, running_info
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.heartbeat import (
     ActiveJob,
     Heartbeat,
     HeartbeatWriter,
@@ -32,11 +35,8 @@ from spoolrender.heartbeat import (
     lock_path,
     read_heartbeat,
 )
-from spoolrender.layout import RUNNING_NAME, SpoolLayout, new_token, running_name
-from spoolrender.records import RETRY, RunRecord, decide
-from spoolrender.recovery import ABANDONED_DIR, Recoverer
-from spoolrender.running_items import listed_running_info, running_info
-from spoolrender.transitions import carry_out
+from spoolrender.spool.layout import RUNNING_NAME, SpoolLayout, new_token, running_name
+from spoolrender.spool.records import RETRY, RunRecord, decide
 
 JOB = b"renderer: command\ncommand: props\noutput: out/x.mp4\n"
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-import spoolrender.heartbeat as heartbeat_module
-from spoolrender.clock import ManualClock
-from spoolrender.durable import write_atomic
-from spoolrender.heartbeat import ActiveJob, HeartbeatWriter, read_heartbeat
-from spoolrender.heartbeat_file import heartbeat_path
-from spoolrender.spool_io import SpoolIOCondition
+import spoolrender.spool.heartbeat as heartbeat_module
+from spoolrender.spool.clock import ManualClock
+from spoolrender.spool.durable import write_atomic
+from spoolrender.spool.heartbeat import ActiveJob, HeartbeatWriter, read_heartbeat
+from spoolrender.spool.heartbeat_file import heartbeat_path
+from spoolrender.spool.io_trouble import SpoolIOCondition
 
 
 def test_remove_waits_for_a_beat_in_flight_and_no_beat_follows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from support.unit_spool import Slot, entries
 
-from spoolrender.control import purge
-from spoolrender.hook_plan import (
+from spoolrender.hooks.dispatcher import ORPHAN_AFTER_S, HookDispatcher
+from spoolrender.hooks.plan import (
     Marker,
     delivery_id,
     marker_name,
@@ -29,8 +29,8 @@ from spoolrender.hook_plan import (
     state_filename,
     taken_dir,
 )
-from spoolrender.hooks import ORPHAN_AFTER_S, HookDispatcher
-from spoolrender.spooldir import DirHandle
+from spoolrender.ops.control import purge
+from spoolrender.spool.spooldir import DirHandle
 from spoolrender.testing import Fail, Succeed
 
 UID = "0123456789ab"
@@ -86,7 +86,7 @@ def test_marker_names_round_trip_and_sort_by_due_time() -> None:
 
 
 def test_planning_is_once_per_run_and_event_and_only_for_hooks_of_that_event(slot: Slot) -> None:
-    from spoolrender.hook_config import HookSpec
+    from spoolrender.config.hooks import HookSpec
 
     hooks = {"a": HookSpec("a", ("done",), command=("/bin/true",)), "b": HookSpec("b", ("failed",), url="http://x/")}
     job_dir = slot.layout.done / f"intro.{UID}"

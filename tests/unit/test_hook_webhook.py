@@ -1,4 +1,4 @@
-"""One webhook delivery (spoolrender.hook_delivery), against a loopback socket this test
+"""One webhook delivery (spoolrender.hooks.delivery), against a loopback socket this test
 answers itself (one request, in a thread joined before the test ends): the body and the
 headers a receiver relies on (event, delivery id, HMAC signature), a 2xx as success, any
 other reply (a redirect too) as a failure with its first bytes, one deadline over connect,
@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from spoolrender.hook_config import HookSpec
-from spoolrender.hook_delivery import SIGNATURE_HEADER, deliver, signature
+from spoolrender.config.hooks import HookSpec
+from spoolrender.hooks.delivery import SIGNATURE_HEADER, deliver, signature
 
 BODY = json.dumps({"event": "done", "id": "intro"}).encode()
 META = {"event": "done", "job_id": "intro", "uid": "0123456789ab", "delivery": "intro.0123456789ab.done"}

@@ -18,9 +18,9 @@ import spoolrender
 PACKAGE = Path(spoolrender.__file__).parent
 
 KNOWN_CYCLES = {
-    # JobExecutor mixes in SplitJobRuns (chunks/runs.py), whose TYPE_CHECKING block names
+    # JobExecutor mixes in SplitJobRuns (run/split_runs.py), whose TYPE_CHECKING block names
     # the executor's types back. Composing the two instead (issue 27: run/) removes it.
-    frozenset({"spoolrender.executor", "spoolrender.chunks.runs"}),
+    frozenset({"spoolrender.run.executor", "spoolrender.run.split_runs"}),
 }
 
 

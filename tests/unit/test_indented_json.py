@@ -1,4 +1,4 @@
-"""spoolrender.indented_json writes what json.dumps(indent=2, sort_keys=True, default=str)
+"""spoolrender.spool.indented_json writes what json.dumps(indent=2, sort_keys=True, default=str)
 writes, byte for byte: the records on disk do not change (older runners, `cat`, schemas)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from spoolrender.durable import json_bytes
-from spoolrender.indented_json import dumps_indented
-from spoolrender.records import RunRecord
+from spoolrender.spool.durable import json_bytes
+from spoolrender.spool.indented_json import dumps_indented
+from spoolrender.spool.records import RunRecord
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "run_records.json"
 

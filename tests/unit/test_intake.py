@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from spoolrender import defaults
-from spoolrender.intake import Activity, UploadTracker, Verdict, judge
-from spoolrender.writers import Writer
+from spoolrender.intake.completeness import Activity, UploadTracker, Verdict, judge
+from spoolrender.intake.upload_writers import Writer
 
 SETTLE = 5.0
 RECHECK = 0.2

@@ -1,4 +1,4 @@
-"""spoolrender.job_file_modes: what the runner writes beside a job is no more readable than
+"""spoolrender.spool.job_file_modes: what the runner writes beside a job is no more readable than
 the job (issue 20's remainder: run records and failure.json quote what a render printed)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from spoolrender import defaults
-from spoolrender.durable import write_json_atomic
-from spoolrender.job_file_modes import private_file_mode
-from spoolrender.records import FAILED, RunRecord, decide, read_runs
+from spoolrender.spool.durable import write_json_atomic
+from spoolrender.spool.job_file_modes import private_file_mode
+from spoolrender.spool.records import FAILED, RunRecord, decide, read_runs
 
 
 @pytest.fixture

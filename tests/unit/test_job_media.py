@@ -9,11 +9,11 @@ import pytest
 import yaml
 from support.spool_jobs import write_spool_config
 
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import JobInvalid
 from spoolrender.jobfile import parse_job
 from spoolrender.jobfile.media import SETTINGS, remotion_options
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 
 
 def parse(job: dict[str, Any], config: SpoolConfig) -> Any:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig, load_config
+from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.errors import ConfigError, JobInvalid
 from spoolrender.jobfile import (
     ID_PATTERN,
@@ -877,7 +877,7 @@ def test_default_ids_are_unique_across_names_that_clean_up_alike() -> None:
     assert len(set(ids)) == len(names), [i for i in ids if ids.count(i) > 1]
     for job_id in ids:
         assert ID_PATTERN.fullmatch(job_id)
-        # A retry stands in the id for the file name (claim.py): it must give the same id.
+        # A retry stands in the id for the file name (intake/claim.py): it must give the same id.
         assert id_from_filename(f"{job_id}.yaml") == job_id
 
 

@@ -14,7 +14,7 @@ from spoolrender.cli.log_output import _JsonFormatter, _TextFormatter, _Watchdog
 
 
 def record(message: str, *args: object, **extra: object) -> logging.LogRecord:
-    made = logging.LogRecord("spoolrender.runner", logging.WARNING, __file__, 1, message, args, None)
+    made = logging.LogRecord("spoolrender.runner.loop", logging.WARNING, __file__, 1, message, args, None)
     for key, value in extra.items():
         setattr(made, key, value)
     return made
@@ -33,7 +33,7 @@ def test_a_json_line_is_one_object_with_the_events_fields() -> None:
     line = _JsonFormatter().format(made)
     assert "\n" not in line
     assert json.loads(line) == {
-        "time": "2023-11-14T22:13:20.250Z", "level": "warning", "logger": "spoolrender.runner",
+        "time": "2023-11-14T22:13:20.250Z", "level": "warning", "logger": "spoolrender.runner.loop",
         "message": "job intro: done", "job_id": "intro", "state": "done", "attempt": 2,
     }  # fmt: skip
 

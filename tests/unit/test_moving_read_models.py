@@ -24,23 +24,23 @@ import pytest
 from support.frame_fake import FrameFake
 from support.unit_spool import Slot, entries
 
-from spoolrender import heartbeat as heartbeat_module
-from spoolrender import layout as layout_module
-from spoolrender.chunks import progress as chunk_progress_module
-from spoolrender.chunks.naming import is_chunk_name
-from spoolrender.chunks.progress import chunk_progress, chunk_table
-from spoolrender.claim import Claim
 from spoolrender.cli import commands
 from spoolrender.cli.main import main
-from spoolrender.control import cancel, retry
-from spoolrender.durable import write_atomic
 from spoolrender.errors import RenderError
-from spoolrender.heartbeat import heartbeat_path, read_heartbeat
-from spoolrender.metrics import spool_metrics_text
+from spoolrender.intake.claim import Claim
+from spoolrender.ops import split_progress as chunk_progress_module
+from spoolrender.ops.control import cancel, retry
+from spoolrender.ops.metrics import spool_metrics_text
+from spoolrender.ops.split_progress import chunk_progress, chunk_table
+from spoolrender.ops.status import collect_status
 from spoolrender.renderers.base import CancelToken, ProgressFn, RenderRequest, RenderResult
 from spoolrender.serve.api import list_jobs
 from spoolrender.serve.events import EventHub, current_job_events
-from spoolrender.status import collect_status
+from spoolrender.spool import heartbeat as heartbeat_module
+from spoolrender.spool import layout as layout_module
+from spoolrender.spool.chunk_names import is_chunk_name
+from spoolrender.spool.durable import write_atomic
+from spoolrender.spool.heartbeat import heartbeat_path, read_heartbeat
 from spoolrender.testing import Fail, Succeed
 from unit.test_serve_requests import Served
 
@@ -171,7 +171,7 @@ def test_split_progress_counts_a_chunk_that_fails_back_to_retry_between_the_list
 
 def after_listing(monkeypatch: pytest.MonkeyPatch, directory: Path, move: Callable[[], object]) -> list[int]:
     """Run ``move`` once, right after ``directory`` is first listed (by any module's
-    ``list_names``, as imported from spoolrender.layout); returns the moves made."""
+    ``list_names``, as imported from spoolrender.spool.layout); returns the moves made."""
     original = layout_module.list_names
     moved: list[int] = []
 
@@ -318,7 +318,7 @@ def test_the_event_stream_tells_a_job_that_moves_while_the_states_are_listed_as_
 
 def before_first_heartbeat_read(monkeypatch: pytest.MonkeyPatch, move: Callable[[], object]) -> list[int]:
     """Run ``move`` once, right before the first heartbeat read (by any module's
-    ``read_heartbeat``, as imported from spoolrender.heartbeat); returns the moves made."""
+    ``read_heartbeat``, as imported from spoolrender.spool.heartbeat); returns the moves made."""
     original = heartbeat_module.read_heartbeat
     moved: list[int] = []
 

@@ -7,9 +7,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from spoolrender.durable import create_exclusive, write_atomic
 from spoolrender.errors import PublishError
-from spoolrender.publish import (
+from spoolrender.spool.durable import create_exclusive, write_atomic
+from spoolrender.spool.publish import (
     SCRATCH_DIR,
     Published,
     RenderedFile,

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from spoolrender.cli import main
-from spoolrender.config import load_config
-from spoolrender.control import Purged, purge, purge_older
-from spoolrender.layout import SpoolLayout
-from spoolrender.retention import apply_retention
-from spoolrender.retention_lease import RetentionPolicy
-from spoolrender.spooldir import DirHandle
+from spoolrender.config.spool_config import load_config
+from spoolrender.ops.control import Purged, purge, purge_older
+from spoolrender.ops.retention import apply_retention
+from spoolrender.ops.retention_lease import RetentionPolicy
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.spooldir import DirHandle
 
 FS_IOC_GETFLAGS = 0x80086601
 FS_IOC_SETFLAGS = 0x40086602

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from spoolrender.errors import JobInvalid
-from spoolrender.ids import release_id, reserve_id
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import (
+from spoolrender.spool.ids import release_id, reserve_id
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.records import (
     FAILED,
     PUBLISHING,
     REQUEUE,

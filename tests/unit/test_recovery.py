@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from support.unit_spool import Slot, entries
 
-from spoolrender.claim import Claim
-from spoolrender.heartbeat_file import heartbeat_path
-from spoolrender.records import read_runs
-from spoolrender.recovery import Recoverer
+from spoolrender.intake.claim import Claim
+from spoolrender.lifecycle.recovery import Recoverer
+from spoolrender.spool.heartbeat_file import heartbeat_path
+from spoolrender.spool.records import read_runs
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A user's Remotion project as the runner checks it before starting Node
-(spoolrender.renderers.remotion_project), on project trees written here: the install
+(spoolrender.renderers.remotion.project), on project trees written here: the install
 command its lockfile asks for, the Remotion version Node would load (hoisted workspaces
 too), a project that cannot work refused for good naming the fix, and the bundle key: what
 changes it (a source, a config, the version) and what does not (node_modules, outputs, a
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spoolrender.errors import RenderError
-from spoolrender.renderers.remotion_project import bundle_key, check_project, install_command, remotion_version
+from spoolrender.renderers.remotion.project import bundle_key, check_project, install_command, remotion_version
 
 
 def project(root: Path, version: str | None = "4.0.529", *, hoisted: bool = False) -> Path:

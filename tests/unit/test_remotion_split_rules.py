@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from spoolrender.config import SpoolConfig
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import RenderError
 from spoolrender.jobfile import parse_job
 from spoolrender.renderers.base import ChunkPart, FrameSpan
-from spoolrender.renderers.remotion_chunks import (
+from spoolrender.renderers.remotion.splitting import (
     composition_start,
     frames_per_chunk,
     layout_problem,

@@ -1,4 +1,4 @@
-"""The render cache's steps in a run (spoolrender.render_cache_step.CacheStep), called as
+"""The render cache's steps in a run (spoolrender.run.cache_step.CacheStep), called as
 the executor calls them, with real claims on a real spool: a verified render becomes an
 entry only when its run is decided as publishing, it keeps the key's in-flight claim until
 then, an identical job waits for a live holder (and obeys its cancel), a hit is a verified
@@ -14,12 +14,12 @@ import pytest
 from support.frame_fake import FrameFake
 from support.unit_spool import Slot
 
-from spoolrender.claim import Claim
 from spoolrender.errors import RenderCancelled
-from spoolrender.heartbeat import LivenessTracker
-from spoolrender.render_cache_flight import InFlight
-from spoolrender.render_cache_step import HIT, MISS, REFUSED, STORED, CacheStep, CacheTurn
+from spoolrender.intake.claim import Claim
+from spoolrender.render_cache.in_flight import InFlight
 from spoolrender.renderers.base import RenderRequest, RenderResult
+from spoolrender.run.cache_step import HIT, MISS, REFUSED, STORED, CacheStep, CacheTurn
+from spoolrender.spool.heartbeat import LivenessTracker
 from spoolrender.testing import make_request
 
 JOB = {"composition": "Intro", "props": {"title": "Week 48"}, "output": "x.mp4"}

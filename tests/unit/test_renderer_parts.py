@@ -12,15 +12,20 @@ from typing import Any
 
 import pytest
 
-from spoolrender.capacity import Capacity, plan_capacity
 from spoolrender.errors import RenderError
 from spoolrender.renderers.base import ChunkPart, FrameSpan
 from spoolrender.renderers.command import CommandRenderer
-from spoolrender.renderers.output_check import check_still
 from spoolrender.renderers.registry import renderer_factory
-from spoolrender.renderers.remotion import RemotionRenderer
-from spoolrender.renderers.remotion_chunks import frames_per_chunk, layout_problem, split_refusal
-from spoolrender.renderers.worker_tmp import OWNER_FILE, WORKER_TMP_PREFIX, WorkerTmp, remove_stale_worker_tmpdirs
+from spoolrender.renderers.remotion.output_check import check_still
+from spoolrender.renderers.remotion.renderer import RemotionRenderer
+from spoolrender.renderers.remotion.splitting import frames_per_chunk, layout_problem, split_refusal
+from spoolrender.renderers.remotion.worker_tmp import (
+    OWNER_FILE,
+    WORKER_TMP_PREFIX,
+    WorkerTmp,
+    remove_stale_worker_tmpdirs,
+)
+from spoolrender.runner.capacity import Capacity, plan_capacity
 from spoolrender.testing import make_request, make_spool
 
 NO_FFPROBE = "/nonexistent/ffprobe"  # a check that reached ffprobe would fail on it

@@ -1,4 +1,4 @@
-"""`spoolrender rerun ID` (spoolrender.rerun_done), on jobs the real executor ran: the done
+"""`spoolrender rerun ID` (spoolrender.ops.rerun_done), on jobs the real executor ran: the done
 job's own file queued again with ``rerun: true`` and ``cache: false`` (its bytes kept when
 they say so already), in the queue it ran in, through submit's checks; refused, saying why,
 for a job that is not done."""
@@ -12,7 +12,7 @@ import yaml
 from support.unit_spool import Slot, entries
 
 from spoolrender.errors import JobNotFound, SpoolrenderError
-from spoolrender.rerun_done import plan_rerun, rerun
+from spoolrender.ops.rerun_done import plan_rerun, rerun
 from spoolrender.testing import Fail
 
 JOB = {"id": "intro", "composition": "Intro", "output": "intro.mp4", "props": {"title": "Week 48"}}

@@ -1,7 +1,7 @@
 """RetryPolicy: one backoff for jobs, hooks, blocked claims and spool I/O, the same delays as before.
 
-The four formulas it replaced are copied here verbatim (as they stood in transitions.py,
-hooks.py, scan.py and spool_io.py before RetryPolicy) and compared with it float for
+The four formulas it replaced are copied here verbatim (as they stood in lifecycle/transitions.py,
+hooks/dispatcher.py, intake/scan.py and spool/io_trouble.py before RetryPolicy) and compared with it float for
 float, for the same config and rng seed, with the rng left in the same state.
 """
 
@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from spoolrender import defaults
-from spoolrender.config import SpoolConfig
-from spoolrender.hook_config import parse_hooks
-from spoolrender.retry_policy import RetryPolicy
-from spoolrender.spool_io import next_delay
+from spoolrender.config.hooks import parse_hooks
+from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.retry_policy import RetryPolicy
+from spoolrender.spool.io_trouble import next_delay
 from spoolrender.testing import make_spool
 
 
 # --- the formulas before RetryPolicy (verbatim) ------------------------------------------
 def old_backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    # transitions.backoff_delay: jobs (executor, recovery) and hooks (hooks.py)
+    # transitions.backoff_delay: jobs (executor, recovery) and hooks (hooks/dispatcher.py)
     delay = min(cap, base * (2 ** max(0, attempt - 1)))
     return float(delay / 2 + rng.random() * delay / 2)
 
@@ -88,7 +88,7 @@ def test_hook_delays_are_the_old_formula_for_the_same_seed(tmp_path: Path, backo
         old_rng, new_rng = random.Random(seed), random.Random(seed)
         for attempts in range(1, 13):
             new = spec.retry.retry_in(attempts, new_rng)
-            if attempts >= spec.attempts:  # hooks.py gave up here, drawing nothing
+            if attempts >= spec.attempts:  # hooks/dispatcher.py gave up here, drawing nothing
                 assert new is None
                 continue
             old = old_backoff_delay(attempts, spec.backoff_seconds, defaults.HOOK_BACKOFF_CAP_S, old_rng)

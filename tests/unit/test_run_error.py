@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from support.run_records_corpus import corpus
 
-from spoolrender.durable import json_bytes
-from spoolrender.records import RunRecord
-from spoolrender.run_error import UNREADABLE_CHUNK_ERROR, RunError
-from spoolrender.vocabulary import FailureKind
+from spoolrender.core.run_error import UNREADABLE_CHUNK_ERROR, RunError
+from spoolrender.core.vocabulary import FailureKind
+from spoolrender.spool.durable import json_bytes
+from spoolrender.spool.records import RunRecord
 
 CORPUS = Path(__file__).parents[1] / "data" / "run_records.json"
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from spoolrender import defaults
-from spoolrender.beacons import expire_runners, new_runner_id
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.beacons import expire_runners, new_runner_id
+from spoolrender.spool.heartbeat import HOSTNAME
+from spoolrender.spool.layout import SpoolLayout, init_spool
 
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid_max: never a process
 LEASE = 2.0

@@ -1,4 +1,4 @@
-"""What a run renders from (spoolrender.seal, spoolrender.owncopy), on job directories in a
+"""What a run renders from (spoolrender.intake.seal, spoolrender.intake.owncopy), on job directories in a
 temp dir: the private copy (complete, read-only, no more readable than the submitted file),
 an old job directory converted to one, the seal of the first decided run, and which changes
 of the submitted file are an upload going on (the only ones that discard a run)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spoolrender import defaults
-from spoolrender.owncopy import (
+from spoolrender.intake.owncopy import (
     continued_append,
     ensure_copy,
     holds_job,
@@ -23,9 +23,16 @@ from spoolrender.owncopy import (
     submitted_owner,
     write_copy,
 )
-from spoolrender.records import FAILED, PUBLISHING, REQUEUE, RETRY, RunRecord
-from spoolrender.seal import SEAL_KEY, UPLOAD_IN_PROGRESS, JobFileState, refused_change, sealed_hash, upload_discards
-from spoolrender.spooldir import DirHandle
+from spoolrender.intake.seal import (
+    SEAL_KEY,
+    UPLOAD_IN_PROGRESS,
+    JobFileState,
+    refused_change,
+    sealed_hash,
+    upload_discards,
+)
+from spoolrender.spool.records import FAILED, PUBLISHING, REQUEUE, RETRY, RunRecord
+from spoolrender.spool.spooldir import DirHandle
 
 JOB = b"composition: Intro\nprops: {title: Week 48}\n"
 

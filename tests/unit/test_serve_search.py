@@ -12,11 +12,11 @@ import pytest
 import yaml
 from support.spool_jobs import drop
 
-from spoolrender.config import SpoolConfig
-from spoolrender.layout import SpoolLayout
+from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.serve.api import list_jobs
 from spoolrender.serve.browse import Filters, JobIndex
 from spoolrender.serve.readmodel import ApiError
+from spoolrender.spool.layout import SpoolLayout
 
 
 def remotion(composition: str, **props: object) -> dict[str, object]:

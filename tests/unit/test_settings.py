@@ -1,4 +1,4 @@
-"""The table of settings (spoolrender.settings) and what is derived from it: the config's
+"""The table of settings (spoolrender.config.settings) and what is derived from it: the config's
 checks and keys, `spoolrender init`'s commented spoolrender.yaml, the docs' reference."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from spoolrender import config, defaults
-from spoolrender.config import CONFIG_KEYS, SpoolConfig, load_config
-from spoolrender.layout import init_spool
-from spoolrender.settings import SETTINGS, config_template, settings_reference_markdown
+from spoolrender import defaults
+from spoolrender.config import spool_config as config
+from spoolrender.config.settings import SETTINGS, config_template, settings_reference_markdown
+from spoolrender.config.spool_config import CONFIG_KEYS, SpoolConfig, load_config
+from spoolrender.spool.layout import init_spool
 
 SETTING_LINE = re.compile(r"^#(?=\S)", re.MULTILINE)  # "#name: value"; prose is "# text"
 

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from spoolrender.chunks.command_config import CommandChunks, parse_command_chunks
-from spoolrender.durations import parse_duration
+from spoolrender.config.command_chunks import CommandChunks, parse_command_chunks
+from spoolrender.config.durations import parse_duration
 from spoolrender.errors import ConfigError, SpoolrenderError
-from spoolrender.project_setup import configured_project, detect_project, install_hint, project_problem, record_project
+from spoolrender.renderers.remotion.project_setup import (
+    configured_project,
+    detect_project,
+    install_hint,
+    project_problem,
+    record_project,
+)
 
 
 @pytest.mark.parametrize(

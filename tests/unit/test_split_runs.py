@@ -12,10 +12,10 @@ from support.frame_fake import FrameFake, frame_lines
 from support.unit_spool import Slot, entries
 
 from spoolrender.chunks.ledger import chunk_states, read_plan
-from spoolrender.chunks.naming import chunk_id, is_chunk_name, ledgers_root, parent_id
-from spoolrender.chunks.progress import chunk_progress
 from spoolrender.chunks.sweep import SplitSweeper
-from spoolrender.layout import final_name
+from spoolrender.ops.split_progress import chunk_progress
+from spoolrender.spool.chunk_names import chunk_id, is_chunk_name, ledgers_root, parent_id
+from spoolrender.spool.layout import final_name
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
 

@@ -11,13 +11,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 from support.unit_spool import drop_job
 
-from spoolrender.layout import SpoolLayout
-from spoolrender.listed_routes import listed_groups
-from spoolrender.output_index import LastPublish, entry_path, last_publish, record_publish
-from spoolrender.publish import RenderedFile
-from spoolrender.renderers.cache_keys import FileDigests, digest_of, sha256_file, stat_identity
+from spoolrender.intake.watch import choose_watch_mode, filesystem_type, is_network_filesystem
+from spoolrender.ops.listed_routes import listed_groups
+from spoolrender.render_cache.keys import FileDigests, digest_of, sha256_file, stat_identity
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.output_index import LastPublish, entry_path, last_publish, record_publish
+from spoolrender.spool.publish import RenderedFile
 from spoolrender.testing import make_spool
-from spoolrender.watch import choose_watch_mode, filesystem_type, is_network_filesystem
 
 
 @pytest.fixture

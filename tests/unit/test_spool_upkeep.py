@@ -10,12 +10,12 @@ from pathlib import Path
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
-from spoolrender.control import Purged
-from spoolrender.fscheck import check_filesystem
-from spoolrender.heartbeat import HOSTNAME
-from spoolrender.probe_dirs import PROBE_PREFIX, Prober, make_probe_dir, remove_dead_probes, start_ticks
-from spoolrender.retention import apply_retention
-from spoolrender.retention_lease import RetentionPolicy
+from spoolrender.ops.control import Purged
+from spoolrender.ops.retention import apply_retention
+from spoolrender.ops.retention_lease import RetentionPolicy
+from spoolrender.runner.fscheck import check_filesystem
+from spoolrender.spool.heartbeat import HOSTNAME
+from spoolrender.spool.probe_dirs import PROBE_PREFIX, Prober, make_probe_dir, remove_dead_probes, start_ticks
 
 NO_SUCH_PID = 4_194_305  # above Linux's largest pid_max: never a process
 

@@ -1,4 +1,4 @@
-"""spoolrender.spooldir: directory descriptors never follow a swapped name (issue 20, item 6)."""
+"""spoolrender.spool.spooldir: directory descriptors never follow a swapped name (issue 20, item 6)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spoolrender.held_dirs import HeldDir
-from spoolrender.queues import NAME
-from spoolrender.spooldir import (
+from spoolrender.config.queues import NAME
+from spoolrender.spool.held_dirs import HeldDir
+from spoolrender.spool.spooldir import (
     QUEUE_DIR_MODE,
     DirHandle,
     IncomingView,

@@ -13,8 +13,8 @@ import pytest
 from support.unit_spool import Slot
 
 import spoolrender
-from spoolrender.beacons import new_runner_id, write_beacon
-from spoolrender.status import collect_status, format_status
+from spoolrender.ops.status import collect_status, format_status
+from spoolrender.spool.beacons import new_runner_id, write_beacon
 from spoolrender.testing import Fail, Succeed
 
 JOB = {"composition": "Intro", "output": "x.mp4"}

@@ -28,23 +28,23 @@ import watchdog.observers.polling as polling
 from support.unit_spool import Slot
 from watchdog.utils.dirsnapshot import DirectorySnapshot
 
-import spoolrender.hooks as hooks_module
-import spoolrender.metrics as metrics_module
-import spoolrender.retention_lease as lease_module
+import spoolrender.hooks.dispatcher as hooks_module
+import spoolrender.ops.metrics as metrics_module
+import spoolrender.ops.retention_lease as lease_module
 import spoolrender.serve.events as events_module
 from spoolrender import defaults
-from spoolrender.durable import write_atomic
-from spoolrender.hook_plan import pending_dir, taken_dir
-from spoolrender.layout import list_names
-from spoolrender.metrics import RunnerMetrics
+from spoolrender.hooks.plan import pending_dir, taken_dir
+from spoolrender.intake.watch import SpoolWatcher
+from spoolrender.ops.metrics import RunnerMetrics
+from spoolrender.ops.retention_lease import FREE, HELD, read_lease, take_lease
+from spoolrender.ops.status import read_status
 from spoolrender.renderers.command import _pump
-from spoolrender.renderers.remotion_worker import RemotionWorker
-from spoolrender.retention_lease import FREE, HELD, read_lease, take_lease
+from spoolrender.renderers.remotion.node_worker import RemotionWorker
 from spoolrender.serve.events import EventHub
 from spoolrender.serve.history import HistoryRecorder
-from spoolrender.status import read_status
-from spoolrender.trouble_log import TroubleLog
-from spoolrender.watch import SpoolWatcher
+from spoolrender.spool.durable import write_atomic
+from spoolrender.spool.layout import list_names
+from spoolrender.spool.trouble_log import TroubleLog
 
 FAULTS = [errno.ENOTCONN, errno.EIO, errno.ENOSPC, errno.EROFS, errno.ESTALE]
 WAIT_S = 60.0  # generous: the host is shared and busy

@@ -15,13 +15,13 @@ from support.frame_fake import FrameFake
 from support.unit_spool import Slot
 
 from spoolrender import defaults
-from spoolrender.closers import pidfd_caps
-from spoolrender.glusterfs import ClientView, mount_problems, read_client
-from spoolrender.live_display import live_wanted, render_view
-from spoolrender.outcome_events import OutcomeEvents
-from spoolrender.run_progress import FailureView, RunnerView, SlotView, eta_seconds
-from spoolrender.runner import RunSummary
+from spoolrender.cli.live_display import live_wanted, render_view
+from spoolrender.intake.upload_closers import pidfd_caps
+from spoolrender.ops.outcome_events import OutcomeEvents
+from spoolrender.ops.runner_view import FailureView, RunnerView, SlotView, eta_seconds
+from spoolrender.runner.loop import RunSummary
 from spoolrender.serve.events import current_job_events
+from spoolrender.spool.glusterfs import ClientView, mount_problems, read_client
 
 
 class Terminal(io.StringIO):

@@ -1,4 +1,4 @@
-"""The spool's vocabulary (spoolrender.vocabulary): every enum value is the string already on
+"""The spool's vocabulary (spoolrender.core.vocabulary): every enum value is the string already on
 disk, every kind the package or its Node worker reports is a member, and records written
 with members read back as the same plain strings (JSON and YAML). Unit tests: no subprocess."""
 
@@ -13,11 +13,7 @@ import yaml
 
 import spoolrender
 from spoolrender import defaults
-from spoolrender.errors import ChunkPartInvalid, RenderError
-from spoolrender.layout import SpoolLayout
-from spoolrender.records import FAILED, OUTCOMES, RETRY, RunRecord, decide, read_runs
-from spoolrender.renderers.base import CancelToken
-from spoolrender.vocabulary import (
+from spoolrender.core.vocabulary import (
     WORKER_KINDS,
     CancelReason,
     FailureKind,
@@ -25,6 +21,10 @@ from spoolrender.vocabulary import (
     RunOutcome,
     is_known_kind,
 )
+from spoolrender.errors import ChunkPartInvalid, RenderError
+from spoolrender.renderers.base import CancelToken
+from spoolrender.spool.layout import SpoolLayout
+from spoolrender.spool.records import FAILED, OUTCOMES, RETRY, RunRecord, decide, read_runs
 
 PACKAGE = Path(spoolrender.__file__).parent
 REPO = PACKAGE.parent
@@ -55,7 +55,7 @@ def test_every_kind_the_docs_name_is_a_member() -> None:
 
 
 def test_every_kind_the_node_worker_emits_is_a_member() -> None:
-    worker = PACKAGE / "worker"
+    worker = PACKAGE / "renderers" / "remotion" / "worker"
     errors = (worker / "errors.mjs").read_text(encoding="utf-8")
     classify = errors[errors.index("export const classify") :]
     classify = classify[: classify.index("\n};")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from spoolrender.layout import SpoolLayout
+from spoolrender.spool.layout import SpoolLayout
 from support.spool_jobs import write_spool_config
 
 KINDS = ("command-exit", "timeout", "browser-crashed")  # failed entries cycle through these

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from spoolrender.layout import SpoolLayout, init_spool
+from spoolrender.spool.layout import SpoolLayout, init_spool
 from support.processes import spoolrender_cmd
 from support.spool_jobs import FAST, command_job, drop, entries, write_spool_config
 

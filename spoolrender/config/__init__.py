@@ -1,0 +1,1 @@
+"""spoolrender.yaml, typed and validated."""

@@ -1,0 +1,1 @@
+"""Host health and blocks."""

@@ -1,0 +1,1 @@
+"""Uploads, scans and the claim."""

@@ -1,0 +1,1 @@
+"""Carrying out decided runs; recovering dead runners' jobs."""

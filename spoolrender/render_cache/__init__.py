@@ -1,0 +1,1 @@
+"""The render cache: verified outputs by key."""

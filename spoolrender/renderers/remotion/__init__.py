@@ -1,0 +1,1 @@
+"""The Remotion renderer and its Node worker."""

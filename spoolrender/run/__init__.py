@@ -1,0 +1,1 @@
+"""One run of one claimed job."""

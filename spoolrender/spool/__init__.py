@@ -1,0 +1,1 @@
+"""Every on-disk operation and name of the spool."""
