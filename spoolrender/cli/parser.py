@@ -7,8 +7,8 @@ import textwrap
 from pathlib import Path
 from typing import TypeAlias
 
-from spoolrender import __version__
 from spoolrender.config.spool_config import CONFIG_KEYS
+from spoolrender.core.version import __version__
 from spoolrender.errors import SpoolrenderError
 
 DESCRIPTION = """\

@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from spoolrender import __version__, defaults
+from spoolrender import defaults
 from spoolrender.config.hooks import HookSpec
+from spoolrender.core.version import __version__
 
 SIGNATURE_HEADER = "X-Spoolrender-Signature"
 

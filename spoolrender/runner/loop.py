@@ -32,9 +32,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from spoolrender import __version__, defaults
+from spoolrender import defaults
 from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.version import __version__
 from spoolrender.core.vocabulary import CancelReason
 from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, SpoolrenderError
 from spoolrender.hosts.blocks import BlockState, ProbeSlot, block_of

@@ -27,8 +27,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
-from spoolrender import __version__
 from spoolrender.config.spool_config import SpoolConfig
+from spoolrender.core.version import __version__
 from spoolrender.errors import SpoolLayoutError, SpoolrenderError
 from spoolrender.serve.auth import bearer_matches
 from spoolrender.serve.browse import JobIndex
