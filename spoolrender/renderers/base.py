@@ -193,6 +193,10 @@ class Renderer(Protocol):
         ...
 
 
+# A slot's renderer by the job's ``renderer:`` name, made on first use and kept warm by the executor.
+RendererFactory = Callable[[str], Renderer]
+
+
 def terminate_group(proc: subprocess.Popen[Any], grace: float) -> None:
     """Stop a process started with ``start_new_session=True`` and everything it spawned.
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from spoolrender.config.spool_config import SpoolConfig
-from spoolrender.renderers.base import Renderer
+from spoolrender.renderers.base import Renderer, RendererFactory
 from spoolrender.renderers.command import CommandRenderer
 from spoolrender.renderers.remotion.worker_tmp import remove_stale_worker_tmpdirs
-from spoolrender.run.executor import RendererFactory
-from spoolrender.runner.capacity import Capacity
 
 
-def renderer_factory(config: SpoolConfig, capacity: Capacity) -> RendererFactory:
+def renderer_factory(config: SpoolConfig) -> RendererFactory:
     # Every runner (a cron drain too) first clears what killed runners' workers left.
     remove_stale_worker_tmpdirs()
 

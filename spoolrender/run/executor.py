@@ -36,7 +36,7 @@ from spoolrender.intake.watch import is_network_filesystem
 from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
 from spoolrender.lifecycle.rerun import rerun_refusal
 from spoolrender.lifecycle.transitions import carry_out, log_transition
-from spoolrender.renderers.base import ChunkPart, Renderer, RenderRequest, RenderResult
+from spoolrender.renderers.base import ChunkPart, Renderer, RendererFactory, RenderRequest, RenderResult
 from spoolrender.run.cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.run.deadlines import DEADLINES, Deadline
 from spoolrender.run.split_runs import SplitJobRuns
@@ -75,7 +75,6 @@ from spoolrender.spool.records import (
 
 log = logging.getLogger(__name__)
 
-RendererFactory = Callable[[str], Renderer]
 _STATE_OF: dict[str, JobState] = {
     PUBLISHING: JobState.DONE, FAILED: JobState.FAILED, RETRY: JobState.RETRY, REQUEUE: JobState.RETRY,
     SPLIT: JobState.SPLIT,

@@ -48,8 +48,9 @@ from spoolrender.ops.control import is_paused
 from spoolrender.ops.metrics import RunnerMetrics
 from spoolrender.ops.retention import RetentionWorker
 from spoolrender.ops.runner_view import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
+from spoolrender.renderers.base import RendererFactory
 from spoolrender.renderers.registry import renderer_factory
-from spoolrender.run.executor import JobExecutor, RendererFactory
+from spoolrender.run.executor import JobExecutor
 from spoolrender.run.split_runs import CHUNK_OUTCOME_PREFIX
 from spoolrender.runner.capacity import Capacity, plan_capacity
 from spoolrender.runner.fscheck import check_filesystem
@@ -194,7 +195,7 @@ class Runner:
         self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
         # keep_done and the other limits: purged in the background, one runner per spool at a time.
         self._retention = RetentionWorker(config, self.runner_id, on_purged=self._purged)
-        factory = make_renderer or renderer_factory(config, self.capacity)
+        factory = make_renderer or renderer_factory(config)
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
         self._executors = [
             JobExecutor(

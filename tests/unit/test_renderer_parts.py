@@ -44,7 +44,7 @@ def test_the_registry_makes_the_renderer_a_job_names(tmp_path: Path, monkeypatch
     # The factory clears dead workers' TMPDIRs first: in this test's own temp dir, not the host's.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     config = make_spool(tmp_path / "spool", {"slots": 1})
-    make = renderer_factory(config, plan_capacity(config))
+    make = renderer_factory(config)
     assert isinstance(make("command"), CommandRenderer)
     remotion = make("remotion")
     assert isinstance(remotion, RemotionRenderer) and remotion.workers_started == 0  # started per job, lazily
