@@ -14,7 +14,7 @@ import logging
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from spoolrender.lifecycle.transitions import carry_out, log_transition
 from spoolrender.renderers.base import ChunkPart, Renderer, RendererFactory, RenderRequest, RenderResult
 from spoolrender.run.cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.run.deadlines import DEADLINES, Deadline
+from spoolrender.run.run_end import RunEnd
 from spoolrender.run.split_runs import SplitJobRuns
 from spoolrender.spool.chunk_names import parent_id
 from spoolrender.spool.clock import CLOCK_OFFSET_KEY, Clock, SpoolClock
@@ -86,23 +87,11 @@ _GIVE_UP_REASONS = (CancelReason.SHUTDOWN, CancelReason.LOST)
 _METRIC_OF: dict[str, str] = {PUBLISHING: "done", FAILED: "failed", RETRY: "retry", REQUEUE: "requeue", SPLIT: "split"}
 
 
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ended: the job's new state, and what metrics count."""
-
-    state: str  # done, failed, retry, or lost (taken over by another runner)
-    outcome: str  # done, failed, retry, requeue, lost
-    attempts: int | None
-    duration: float | None
-    error_kind: str | None = None  # the recorded error's kind (a run may end otherwise than asked)
-    error_message: str | None = None  # and its message (the live display's last failures)
-    warnings: tuple[str, ...] = ()  # what the run went ahead despite (records.WARNINGS_KEY)
-
-
-class JobExecutor(SplitJobRuns):
+class JobExecutor:
     """Runs claimed jobs for one slot; owns that slot's renderers (kept warm).
 
-    Split jobs' runs (a chunk's, the split decision, the join) are in SplitJobRuns.
+    Split jobs' runs (a chunk's, the split decision, the join) are a :class:`SplitJobRuns` it
+    holds, which uses this executor's steps (:class:`~spoolrender.run.split_runs.RunSteps`).
     """
 
     def __init__(
@@ -128,6 +117,7 @@ class JobExecutor(SplitJobRuns):
         self._threads = threads
         self._renderers: dict[str, Renderer] = {}
         self._cache = CacheStep(layout, config, clock, heartbeat, cache_metrics)
+        self._split = SplitJobRuns(self, layout, config, clock, heartbeat, threads, self._cache)
         # On a network filesystem the job file is read past the client's caches: another
         # host may have written more than this client has seen (spoolrender.spool.netcache).
         self._uncached = is_network_filesystem(config.spool)
@@ -255,7 +245,7 @@ class JobExecutor(SplitJobRuns):
                 ),
             )
         if chunk is not None:
-            return self._run_chunk(claim, base, spec, attempt, chunk)
+            return self._split.run_chunk(claim, base, spec, attempt, chunk)
         try:
             reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun, origin=spec.id_origin)
             taken = output_taken_problem(self._config.output_root, spec.output, rerun=spec.rerun)
@@ -270,7 +260,7 @@ class JobExecutor(SplitJobRuns):
         except PublishError as exc:
             error = RunError(exc.kind or FailureKind.OUTPUT, str(exc), exc.transient)
             return self._failure(claim, base, spec, attempt, error)
-        split = self._split_or_join(claim, base, spec, attempt)
+        split = self._split.split_or_join(claim, base, spec, attempt)
         if split is not None:
             return split
         return self._render(claim, base, spec, attempt)

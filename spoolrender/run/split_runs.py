@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import ChunkStates, chunk_states, read_plan, write_plan
@@ -32,6 +32,7 @@ from spoolrender.hosts.health import online_hosts
 from spoolrender.intake.owncopy import prepare_private_file
 from spoolrender.intake.seal import JOB_CHANGED, SEAL_KEY, refused_change
 from spoolrender.renderers.base import ChunkPart, JoinRequest, RenderResult
+from spoolrender.run.run_end import RunEnd
 from spoolrender.spool.beacons import PROBE_PREFIX
 from spoolrender.spool.chunk_names import ledger_dir
 from spoolrender.spool.clock import spool_now
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from spoolrender.jobfile import JobSpec
     from spoolrender.renderers.base import Renderer, RenderRequest
     from spoolrender.run.cache_step import CacheStep
-    from spoolrender.run.executor import RunEnd
     from spoolrender.spool.clock import Clock
     from spoolrender.spool.heartbeat import HeartbeatWriter
     from spoolrender.spool.layout import SpoolLayout
@@ -57,41 +57,52 @@ log = logging.getLogger(__name__)
 CHUNK_OUTCOME_PREFIX = "chunk-"  # RunEnd.outcome of a chunk's run: chunk-done, chunk-retry, ...
 
 
+class RunSteps(Protocol):
+    """The steps of a run that a split job's runs share with every run: those of the
+    :class:`~spoolrender.run.executor.JobExecutor` that holds them (its own, not an API)."""
+
+    def _renderer(self, name: str) -> Renderer: ...
+    def _finish(
+        self, claim: Claim, base: dict[str, Any], outcome: str, *, error: RunError | None = None, **fields: Any
+    ) -> RunEnd: ...
+    def _request(
+        self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, output: Path,
+        chunk: ChunkPart | None = None,
+    ) -> RenderRequest: ...  # fmt: skip
+    def _interrupted(
+        self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, exc: Exception
+    ) -> RunEnd: ...
+    def _produce(
+        self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, request: RenderRequest,
+        produce: Callable[[Renderer], RenderResult],
+    ) -> RunEnd: ...  # fmt: skip
+    def _progress(self, token: str) -> Callable[..., None]: ...
+
+
 class SplitJobRuns:
-    """Mixed into :class:`spoolrender.run.executor.JobExecutor`, whose methods it uses."""
+    """A split job's runs for one slot, held by that slot's executor (whose ``steps`` it uses)."""
 
-    _layout: SpoolLayout
-    _config: SpoolConfig
-    _clock: Clock
-    _heartbeat: HeartbeatWriter
-    _threads: int
-    _cache: CacheStep
-
-    if TYPE_CHECKING:
-
-        def _renderer(self, name: str) -> Renderer: ...
-        def _finish(
-            self, claim: Claim, base: dict[str, Any], outcome: str, *, error: RunError | None = None, **fields: Any
-        ) -> RunEnd: ...
-        def _request(
-            self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, output: Path,
-            chunk: ChunkPart | None = None,
-        ) -> RenderRequest: ...  # fmt: skip
-        def _interrupted(
-            self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, exc: Exception
-        ) -> RunEnd: ...
-        def _publishing(
-            self, claim: Claim, base: dict[str, Any], spec: JobSpec, output: Path, result: RenderResult
-        ) -> RunEnd: ...
-        def _produce(
-            self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, request: RenderRequest,
-            produce: Callable[[Renderer], RenderResult],
-        ) -> RunEnd: ...  # fmt: skip
-        def _progress(self, token: str) -> Callable[..., None]: ...
+    def __init__(
+        self,
+        steps: RunSteps,
+        layout: SpoolLayout,
+        config: SpoolConfig,
+        clock: Clock,
+        heartbeat: HeartbeatWriter,
+        threads: int,
+        cache: CacheStep,
+    ) -> None:
+        self._steps = steps
+        self._layout = layout
+        self._config = config
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._threads = threads
+        self._cache = cache
 
     # --- one chunk ---------------------------------------------------------------------
 
-    def _run_chunk(
+    def run_chunk(
         self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int, info: dict[str, Any]
     ) -> RunEnd:
         """Render one chunk; the end's outcome says ``chunk-<outcome>`` (never counted as a job's)."""
@@ -106,22 +117,22 @@ class SplitJobRuns:
             part = ChunkPart(int(info["index"]), int(info["count"]), int(info["first"]), int(info["last"]))
         except (KeyError, TypeError, ValueError) as exc:
             problem = RunError(FailureKind.INVALID_CHUNK, f"unreadable {defaults.CHUNK_FILENAME}: {exc}", False)
-            return self._finish(claim, base, FAILED, error=problem)
+            return self._steps._finish(claim, base, FAILED, error=problem)
         base["details"]["chunk"] = {"index": part.index, "count": part.count, "first": part.first, "last": part.last}
         planned = info.get(SEAL_KEY)
         if planned is not None and claim.job_file is not None and planned != claim.job_file.sha256:
             # Its job file is not the parent's copy it was planned from: never rendered.
             refusal = refused_change(str(planned), f"of this chunk is {claim.job_file.short()}")
-            return self._finish(claim, base, FAILED, error=RunError(JOB_CHANGED, refusal, False))
+            return self._steps._finish(claim, base, FAILED, error=RunError(JOB_CHANGED, refusal, False))
         if not ledger_dir(self._layout, key).is_dir():
             # Its job ended (done, failed, cancelled) after this chunk was queued.
             message = "its job has ended; this chunk is not needed"
-            return self._finish(
+            return self._steps._finish(
                 claim, base, FAILED, attempt=None, error=RunError(FailureKind.CHUNK_ORPHANED, message, False)
             )
         scratch = scratch_dir(self._config.output_root, claim.key)
-        request = self._request(claim, base, spec, attempt, scratch / "chunk", chunk=part)
-        renderer = self._renderer(spec.renderer)
+        request = self._steps._request(claim, base, spec, attempt, scratch / "chunk", chunk=part)
+        renderer = self._steps._renderer(spec.renderer)
         timer = threading.Timer(spec.timeout, claim.cancel.cancel, args=(CancelReason.TIMEOUT,))
         timer.daemon = True
         try:
@@ -129,12 +140,12 @@ class SplitJobRuns:
             prepare_scratch(self._config.output_root, claim.key)
             request.output.mkdir()
             timer.start()
-            result = renderer.render(request, self._progress(claim.token), claim.cancel)
+            result = renderer.render(request, self._steps._progress(claim.token), claim.cancel)
             if claim.cancel.is_set():
                 raise RenderCancelled(claim.cancel.reason or "cancelled")
             renderer.verify(request, result)
         except (RenderCancelled, RenderError, OSError) as exc:
-            return self._interrupted(claim, base, spec, attempt, exc)
+            return self._steps._interrupted(claim, base, spec, attempt, exc)
         finally:
             timer.cancel()
         base["details"].update(result.details)
@@ -142,11 +153,11 @@ class SplitJobRuns:
             if path.is_file():
                 fsync_file(path)  # data first, then the decision (as for a whole output)
         publish = {"temp": str(request.output.relative_to(self._config.output_root)), "chunk": part.index}
-        return self._finish(claim, base, PUBLISHING, publish=publish)
+        return self._steps._finish(claim, base, PUBLISHING, publish=publish)
 
     # --- the job: split, wait, join ------------------------------------------------------
 
-    def _split_or_join(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd | None:
+    def split_or_join(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd | None:
         """The run of a split job (or one that splits now); None: render it whole."""
         key = final_name(claim.job_id, claim.uid)
         # Only a run of this job writes its plan, and any run that got that far is recorded
@@ -168,13 +179,13 @@ class SplitJobRuns:
                 f"chunk {first.part.index + 1} of {plan.count} (frames {first.part.first}-{first.part.last}) "
                 f"failed: {err.get('message', 'failed')}"
             )
-            return self._finish(
+            return self._steps._finish(
                 claim, base, FAILED, error=RunError(str(err.get("kind", FailureKind.ERROR)), message, False)
             )
         if states.complete and not self._broken_chunks(claim, base, spec, attempt, states):
             return self._join(claim, base, spec, attempt, plan, states)
         # Wait in split/ for the chunks (missing ones are queued again on the way there).
-        return self._finish(claim, base, SPLIT, attempt=None)
+        return self._steps._finish(claim, base, SPLIT, attempt=None)
 
     def _plan(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> ChunkPlan | RunEnd | None:
         explicit = explicit_split(spec)
@@ -185,25 +196,25 @@ class SplitJobRuns:
             idle = self._idle_slots()
             if idle < 2:
                 return None
-        renderer = self._renderer(spec.renderer)
+        renderer = self._steps._renderer(spec.renderer)
         scratch = scratch_dir(self._config.output_root, claim.key)
-        whole = self._request(
+        whole = self._steps._request(
             claim, base, spec, attempt, scratch / ("output" + (spec.output.suffix or defaults.DEFAULT_OUTPUT_SUFFIX))
         )
         if self._cache.holds(renderer, whole):
             return None  # rendered before: published from the render cache, never split
-        request = self._request(claim, base, spec, attempt, scratch)
+        request = self._steps._request(claim, base, spec, attempt, scratch)
         refusal = renderer.split_refusal(request)
         if refusal is not None:
             if explicit:
                 message = f"this job cannot be rendered in chunks: {refusal}"
-                return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, message, False))
+                return self._steps._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, message, False))
             log.info("job %s: rendered whole (%s)", claim.job_id, refusal)
             return None
         try:
             span = renderer.frame_span(request, claim.cancel)
         except (RenderCancelled, RenderError, OSError) as exc:
-            return self._interrupted(claim, base, spec, attempt, exc)
+            return self._steps._interrupted(claim, base, spec, attempt, exc)
         if explicit:
             parts = plan_parts(span, chunks=None if spec.chunk_frames else spec.chunks, chunk_frames=spec.chunk_frames)
         elif span.seconds > (self._config.split_seconds or 0):
@@ -237,7 +248,7 @@ class SplitJobRuns:
     ) -> bool:
         """Check every finished chunk's files; a missing or corrupt one is forgotten (its
         ledger entry removed) so that it is queued again. True if any was."""
-        renderer = self._renderer(spec.renderer)
+        renderer = self._steps._renderer(spec.renderer)
         broken = False
         for done in states.done:
             problem = None
@@ -248,7 +259,7 @@ class SplitJobRuns:
                 # (and store in the render cache under this job's key) what was not asked.
                 problem = f"it was rendered from other job bytes (sha256 {str(done.job_sha256)[:12]})"
             else:
-                check = self._request(claim, base, spec, attempt, done.files, chunk=done.part)
+                check = self._steps._request(claim, base, spec, attempt, done.files, chunk=done.part)
                 try:
                     renderer.verify(check, RenderResult())
                 except RenderError as exc:
@@ -281,14 +292,14 @@ class SplitJobRuns:
         )
         # The whole job as the render cache sees it: an identical job published meanwhile
         # makes the join unnecessary, and a joined output is stored like a whole render.
-        whole = self._request(claim, base, spec, attempt, request.output)
+        whole = self._steps._request(claim, base, spec, attempt, request.output)
 
         def join(renderer: Renderer) -> RenderResult:
-            result = renderer.join(request, self._progress(claim.token), claim.cancel)
+            result = renderer.join(request, self._steps._progress(claim.token), claim.cancel)
             if claim.cancel.is_set():
                 raise RenderCancelled(claim.cancel.reason or "cancelled")
             crash_point("join-before-verify")
             renderer.verify_join(request, result)
             return result
 
-        return self._produce(claim, base, spec, attempt, whole, join)
+        return self._steps._produce(claim, base, spec, attempt, whole, join)

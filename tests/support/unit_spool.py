@@ -22,7 +22,8 @@ from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.intake.candidates import Candidate, ScanResult
 from spoolrender.intake.claim import Claim, claim
 from spoolrender.intake.scan import SpoolScanner
-from spoolrender.run.executor import JobExecutor, RunEnd
+from spoolrender.run.executor import JobExecutor
+from spoolrender.run.run_end import RunEnd
 from spoolrender.spool.clock import ManualClock
 from spoolrender.spool.heartbeat import HeartbeatWriter
 from spoolrender.spool.layout import SpoolLayout

@@ -32,7 +32,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender.lifecycle.recovery import ABANDONED_DIR, Recoverer
-from spoolrender.run.executor import RunEnd
+from spoolrender.run.run_end import RunEnd
 from spoolrender.spool import spooldir
 
 JOB = {"composition": "Intro", "output": "intro.mp4"}
