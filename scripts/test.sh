@@ -8,6 +8,8 @@ export PATH="$ROOT/.venv/bin:$PATH"
 echo "==> ruff"; ruff check spoolrender tests bench docs/hooks
 echo "==> ruff format --check"; ruff format --check spoolrender tests bench docs/hooks
 echo "==> mypy"; mypy
+# The packages' layers, no import cycle, forbidden imports: the contracts in pyproject.toml.
+echo "==> lint-imports"; lint-imports --no-cache
 # The documentation site, strictly: a broken link or anchor, a missing page, snippet or API
 # reference fails it. Built into a temporary directory: only the check matters here.
 echo "==> mkdocs build --strict"
