@@ -5,6 +5,11 @@ The Python API (see :mod:`spoolrender.api` and docs/python-api.md)::
     from spoolrender import Spool
     job = Spool("/srv/render/spool").submit({"composition": "Intro", "output": "intro.mp4"})
     result = job.wait(timeout=600)
+
+The packages are layers, each importing only from those below it (docs/architecture.md; the
+import-linter contracts in pyproject.toml): core, errors/defaults, spool, render_cache, config,
+jobfile, renderers (+ compositions), hosts, intake, chunks/hooks, lifecycle, run, ops, runner,
+api/testing, serve, cli.
 """
 
 from __future__ import annotations

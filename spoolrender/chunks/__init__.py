@@ -1,11 +1,15 @@
-"""Chunked rendering of long jobs: one job split into frame ranges that any runner on any
-host renders, joined by one runner and published once (issue 14, part B).
+"""Split jobs: one job rendered in frame ranges by any runner on any host, joined once.
 
-- :mod:`.naming`: chunk entries' ids and uids, where a job's ledger and chunk files live
 - :mod:`.plan`: whether and how to split (frame ranges of at least MIN_CHUNK_FRAMES)
 - :mod:`.ledger`: the plan and the finished chunks of one job, and what each chunk is doing
-- :mod:`.moves`: the renames that carry out chunk and split decisions, waking the parent
-- :mod:`.runs`: the executor's part (a chunk's run, the parent's split and join runs)
-- :mod:`.sweep`: waking parents that nobody will wake, removing what nobody needs
-- :mod:`.command_config`: the spool config that lets ``renderer: command`` jobs be split
+- :mod:`.moves`: the renames that carry out chunk and split decisions, waking the job
+- :mod:`.sweep`: waking jobs that nobody will wake, removing what nobody needs
+
+A split job's runs (a chunk's, the split decision, the join) are :mod:`spoolrender.run.split_runs`;
+the ``command_chunks:`` setting is :mod:`spoolrender.config.command_chunks`; the names of its
+pieces (chunk entries' ids and uids, where the ledger and chunk files live) are the spool's,
+:mod:`spoolrender.spool.chunk_names`; how a split job shows in status, show and serve is a read
+model, :mod:`spoolrender.ops.split_progress`.
+
+May import: :mod:`spoolrender.intake` (the job's copy and seal) and below; not hooks (its sibling).
 """

@@ -8,7 +8,9 @@ job's failure record, so the author can fix the file without reading any log.
 One module per concern: :mod:`.reading` (bytes off the disk), :mod:`.loading` (bytes
 to a YAML mapping), :mod:`.naming` (ids and output paths), :mod:`.fields` (the table of
 fields and their checks), :mod:`.spec` (the JobSpec and parse_job), :mod:`.limits`
-(the spool's caps on what a render may cost).
+(the spool's caps on what a render may cost), :mod:`.media` (a Remotion job's settings).
+
+May import: :mod:`spoolrender.config` and below.
 """
 
 from spoolrender.jobfile.fields import KNOWN_FIELDS, REMOTION_CODECS, RENDERERS

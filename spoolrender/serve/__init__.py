@@ -3,7 +3,8 @@
 The standard library's ``ThreadingHTTPServer`` is enough: the server reads a few small
 files per request, each event stream holds one thread that mostly sleeps, and no extra
 dependency has to be vetted for a process that listens on a network. It only reads the
-spool (no runner runs in it), so it works on any host that mounts the spool.
+spool (no runner runs in it), so it works on any host that mounts the spool; its actions
+(retry, cancel, delete, submit) are :mod:`spoolrender.ops`'s, shared with the command line.
 
 Layers, each importing only the ones below it (tests/e2e/test_serve.py checks this):
 
@@ -15,4 +16,7 @@ Layers, each importing only the ones below it (tests/e2e/test_serve.py checks th
 - :mod:`.readmodel`: job ids from requests to spool entries, shared by both;
 - :mod:`.auth`: where the write token may come from, and checking a request's;
 - :mod:`.listen`: listen addresses, the Host allowlist and options (no spool, no HTTP).
+
+May import: :mod:`spoolrender.ops` and below, never runner, run, lifecycle, intake, hooks or
+renderers directly (pyproject.toml's import-linter contracts).
 """
