@@ -18,9 +18,6 @@ ended the run.
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import dataclasses
 import functools
 import logging
 import random
@@ -32,13 +29,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from spoolrender import defaults
 from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.config.spool_config import SpoolConfig
-from spoolrender.core.version import __version__
 from spoolrender.core.vocabulary import CancelReason
 from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, SpoolrenderError
-from spoolrender.hosts.blocks import BlockState, ProbeSlot, block_of
+from spoolrender.intake.candidates import ScanResult
 from spoolrender.intake.claim import Claim, SpoolScanner, claim
 from spoolrender.intake.upload_closers import CloserTracker
 from spoolrender.intake.watch import SpoolWatcher, choose_watch_mode, is_network_filesystem
@@ -47,24 +42,18 @@ from spoolrender.lifecycle.transitions import log_transition
 from spoolrender.ops.control import is_paused
 from spoolrender.ops.metrics import RunnerMetrics
 from spoolrender.ops.retention import RetentionWorker
-from spoolrender.ops.runner_view import RECENT_FAILURES_SHOWN, FailureView, RunnerView, SlotView, eta_seconds
+from spoolrender.ops.runner_view import RunnerView, SlotView, eta_seconds
 from spoolrender.renderers.base import RendererFactory
 from spoolrender.renderers.registry import renderer_factory
 from spoolrender.run.executor import JobExecutor
 from spoolrender.run.split_runs import CHUNK_OUTCOME_PREFIX
 from spoolrender.runner.capacity import Capacity, plan_capacity
 from spoolrender.runner.fscheck import check_filesystem
+from spoolrender.runner.host_block import HostBlockWatch
+from spoolrender.runner.reports import RunnerReports
 from spoolrender.runner.slot_threads import SlotThread
-from spoolrender.runner.thread_check import ThreadCheck
-from spoolrender.spool.beacons import (
-    LIVENESS_DIR,
-    expire_runners,
-    hooks_probe_path,
-    new_runner_id,
-    probe_path,
-    remove_beacon,
-    write_beacon,
-)
+from spoolrender.runner.summary import RunRecords, RunSummary
+from spoolrender.spool.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, new_runner_id, probe_path
 from spoolrender.spool.chunk_names import is_chunk_name
 from spoolrender.spool.clock import Clock, SpoolClock, SystemClock, spool_now
 from spoolrender.spool.durable import set_fsync
@@ -78,6 +67,8 @@ from spoolrender.spool.trusted_dirs import shared_root_warning
 if TYPE_CHECKING:
     from spoolrender.hooks.dispatcher import HookDispatcher
 
+__all__ = ["RunSummary", "Runner"]  # RunSummary lives in runner/summary.py; importable here as it always was
+
 log = logging.getLogger(__name__)
 
 
@@ -88,36 +79,23 @@ class _Active:
     slot: int
 
 
-@dataclass
-class RunSummary:
-    claimed: int = 0
-    done: int = 0
-    failed: int = 0
-    retried: int = 0
-    lost: int = 0
-    requeued: int = 0
-    split: int = 0  # runs that split a job into chunks (or sent it back to wait for them)
-    chunks: int = 0  # runs of chunks (spoolrender.chunks), whatever their outcome
-    paused: bool = False
-    blocked: bool = False  # this host was blocked for failing many jobs (hosts/health.py)
-    # Why the run ended: "drained", "signal", "max-jobs", "max-runtime" or "spool-io" (a
-    # drain that found the spool's filesystem failing: full, read-only...).
-    stopped_by: str = "signal"
+def _check_limits(max_jobs: int | None, max_runtime: float | None) -> None:
+    if max_jobs is not None and max_jobs < 1:
+        raise SpoolrenderError(f"max_jobs must be at least 1, got {max_jobs}")
+    if max_runtime is not None and not max_runtime > 0:
+        raise SpoolrenderError(f"max_runtime must be more than 0 seconds, got {max_runtime}")
 
-    def describe(self) -> str:
-        """One line for people: ``drained: 48 claimed, 45 done, 1 to retry, 0 put back, 2 failed``."""
-        text = (
-            f"{self.stopped_by}: {self.claimed} claimed, {self.done} done, {self.retried} to retry, "
-            f"{self.requeued} put back, {self.failed} failed"
-        )
-        extra = [f"{n} {what}" for n, what in ((self.lost, "lost to another runner"), (self.split, "split into chunks"),
-                                                (self.chunks, "chunk runs")) if n]  # fmt: skip
-        text += "".join(f", {e}" for e in extra)
-        if self.paused:
-            text += " (spool paused)"
-        if self.blocked:
-            text += " (this host blocked)"
-        return text
+
+def _open_spool(config: SpoolConfig) -> SpoolLayout:
+    """The spool's layout, checked, and the output root, made if need be."""
+    layout = SpoolLayout(config.spool)
+    layout.check()
+    set_fsync(config.fsync)
+    try:
+        config.output_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
+    return layout
 
 
 class Runner:
@@ -135,18 +113,9 @@ class Runner:
         max_jobs: int | None = None,
         max_runtime: float | None = None,
     ) -> None:
-        if max_jobs is not None and max_jobs < 1:
-            raise SpoolrenderError(f"max_jobs must be at least 1, got {max_jobs}")
-        if max_runtime is not None and not max_runtime > 0:
-            raise SpoolrenderError(f"max_runtime must be more than 0 seconds, got {max_runtime}")
+        _check_limits(max_jobs, max_runtime)
         self.config = config
-        self.layout = SpoolLayout(config.spool)
-        self.layout.check()
-        set_fsync(config.fsync)
-        try:
-            config.output_root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SpoolLayoutError(f"cannot create output root {config.output_root}: {exc.strerror}") from exc
+        self.layout = _open_spool(config)
         self.drain = drain
         self.max_jobs = max_jobs
         self.max_runtime = max_runtime
@@ -155,52 +124,68 @@ class Runner:
         self._spool_io = SpoolIOCondition(self.clock, HOSTNAME)
         self._check_filesystems()
         self._started_mono = self.clock.monotonic()
-        self._blocked: str | None = None  # why this host is blocked (hosts/health.py), while it is
-        self._beacon_told: float | None = None  # the spool I/O trouble the last beacon told of
-        self._block_held: str | None = None  # why this host's block is not applied (hosts/blocks.py)
-        self._probe_slot = ProbeSlot(self.layout, HOSTNAME)
-        self._probe_job: str | None = None  # the key of this runner's probe job while it runs
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
         self.runner_id = new_runner_id(id(self))
-        self.summary = RunSummary()
+        self._records = RunRecords()
+        self.summary = self._records.summary
+        self._host_block = HostBlockWatch(
+            self.layout, config, self.clock, self.summary, on_change=self._tell_soon, log=log
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._force = threading.Event()
+        self._make_intake()
+        self._make_upkeep()
+        self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
+        self._make_slots(make_renderer or renderer_factory(config))
+        self.watch_mode = choose_watch_mode(config.watch, config.spool)
+        self._watcher: SpoolWatcher | None = None  # while run() runs
+        self._reports = RunnerReports(
+            config, self.layout, self.clock, self.runner_id, self._spool_io, self.metrics, metrics_textfile,
+            capacity=self.capacity, watch_mode=self.watch_mode, drain=drain, scanner=self._scanner,
+            records=self._records,
+        )  # fmt: skip
+        self._hooks = self._make_hooks()
+
+    def _make_intake(self) -> None:
         # Who closed an upload, and whether it still runs (fanotify; root, inotify only).
-        self._closers = CloserTracker(on_change=self._writer_exited, settle_seconds=config.settle_seconds)
+        self._closers = CloserTracker(on_change=self._writer_exited, settle_seconds=self.config.settle_seconds)
         # On a network filesystem job files are read past the client's caches (spool/netcache.py).
-        self._uncached = is_network_filesystem(config.spool)
+        self._uncached = is_network_filesystem(self.config.spool)
         # incoming/ and running/ held open for the runner's life (each use checks that the
         # name still is the directory held: held_dirs.HeldDir), not opened per job.
         self._held = HeldSpoolDirs(self.layout)
         self._scanner = SpoolScanner(
             self.layout,
-            config,
+            self.config,
             self.clock,
             local=not self._uncached,
             closers_alive=self._closers.alive,
             held_incoming=self._held.incoming,
         )
-        self._heartbeat = HeartbeatWriter(self.clock, config.heartbeat_seconds, self.runner_id, self._spool_io)
+
+    def _make_upkeep(self) -> None:
+        """The heartbeat, the spool's clock, recovery, the split sweep and retention."""
+        self._heartbeat = HeartbeatWriter(self.clock, self.config.heartbeat_seconds, self.runner_id, self._spool_io)
         # Observations shared by every process on this host, so that short cron drains
         # add up to a lease (see LivenessTracker).
         tracker = LivenessTracker(self.clock, self.layout.private / LIVENESS_DIR / f"{HOSTNAME}.json")
         self._probe = probe_path(self.layout, self.runner_id)
         self._spool_clock = SpoolClock(self._probe, self.clock)
-        self._recoverer = Recoverer(
-            self.layout, config, self.clock, self.rng, tracker, spool_io=self._spool_io, spool_clock=self._spool_clock
-        )
-        self._split_sweeper = SplitSweeper(self.layout, config, self.clock)
+        self._recoverer = Recoverer(self.layout, self.config, self.clock, self.rng, tracker,
+                                    spool_io=self._spool_io, spool_clock=self._spool_clock)  # fmt: skip
+        self._split_sweeper = SplitSweeper(self.layout, self.config, self.clock)
         # keep_done and the other limits: purged in the background, one runner per spool at a time.
-        self._retention = RetentionWorker(config, self.runner_id, on_purged=self._purged)
-        factory = make_renderer or renderer_factory(config)
-        self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
+        self._retention = RetentionWorker(self.config, self.runner_id, on_purged=self._purged)
+
+    def _make_slots(self, factory: RendererFactory) -> None:
+        """Each slot: its executor (with its long-lived renderers) and its thread."""
         self._executors = [
             JobExecutor(
                 self.layout,
-                config,
+                self.config,
                 self.clock,
                 self.rng,
                 self._heartbeat,
@@ -217,24 +202,18 @@ class Runner:
             SlotThread[Claim](f"slot-{slot}", functools.partial(self._run_slot, slot), self._slot_finished)
             for slot in range(self.capacity.slots)
         ]
-        self._failures: collections.deque[FailureView] = collections.deque(maxlen=RECENT_FAILURES_SHOWN)
-        # Each warning this runner's runs went ahead despite (mixed Remotion versions...),
-        # with the job that last had it, newest last: told in the beacon for `status`.
-        self._warnings: dict[str, str] = {}
         self._active: dict[str, _Active] = {}
         self._lock = threading.Lock()
-        self.watch_mode = choose_watch_mode(config.watch, config.spool)
-        self._watcher: SpoolWatcher | None = None  # while run() runs
-        self._thread_check = ThreadCheck()
-        self._metrics_textfile = metrics_textfile
+
+    def _make_hooks(self) -> HookDispatcher | None:
         # Completion hooks are delivered by a thread of their own: a slow receiver must
         # never hold up a claim or a render.
         self._hooks_probe = hooks_probe_path(self.layout, self.runner_id)
-        self._hooks: HookDispatcher | None = None
-        if config.hooks:
-            from spoolrender.hooks.dispatcher import HookDispatcher  # http/ssl only for spools that use hooks
+        if not self.config.hooks:
+            return None
+        from spoolrender.hooks.dispatcher import HookDispatcher  # http/ssl only for spools that use hooks
 
-            self._hooks = HookDispatcher(self.layout, config, self.rng, lambda: spool_now(self._hooks_probe))
+        return HookDispatcher(self.layout, self.config, self.rng, lambda: spool_now(self._hooks_probe))
 
     def _check_filesystems(self) -> None:
         """Refuse at once a filesystem that lacks an operation the protocol needs (some
@@ -329,13 +308,9 @@ class Runner:
             self._heartbeat.stop()
             # Beacon (and the clock probes, the hooks thread's too: it has stopped) gone
             # before the last metrics: they must count this runner offline.
-            remove_beacon(self.layout, self.runner_id)
+            self._reports.remove_beacon()
             self._write_metrics()
-            if self._metrics_textfile is not None and not self.drain:
-                # A runner that stopped on purpose must not look alive (and stale) in
-                # node_exporter; a drain's figures stay for the scrape after it.
-                with contextlib.suppress(OSError):
-                    self._metrics_textfile.unlink()
+            self._reports.remove_metrics_textfile()
             for executor in self._executors:
                 executor.close()
         log.info("runner %s stopped: %s", self.runner_id, self.summary.describe())
@@ -343,7 +318,7 @@ class Runner:
 
     def _loop(self) -> None:
         self._next_sweep = 0.0
-        self._next_beacon = 0.0
+        self._reports.soon()
         while not self._stop.is_set():
             try:
                 timeout = self._tick()
@@ -364,69 +339,90 @@ class Runner:
         self._wake.clear()
         self._reap()
         now = self.clock.monotonic()
+        if self._limit_reached(now):
+            return None
+        limited = self._max_jobs_reached()
+        io_wait = self._spool_io.wait_seconds()
+        if io_wait > 0:
+            return self._wait_out_spool_io(now, io_wait)
+        if now >= self._reports.next_due or self._spool_io.active:
+            self._report(now)
+        swept = now >= self._next_sweep
+        if swept:
+            self._sweep(now)
+        paused = self._check_paused()
+        fs_now = self._spool_clock.now()
+        paused, probing = self._host_block.check(paused, fs_now)
+        self._held.recheck()  # the held incoming/ and running/ are checked once per pass (HeldDir)
+        scan = self._scanner.scan(lambda: fs_now)
+        self._waiting = scan.waiting
+        paused, limited = self._claim_candidates(scan, paused=paused, probing=probing, limited=limited)
+        if probing:
+            self._host_block.probe_unclaimed()
+        if swept:
+            # Housekeeping after claiming, so that it never delays a claim.
+            fs_now = self._spool_clock.now()
+            if fs_now is not None:
+                expire_runners(self.layout, fs_now, self.config.lease_seconds)
+        return self._next_wait(scan, paused=paused, limited=limited)
+
+    def _max_jobs_reached(self) -> bool:
+        return self.max_jobs is not None and self.summary.claimed >= self.max_jobs
+
+    def _limit_reached(self, now: float) -> bool:
+        """Whether --max-runtime has passed, or --max-jobs was reached and every claimed job finished."""
         if self.max_runtime is not None and now - self._started_mono >= self.max_runtime:
             log.info("--max-runtime %g s reached: stopping like on SIGTERM", self.max_runtime)
             self.request_stop()
             self.summary.stopped_by = "max-runtime"
-            return None
-        limited = self.max_jobs is not None and self.summary.claimed >= self.max_jobs
-        if limited:
+            return True
+        if self._max_jobs_reached():
             with self._lock:
                 idle = not self._active
             if idle:
                 log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
                 self.summary.stopped_by = "max-jobs"
-                return None
-        io_wait = self._spool_io.wait_seconds()
-        if io_wait > 0:
-            # The spool's filesystem is failing: no claims, no sweeps, no beacon until the
-            # next try is due (running jobs wait for it on their own, keeping their claims).
-            with self._lock:
-                idle = not self._active
-            if self.drain and idle:
-                log.error("drain stopped: the spool's filesystem fails (%s); the next run tries again",
-                          self._spool_io.text())  # fmt: skip
-                self.summary.stopped_by = "spool-io"
-                return None
-            if self._beacon_told != self._spool_io.since() or now >= self._next_beacon:
-                # Status must learn of the trouble now, and see this runner online while it
-                # lasts (written in place if need be): a periodic write, not a retry.
-                self._write_beacon(retried=False)
-                self._write_metrics()
-                self._next_beacon = now + self.config.heartbeat_seconds
-            return max(0.0, min(self._spool_io.wait_seconds() or io_wait, self._next_beacon - now))
-        if now >= self._next_beacon or self._spool_io.active:
-            self._write_beacon()
-            self._write_metrics()
-            self._next_beacon = now + self.config.heartbeat_seconds
-        swept = now >= self._next_sweep
-        if swept:
-            self._recoverer.sweep(set(self._active))
-            self._split_sweeper.sweep(self._spool_clock.now())
-            self._retention.maybe_start()
-            self._next_sweep = now + self.config.rescan_seconds
+                return True
+        return False
+
+    def _wait_out_spool_io(self, now: float, io_wait: float) -> float | None:
+        """The spool's filesystem is failing: no claims, no sweeps, no beacon until the
+        next try is due (running jobs wait for it on their own, keeping their claims)."""
+        with self._lock:
+            idle = not self._active
+        if self.drain and idle:
+            log.error("drain stopped: the spool's filesystem fails (%s); the next run tries again",
+                      self._spool_io.text())  # fmt: skip
+            self.summary.stopped_by = "spool-io"
+            return None
+        if self._reports.told != self._spool_io.since() or now >= self._reports.next_due:
+            # Status must learn of the trouble now, and see this runner online while it
+            # lasts (written in place if need be): a periodic write, not a retry.
+            self._report(now, retried=False)
+        return max(0.0, min(self._spool_io.wait_seconds() or io_wait, self._reports.next_due - now))
+
+    def _report(self, now: float, *, retried: bool = True) -> None:
+        """The beacon and the metrics textfile, and when they are due next."""
+        self._write_beacon(retried=retried)
+        self._write_metrics()
+        self._reports.next_due = now + self.config.heartbeat_seconds
+
+    def _sweep(self, now: float) -> None:
+        self._recoverer.sweep(set(self._active))
+        self._split_sweeper.sweep(self._spool_clock.now())
+        self._retention.maybe_start()
+        self._next_sweep = now + self.config.rescan_seconds
+
+    def _check_paused(self) -> bool:
         paused = is_paused(self.layout)
         if paused and not self.summary.paused:
             log.info("spool is paused (`spoolrender resume` lifts it): not claiming")
         self.summary.paused = paused
-        fs_now = self._spool_clock.now()
-        block_now = self.clock.wall() if fs_now is None else fs_now
-        block = block_of(self.layout, self.config, HOSTNAME, block_now)
-        self._note_block(block, fs_now)
-        probing = False
-        if self._blocked is not None and not paused:
-            self.summary.blocked = True
-            # A blocked host claims one job at a time, host-wide, as a probe (hosts/blocks.py).
-            probing = (
-                block is not None
-                and self._probe_job is None
-                and self._probe_slot.due(block.since, block_now, self.config.host_probe_seconds)
-                and self._probe_slot.take()
-            )
-            paused = not probing
-        self._held.recheck()  # the held incoming/ and running/ are checked once per pass (HeldDir)
-        scan = self._scanner.scan(lambda: fs_now)
-        self._waiting = scan.waiting
+        return paused
+
+    def _claim_candidates(self, scan: ScanResult, *, paused: bool, probing: bool, limited: bool) -> tuple[bool, bool]:
+        """Claim the scan's candidates into free slots, in order. Whether claiming is now
+        paused (a probe job claimed) and limited (--max-jobs reached)."""
         for candidate in scan.candidates:
             if not self._free or self._stop.is_set() or paused or limited:
                 break
@@ -451,24 +447,20 @@ class Runner:
             self._scanner.forget(candidate.name)
             if claimed is not None:
                 if probing:
-                    self._probe_job = claimed.key
+                    self._host_block.probe_claimed(claimed)
                     paused = True  # one probe at a time
-                    log.info("host %s is blocked: job %s is its probe", HOSTNAME, claimed.job_id)
                 self._start(claimed)
-                if self.max_jobs is not None and self.summary.claimed >= self.max_jobs:
+                if self._max_jobs_reached():
                     limited = True
                     log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
-        if probing and self._probe_job is None:
-            self._probe_slot.release()  # nothing to probe with: another runner may
-        if swept:
-            # Housekeeping after claiming, so that it never delays a claim.
-            fs_now = self._spool_clock.now()
-            if fs_now is not None:
-                expire_runners(self.layout, fs_now, self.config.lease_seconds)
+        return paused, limited
+
+    def _next_wait(self, scan: ScanResult, *, paused: bool, limited: bool) -> float | None:
+        """The wait before the next pass, or None: drained."""
         with self._lock:
             idle = not self._active
         if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
-            why = "this host is blocked" if self._blocked else "the spool is paused"
+            why = "this host is blocked" if self._host_block.reason else "the spool is paused"
             log.info("drained: %s", why if paused else "nothing left to claim")
             self.summary.stopped_by = "drained"
             return None
@@ -485,24 +477,8 @@ class Runner:
             timeout = 0.05
         return timeout
 
-    def _note_block(self, block: BlockState | None, fs_now: float | None) -> None:
-        """Log a change of this host's block (applied or held back), and tell status at once."""
-        reason = None if block is None or not block.applied else block.reason
-        held = None if block is None or block.applied else block.held_back
-        if (reason, held) == (self._blocked, self._block_held):
-            return
-        if block is not None and reason is not None:
-            left = block.until - (self.clock.wall() if fs_now is None else fs_now)
-            log.error(
-                "host %s is blocked: %s; claiming one job at a time as a probe (for %.0f s more, or until "
-                "`spoolrender unblock %s`)", HOSTNAME, reason, left, HOSTNAME,
-            )  # fmt: skip
-        elif block is not None:
-            log.warning("host %s would be blocked (%s), but %s: claiming as usual", HOSTNAME, block.reason, held)
-        elif self._blocked is not None:
-            log.info("host %s is no longer blocked: claiming again", HOSTNAME)
-        self._blocked, self._block_held = reason, held
-        self._next_beacon = 0.0
+    def _tell_soon(self) -> None:
+        self._reports.soon()
 
     def _start(self, claimed: Claim) -> None:
         slot = self._free.pop(0)
@@ -536,28 +512,14 @@ class Runner:
             # recovered (as "runner died") once its lock is released or its lease ends.
             log.exception("job %s: internal error; leaving it for recovery", claimed.job_id)
             end = None
-        if claimed.key == self._probe_job:
-            self._probe_slot.ended(claimed.job_id, None if end is None else end.outcome)
-            self._probe_job = None
+        self._host_block.run_ended(claimed, end)
         if end is not None and (end.outcome.startswith(CHUNK_OUTCOME_PREFIX) or end.outcome == "split"):
             # It queued chunks or woke a job in retry/: list again now, not after an event
             # that a busy host may deliver after a drain has decided there is nothing left.
             self._scanner.note_event("", "")
         if end is not None:
             self.metrics.job_finished(end.outcome, duration=end.duration, attempts=end.attempts)
-            with self._lock:
-                if end.state in ("failed", "retry") and not end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
-                    failure = FailureView(claimed.job_id, end.state, end.error_kind, end.error_message, time.time())
-                    self._failures.appendleft(failure)
-                field = {"retry": "retried", "requeue": "requeued"}.get(end.outcome, end.outcome)
-                if end.outcome.startswith(CHUNK_OUTCOME_PREFIX):
-                    field = "chunks"
-                setattr(self.summary, field, getattr(self.summary, field) + 1)
-                for warning in end.warnings:
-                    self._warnings.pop(warning, None)
-                    self._warnings[warning] = claimed.job_id
-                while len(self._warnings) > defaults.RUNNER_WARNINGS_SHOWN:
-                    del self._warnings[next(iter(self._warnings))]
+            self._records.record(claimed.job_id, end)
 
     def _slot_finished(self) -> None:
         # After the slot's done is set (SlotThread): the loop woken here finds the slot free.
@@ -570,8 +532,7 @@ class Runner:
         wall = self.clock.wall()
         with self._lock:
             by_slot = {a.slot: a.claim for a in self._active.values()}
-            summary = dataclasses.replace(self.summary)
-            failures = tuple(self._failures)
+        summary, failures = self._records.snapshot()
         slots = []
         for slot in range(self.capacity.slots):
             claimed = by_slot.get(slot)
@@ -619,21 +580,14 @@ class Runner:
 
     def _purged(self, counts: dict[str, int]) -> None:
         self.metrics.jobs_purged(counts)
-        self._next_beacon = 0.0  # new figures (the metrics textfile) at the next pass
+        self._reports.soon()  # new figures (the metrics textfile) at the next pass
         self._wake.set()
 
     def _write_metrics(self) -> None:
-        if self._metrics_textfile is None:
-            return
-        self.metrics.set_spool_io(self._spool_io.active, self._spool_io.total)
         try:
-            self.metrics.write_textfile(self._metrics_textfile, self.config)
+            self._reports.write_metrics()
         except SpoolrenderError as exc:
             log.warning("%s", exc)  # metrics trouble must never stop rendering
-
-    def _warnings_report(self) -> list[dict[str, str]]:
-        with self._lock:
-            return [{"message": message, "job": job} for message, job in reversed(self._warnings.items())]
 
     def threads_alive(self) -> dict[str, bool]:
         """This runner's background threads (those started) and whether each runs."""
@@ -647,37 +601,6 @@ class Runner:
         return {name: running for name, running in alive.items() if running is not None}
 
     def _write_beacon(self, *, retried: bool = True) -> None:
-        # Runners announce themselves for `status`; losing one in a crash is harmless. It
-        # is also this runner's probe of a failing spool: written, the trouble is over.
-        self._beacon_told = self._spool_io.since()
-        # A thread that ended is said at once; after trouble, every one (runner/thread_check.py).
-        self._thread_check.look(self.threads_alive(), trouble=self._spool_io.active)
-        try:
-            write_beacon(
-                self.layout,
-                self.runner_id,
-                {
-                    "slots": self.capacity.slots,
-                    "threads_per_job": self.capacity.threads_per_job,
-                    "busy": len(self._active),
-                    "watch": self.watch_mode,
-                    "blocked": self._scanner.blocked(),
-                    "blocked_in": self._scanner.blocked_in(),
-                    "drain": self.drain,
-                    "queues": list(self.config.queues),
-                    "tags": list(self.config.tags),
-                    "waiting": self._waiting,
-                    "host_blocked": self._blocked,
-                    "version": __version__,
-                    "updated": self.clock.wall(),
-                    "spool_io": self._spool_io.report(),
-                    "warnings": self._warnings_report(),
-                },
-            )
-        except OSError as exc:
-            if is_spool_io(exc):
-                self._spool_io.failed(exc, "writing this runner's beacon", retried=retried)
-            return
-        if self._spool_io.active:
-            self._spool_io.succeeded()
-            self._next_beacon = 0.0  # the beacon just written still tells of the trouble
+        # It is also this runner's probe of a failing spool: written, the trouble is over.
+        self._reports.write_beacon(busy=len(self._active), waiting=self._waiting, host_blocked=self._host_block.reason,
+                                   threads_alive=self.threads_alive(), retried=retried)  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import spoolrender.runner.loop as runner_module
+import spoolrender.runner.reports as reports_module
 import spoolrender.spool.heartbeat as heartbeat_module
 from spoolrender import Spool
 from spoolrender.intake.claim import SpoolScanner
@@ -74,7 +74,7 @@ def test_a_spool_that_does_not_answer_for_eighty_passes_is_logged_once_reminded_
         return call
 
     monkeypatch.setattr(SpoolScanner, "scan", failing(SpoolScanner.scan))
-    monkeypatch.setattr(runner_module, "write_beacon", failing(write_beacon))
+    monkeypatch.setattr(reports_module, "write_beacon", failing(write_beacon))
     monkeypatch.setattr(heartbeat_module, "write_atomic", failing(write_atomic))
     spool = Spool(config.spool)
     long = spool.submit({"id": "long", "composition": "Intro", "output": "long.mp4"}, props_check=False)
@@ -118,7 +118,7 @@ def test_a_background_thread_that_ended_is_said_at_once_and_once(
         beacons[0] += 1
         write_beacon(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "write_beacon", counted)
+    monkeypatch.setattr(reports_module, "write_beacon", counted)
     with running_runner(config, FakeRenderer()) as runner:
         wait_for(lambda: "the runner's heartbeat thread has ended" in caplog.text, "the ended thread said")
         seen = beacons[0]
