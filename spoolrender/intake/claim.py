@@ -210,54 +210,75 @@ def _move_in(
         # the file was renamed into our directory, which only the runner can change.
         owner = submitted_owner(job_dir) if attrs is None else (attrs.uid, stat.S_IMODE(attrs.mode))
     except Exception as exc:
-        # Whatever stopped the claim (a lost race, ENOSPC, EIO, anything), what is on disk
-        # decides what to undo, never what this code believes it did: a rename or link that
-        # reported an error may have happened all the same (a GlusterFS volume below its
-        # quorum keeps what one brick did: docs/reliability.md "A full brick"). Undone
-        # under our lock and heartbeat, so that no recoverer takes the claim for dead and
-        # gives the file back too while we do.
-        back = _give_back_claimed(job, source, base)
-        heartbeat.remove(token)
-        if lock is not None:
-            lock.release()
-        if back is _GivenBack.NO:
-            # The submitter's file is in our directory and cannot go back (nor be found
-            # back already): the claim is left to recovery (its lock released), which gives
-            # it back (recovery._give_back). Never deleted.
-            if is_spool_io(exc) or not isinstance(exc, OSError | ClaimLost | _NotScanned):
-                raise
-            log.warning("could not claim %s: %s; left to recovery to give back", candidate.name, exc)
-            return None
-        if back is _GivenBack.GONE and moved and not isinstance(exc, _NotScanned):
-            # Gone from our directory: we stalled past the lease and recovery gave it back
-            # to incoming/ (recovery._give_back). The claim is lost, nothing to undo.
-            log.info("lost the claim of %s: recovery took it back while this runner stalled", candidate.name)
-            return None
-        shutil.rmtree(job_dir, ignore_errors=True)  # what is left of it, no job: recovery's if it stays
-        if isinstance(exc, _NotScanned):
-            log.info("not claiming incoming/%s: %s; it went back to incoming/ to be scanned again", candidate.name, exc)
-            return None
-        if isinstance(exc, FileNotFoundError | ClaimLost):
-            # ENOENT for the job file: another runner was faster. ENOENT for our own
-            # directory: we stalled past the lease and recovery cleared the claim; the
-            # job file is still in incoming/ (or was re-queued), never lost.
-            log.debug("lost the race for %s to another runner", candidate.name)
-            return None
-        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
-            # Moving it will fail the same way next time (a directory of mode 555 cannot be
-            # renamed: its ".." entry would change): let the scanner back off.
-            st = source.try_stat(base)
-            hint = " (a directory must be writable to be moved or removed)" if st and stat.S_ISDIR(st.st_mode) else ""
-            raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
-        if is_spool_io(exc) or not isinstance(exc, OSError):
+        if not _claim_stopped(exc, candidate, heartbeat, job_dir, job, source, base, token, lock, moved):
             raise
-        log.warning("could not claim %s: %s", candidate.name, exc)
         return None
     # The default id derives from the file's own name.
     return Claim(
         job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock,
         refusal=refusal, submitted_owner=owner, copied=copied,
     )  # fmt: skip
+
+
+def _claim_stopped(
+    exc: Exception,
+    candidate: Candidate,
+    heartbeat: HeartbeatWriter,
+    job_dir: Path,
+    job: DirHandle,
+    source: DirHandle,
+    base: str,
+    token: str,
+    lock: JobLock | None,
+    moved: bool,
+) -> bool:
+    """Undo the claim that ``exc`` stopped (``moved``: after its rename). True: a claim's
+    normal end (a lost race, a file given back to be scanned again...), logged, no claim;
+    False: ``exc`` goes on up. Raises ClaimBlocked when the entry will not move next time
+    either."""
+    # Whatever stopped the claim (a lost race, ENOSPC, EIO, anything), what is on disk
+    # decides what to undo, never what this code believes it did: a rename or link that
+    # reported an error may have happened all the same (a GlusterFS volume below its
+    # quorum keeps what one brick did: docs/reliability.md "A full brick"). Undone
+    # under our lock and heartbeat, so that no recoverer takes the claim for dead and
+    # gives the file back too while we do.
+    back = _give_back_claimed(job, source, base)
+    heartbeat.remove(token)
+    if lock is not None:
+        lock.release()
+    if back is _GivenBack.NO:
+        # The submitter's file is in our directory and cannot go back (nor be found
+        # back already): the claim is left to recovery (its lock released), which gives
+        # it back (recovery._give_back). Never deleted.
+        if is_spool_io(exc) or not isinstance(exc, OSError | ClaimLost | _NotScanned):
+            return False
+        log.warning("could not claim %s: %s; left to recovery to give back", candidate.name, exc)
+        return True
+    if back is _GivenBack.GONE and moved and not isinstance(exc, _NotScanned):
+        # Gone from our directory: we stalled past the lease and recovery gave it back
+        # to incoming/ (recovery._give_back). The claim is lost, nothing to undo.
+        log.info("lost the claim of %s: recovery took it back while this runner stalled", candidate.name)
+        return True
+    shutil.rmtree(job_dir, ignore_errors=True)  # what is left of it, no job: recovery's if it stays
+    if isinstance(exc, _NotScanned):
+        log.info("not claiming incoming/%s: %s; it went back to incoming/ to be scanned again", candidate.name, exc)
+        return True
+    if isinstance(exc, FileNotFoundError | ClaimLost):
+        # ENOENT for the job file: another runner was faster. ENOENT for our own
+        # directory: we stalled past the lease and recovery cleared the claim; the
+        # job file is still in incoming/ (or was re-queued), never lost.
+        log.debug("lost the race for %s to another runner", candidate.name)
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV):
+        # Moving it will fail the same way next time (a directory of mode 555 cannot be
+        # renamed: its ".." entry would change): let the scanner back off.
+        st = source.try_stat(base)
+        hint = " (a directory must be writable to be moved or removed)" if st and stat.S_ISDIR(st.st_mode) else ""
+        raise ClaimBlocked(f"{exc.strerror}{hint}") from exc
+    if is_spool_io(exc) or not isinstance(exc, OSError):
+        return False
+    log.warning("could not claim %s: %s", candidate.name, exc)
+    return True
 
 
 def _refuse_in_place(

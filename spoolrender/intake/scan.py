@@ -18,6 +18,7 @@ scanned by :mod:`spoolrender.intake.retry_scan`; the claim itself is :mod:`spool
 from __future__ import annotations
 
 import logging
+import os
 import stat
 import threading
 from collections.abc import Callable
@@ -69,6 +70,29 @@ class Blocked:
     failures: int
     next_try: float  # monotonic
     source: str = "incoming"  # where it is listed ("incoming" or "retry"): forgotten once gone from there
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """One listing of incoming/ and what every name in it is judged with."""
+
+    view: IncomingView
+    mono: float  # the monotonic time of the listing
+    now: float  # the time not_before is judged at (the spool filesystem's clock if known)
+    spool_now: float | None  # the spool filesystem's clock, if known
+    startup: bool  # the scanner's first listing
+    blocked: dict[str, Blocked]  # entries whose claim failed, as the listing began
+    writers: WriterCheck
+    routes: list[tuple[Route, float]]  # filled in: every listed job's route and order
+
+
+@dataclass(frozen=True)
+class _NotYet:
+    """A listed entry to look at again at ``until`` (monotonic); ``upload``: one still
+    being uploaded (counted as waiting)."""
+
+    until: float
+    upload: bool = False
 
 
 class SpoolScanner:
@@ -288,13 +312,26 @@ class SpoolScanner:
         mono = self._clock.monotonic()
         # not_before is judged on the spool filesystem's clock, like retry due times.
         now = self._clock.wall() if spool_now is None else spool_now
-        settle = self._config.settle_seconds
+        names = view.names
+        startup, self._first_listing = self._first_listing, False
+        blocked = self._forget_unlisted(set(names))
+        writers = WriterCheck()  # one /proc scan at most for the whole listing
+        listing = _Listing(view, mono, now, spool_now, startup, blocked, writers, routes)
         out: list[Candidate] = []
         waiting = 0
         wake: float | None = None
-        names = view.names
-        present = set(names)
-        startup, self._first_listing = self._first_listing, False
+        for name in names:
+            offered = self._offer(listing, name)
+            if isinstance(offered, Candidate):
+                out.append(offered)
+            elif offered is not None:
+                if offered.upload:
+                    waiting += 1
+                wake = offered.until if wake is None else min(wake, offered.until)
+        return out, waiting, wake
+
+    def _forget_unlisted(self, present: set[str]) -> dict[str, Blocked]:
+        """Forget what is known of names gone from incoming/; the blocked entries left."""
         with self._lock:
             for gone in [n for n in self._seen if n not in present]:
                 del self._seen[gone]
@@ -302,81 +339,88 @@ class SpoolScanner:
                 del self._blocked[gone]
             blocked = dict(self._blocked)
         self.uploads.retain(present)
-        writers = WriterCheck()  # one /proc scan at most for the whole listing
-        for name in names:
-            queue_dir = queue_dir_of(name)
-            base = name.rpartition("/")[2]
-            if not is_candidate_name(base):
-                continue
-            if name in blocked and mono < blocked[name].next_try:
-                wake = blocked[name].next_try if wake is None else min(wake, blocked[name].next_try)
-                continue
-            # Stat and read through the listing's descriptors, never by path again.
-            path = view.anchored(name)
-            st = view.stat(name)
-            if st is None:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                # Symlinks, FIFOs, directories: complete as they are; claimed so that they
-                # end in failed/ with a reason instead of lingering unexplained.
-                out.append(
-                    Candidate((0, 0, st.st_mtime, name), name, "incoming", id_from_filename(base), None, queue_dir)
-                )
-                continue
-            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-            seen = self._seen.get(name)
-            if seen is None or seen.signature != sig:
-                seen = _Seen(sig, mono, at_startup=startup or (seen is not None and seen.at_startup))
-                self._seen[name] = seen
-            quiet_for = mono - seen.first_seen
-            age = None if spool_now is None else spool_now - st.st_mtime
-            settled = quiet_for >= settle or (age is not None and age >= settle)
-            if seen.parsed_for != sig:
-                parsed = parse_for_scan(self._config, path, base)
-                seen.spec, seen.invalid, seen.invalid_id = parsed.spec, parsed.invalid, parsed.invalid_id
-                seen.inode, seen.sha256 = parsed.inode, parsed.sha256
-                seen.parsed_for = sig
-            if seen.writer in (None, Writer.HELD):
-                seen.writer = writers.check(path, st)
-            verdict = judge(
-                activity=self.uploads.activity(name),
-                writer=seen.writer,
-                local=self._local,
-                empty=st.st_size == 0,
-                settled=settled,
-                quiet_for=max(quiet_for, age or 0.0),
-                at_startup=seen.at_startup,
-                closers_alive=self._closers_alive(st.st_dev, st.st_ino),
-                settle=settle,
-                recheck=self._config.poll_seconds,
-            )
-            if verdict.why != seen.why:
-                seen.why = verdict.why
-                log.debug("incoming/%s: %s", name, verdict.why)
-            # A fast signal makes a parsable file complete; one that does not parse may
-            # be an upload that has not finished, so only time declares it invalid.
-            if not verdict.complete or (seen.invalid and not settled):
-                waiting += 1
-                after = verdict.recheck_after if verdict.complete is False else settle - quiet_for
-                until = mono + max(0.0, after if after is not None else settle)
-                wake = until if wake is None else min(wake, until)
-                continue
-            spec = seen.spec
-            if spec is not None and spec.not_before is not None and spec.not_before > now:
-                until = mono + (spec.not_before - now)
-                wake = until if wake is None else min(wake, until)
-                continue
-            priority = spec.priority if spec is not None else 0
-            order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
-            job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(base)
-            rank = 0  # an invalid job (or a queue conflict) is failed by whoever sees it first
-            if spec is not None and not (queue_dir and spec.queue and spec.queue != queue_dir):
-                job_route = route(queue_dir or spec.queue, spec.requires)
-                routes.append((job_route, order))
-                found = self._subscription.rank(job_route)
-                if found is None:
-                    continue  # another runner's job (status says when there is none)
-                rank = found
-            key = (rank, -priority, order, name)
-            out.append(Candidate(key, name, "incoming", job_id, None, queue_dir, seen.inode, seen.sha256))
-        return out, waiting, wake
+        return blocked
+
+    def _offer(self, listing: _Listing, name: str) -> Candidate | _NotYet | None:
+        """One listed name: its candidate, when to look at it again, or None (no job file's
+        name, gone, another runner's job)."""
+        queue_dir = queue_dir_of(name)
+        base = name.rpartition("/")[2]
+        if not is_candidate_name(base):
+            return None
+        if name in listing.blocked and listing.mono < listing.blocked[name].next_try:
+            return _NotYet(listing.blocked[name].next_try)
+        # Stat and read through the listing's descriptors, never by path again.
+        path = listing.view.anchored(name)
+        st = listing.view.stat(name)
+        if st is None:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            # Symlinks, FIFOs, directories: complete as they are; claimed so that they
+            # end in failed/ with a reason instead of lingering unexplained.
+            return Candidate((0, 0, st.st_mtime, name), name, "incoming", id_from_filename(base), None, queue_dir)
+        settle = self._config.settle_seconds
+        seen = self._seen_as(listing, name, path, base, st)
+        if seen.writer in (None, Writer.HELD):
+            seen.writer = listing.writers.check(path, st)
+        quiet_for = listing.mono - seen.first_seen
+        age = None if listing.spool_now is None else listing.spool_now - st.st_mtime
+        settled = quiet_for >= settle or (age is not None and age >= settle)
+        verdict = judge(
+            activity=self.uploads.activity(name),
+            writer=seen.writer,
+            local=self._local,
+            empty=st.st_size == 0,
+            settled=settled,
+            quiet_for=max(quiet_for, age or 0.0),
+            at_startup=seen.at_startup,
+            closers_alive=self._closers_alive(st.st_dev, st.st_ino),
+            settle=settle,
+            recheck=self._config.poll_seconds,
+        )
+        if verdict.why != seen.why:
+            seen.why = verdict.why
+            log.debug("incoming/%s: %s", name, verdict.why)
+        # A fast signal makes a parsable file complete; one that does not parse may
+        # be an upload that has not finished, so only time declares it invalid.
+        if not verdict.complete or (seen.invalid and not settled):
+            after = verdict.recheck_after if verdict.complete is False else settle - quiet_for
+            return _NotYet(listing.mono + max(0.0, after if after is not None else settle), upload=True)
+        return self._ranked(listing, name, base, queue_dir, st, seen)
+
+    def _seen_as(self, listing: _Listing, name: str, path: Path, base: str, st: os.stat_result) -> _Seen:
+        """What is known of the regular file ``name`` now: when its signature was first
+        seen, and its parse, redone only when the signature changed."""
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen = self._seen.get(name)
+        if seen is None or seen.signature != sig:
+            seen = _Seen(sig, listing.mono, at_startup=listing.startup or (seen is not None and seen.at_startup))
+            self._seen[name] = seen
+        if seen.parsed_for != sig:
+            parsed = parse_for_scan(self._config, path, base)
+            seen.spec, seen.invalid, seen.invalid_id = parsed.spec, parsed.invalid, parsed.invalid_id
+            seen.inode, seen.sha256 = parsed.inode, parsed.sha256
+            seen.parsed_for = sig
+        return seen
+
+    def _ranked(
+        self, listing: _Listing, name: str, base: str, queue_dir: str | None, st: os.stat_result, seen: _Seen
+    ) -> Candidate | _NotYet | None:
+        """A complete file's place in the queue order; not yet if its not_before is ahead,
+        None if its route is another runner's."""
+        spec = seen.spec
+        if spec is not None and spec.not_before is not None and spec.not_before > listing.now:
+            return _NotYet(listing.mono + (spec.not_before - listing.now))
+        priority = spec.priority if spec is not None else 0
+        order = max(st.st_mtime, spec.not_before or 0.0) if spec is not None else st.st_mtime
+        job_id = spec.id if spec is not None else seen.invalid_id or id_from_filename(base)
+        rank = 0  # an invalid job (or a queue conflict) is failed by whoever sees it first
+        if spec is not None and not (queue_dir and spec.queue and spec.queue != queue_dir):
+            job_route = route(queue_dir or spec.queue, spec.requires)
+            listing.routes.append((job_route, order))
+            found = self._subscription.rank(job_route)
+            if found is None:
+                return None  # another runner's job (status says when there is none)
+            rank = found
+        key = (rank, -priority, order, name)
+        return Candidate(key, name, "incoming", job_id, None, queue_dir, seen.inode, seen.sha256)

@@ -294,44 +294,59 @@ def carry_out(
         _end_chunks(layout, output_root, job_id, uid)
         return target
     if record.outcome == PUBLISHING:
-        try:
-            target = complete_publish(
-                layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token, runs=runs
-            )
-            _end_chunks(layout, output_root, job_id, uid)
-            return target
-        except PublishError as exc:
-            if is_spool_io(exc.__cause__):
-                # A full (or read-only...) output filesystem passes: the decision is tried
-                # again (spool/io_trouble.py), never turned into a failure of the job.
-                raise exc.__cause__  # noqa: B904 - the OSError itself is what callers handle
-            # The run was decided as a success but its output cannot be put in place (a
-            # name taken meanwhile, a symlink planted in the output tree, disk trouble).
-            # A follow-up record fails the job with the reason instead of looping here;
-            # `spoolrender retry` sends it round again once the operator has looked.
-            log.warning("job %s: publishing failed: %s", job_id, exc)
-            follow = RunRecord(
-                run=record.run + 1,
-                outcome=FAILED,
-                host=HOSTNAME,
-                pid=os.getpid(),
-                token=record.token,
-                started=record.ended,
-                ended=time.time(),
-                error=RunError(
-                    exc.kind or FailureKind.PUBLISH, f"rendered, but not published: {exc}", False
-                ).to_record(),
-                details=record.details,
-            )
-            if not decide(job_dir, follow):
-                decided = read_run(job_dir, follow.run)
-                if decided is None:
-                    raise
-                follow = decided
-            return carry_out(
-                layout, output_root, job_dir, job_id, uid, follow, hooks, file_mode=file_mode, claim_token=claim_token
-            )
+        return _publish_or_fail(layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token, runs)
     raise ValueError(f"cannot carry out outcome {record.outcome!r}")
+
+
+def _publish_or_fail(
+    layout: SpoolLayout,
+    output_root: Path,
+    job_dir: Path,
+    job_id: str,
+    uid: str,
+    record: RunRecord,
+    hooks: Hooks,
+    file_mode: int | None,
+    claim_token: str | None,
+    runs: list[RunRecord] | None,
+) -> Path:
+    """Carry out a PUBLISHING ``record`` (carry_out's arguments): done/, or, if its output
+    cannot be put in place, failed/ by a follow-up record."""
+    try:
+        target = complete_publish(
+            layout, output_root, job_dir, job_id, uid, record, hooks, file_mode, claim_token=claim_token, runs=runs
+        )
+        _end_chunks(layout, output_root, job_id, uid)
+        return target
+    except PublishError as exc:
+        if is_spool_io(exc.__cause__):
+            # A full (or read-only...) output filesystem passes: the decision is tried
+            # again (spool/io_trouble.py), never turned into a failure of the job.
+            raise exc.__cause__  # noqa: B904 - the OSError itself is what callers handle
+        # The run was decided as a success but its output cannot be put in place (a
+        # name taken meanwhile, a symlink planted in the output tree, disk trouble).
+        # A follow-up record fails the job with the reason instead of looping here;
+        # `spoolrender retry` sends it round again once the operator has looked.
+        log.warning("job %s: publishing failed: %s", job_id, exc)
+        follow = RunRecord(
+            run=record.run + 1,
+            outcome=FAILED,
+            host=HOSTNAME,
+            pid=os.getpid(),
+            token=record.token,
+            started=record.ended,
+            ended=time.time(),
+            error=RunError(exc.kind or FailureKind.PUBLISH, f"rendered, but not published: {exc}", False).to_record(),
+            details=record.details,
+        )
+        if not decide(job_dir, follow):
+            decided = read_run(job_dir, follow.run)
+            if decided is None:
+                raise
+            follow = decided
+        return carry_out(
+            layout, output_root, job_dir, job_id, uid, follow, hooks, file_mode=file_mode, claim_token=claim_token
+        )
 
 
 def _end_chunks(layout: SpoolLayout, output_root: Path, job_id: str, uid: str) -> None:

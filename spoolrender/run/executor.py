@@ -21,8 +21,6 @@ from typing import Any, TypeVar
 from filelock import Timeout
 
 from spoolrender import defaults
-from spoolrender.chunks.ledger import chunk_info
-from spoolrender.config.queues import job_queue
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.core.failpoints import crash_point
 from spoolrender.core.run_error import RunError
@@ -33,10 +31,11 @@ from spoolrender.intake import seal
 from spoolrender.intake.claim import Claim
 from spoolrender.intake.owncopy import continued_append, drop_copy, holds_job, others_may_write, prepare_private_file
 from spoolrender.intake.watch import is_network_filesystem
-from spoolrender.jobfile import JobSpec, parse_job, read_job_bytes
+from spoolrender.jobfile import JobSpec
 from spoolrender.lifecycle.rerun import rerun_refusal
 from spoolrender.lifecycle.transitions import carry_out, log_transition
 from spoolrender.renderers.base import ChunkPart, Renderer, RendererFactory, RenderRequest, RenderResult
+from spoolrender.run.admission import admit
 from spoolrender.run.cache_step import CacheMetrics, CacheStep, CacheTurn
 from spoolrender.run.deadlines import DEADLINES, Deadline
 from spoolrender.run.run_end import RunEnd
@@ -178,74 +177,23 @@ class JobExecutor:
             return self._finish(
                 claim, base, FAILED, attempt=None, error=RunError(FailureKind.CANCELLED, cancel_request, False)
             )
-        if claim.refusal is not None:  # the claimed file is no job file (a FIFO, too big...)
-            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, claim.refusal, False))
-        try:
-            # The private copy (intake/owncopy.py): runner-owned and read-only, so these bytes are
-            # the ones every later step reads too ({job_file}, chunks, hooks, show).
-            data = claim.copied
-            if data is None:  # not copied by this claim (a retry's copy is older)
-                data = read_job_bytes(job_dir / defaults.JOB_FILENAME, self._config.max_job_bytes)
-        except JobInvalid as exc:
-            return self._finish(
-                claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
-            )
-        claim.job_file = seal.JobFileState.of(data)
-        sealed = seal.sealed_hash(runs)
-        claim.sealed = sealed is not None
-        if sealed is not None and sealed != claim.job_file.sha256:
-            return self._finish(
-                claim,
-                base,
-                FAILED,
-                error=RunError(
-                    seal.JOB_CHANGED, seal.refused_change(sealed, f"is now {claim.job_file.short()}"), False
-                ),
-            )
-        try:
-            spec = parse_job(data, claim.source_name, self._config)
-        except JobInvalid as exc:
-            return self._finish(
-                claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, "; ".join(exc.problems), False)
-            )
-        # Read once: a chunk entry is made with its chunk.json, which never changes after
-        # (spoolrender.chunks.moves); a job's own entry never has one.
-        chunk = chunk_info(job_dir)
-        claim.chunk_entry = chunk is not None
-        if chunk is None and spec.id != claim.job_id:
-            # Claimed as another job (its file replaced between a scan and a claim): nothing
-            # of that job's id may be used for this one, nor this one published under it.
-            message = (
-                f"the job file says id {spec.id!r}, but it was claimed as job {claim.job_id!r} "
-                "(replaced after it was queued); submit it again"
-            )
-            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, message, False))
-        # The claim holds the same dict: a spool error before the run is decided keeps them.
-        base["details"] = claim.details = {
-            "priority": spec.priority,
-            "output": str(spec.output),
-            "renderer": spec.renderer,
-            seal.SEAL_KEY: claim.job_file.sha256,  # the seal, once this run is decided
-        }
-        queue, conflict = job_queue(job_dir, spec.queue)
-        if conflict is not None:
-            return self._finish(claim, base, FAILED, error=RunError(FailureKind.INVALID_JOB, conflict, False))
-        base["details"]["queue"] = queue
-        if spec.requires:
-            base["details"]["requires"] = list(spec.requires)
-        if attempt > spec.max_attempts:
-            return self._finish(
-                claim,
-                base,
-                FAILED,
-                error=RunError(
-                    FailureKind.ATTEMPTS_EXHAUSTED,
-                    f"no attempts left ({attempt - 1} of {spec.max_attempts} used)",
-                    False,
-                ),
-            )
-        if chunk is not None:
-            return self._split.run_chunk(claim, base, spec, attempt, chunk)
+        admitted = admit(claim, base, runs, attempt, self._config)
+        if isinstance(admitted, RunError):
+            return self._finish(claim, base, FAILED, error=admitted)
+        spec = admitted.spec
+        if admitted.chunk is not None:
+            return self._split.run_chunk(claim, base, spec, attempt, admitted.chunk)
+        refused = self._reserve(claim, base, spec, attempt)
+        if refused is not None:
+            return refused
+        split = self._split.split_or_join(claim, base, spec, attempt)
+        if split is not None:
+            return split
+        return self._render(claim, base, spec, attempt)
+
+    def _reserve(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd | None:
+        """Reserve the job's id and check its output name: None if both are the job's, else
+        how the run ended (failed, or retried while the output's trouble is transient)."""
         try:
             reserve_id(self._layout, spec.id, claim.uid, rerun=spec.rerun, origin=spec.id_origin)
             taken = output_taken_problem(self._config.output_root, spec.output, rerun=spec.rerun)
@@ -260,10 +208,7 @@ class JobExecutor:
         except PublishError as exc:
             error = RunError(exc.kind or FailureKind.OUTPUT, str(exc), exc.transient)
             return self._failure(claim, base, spec, attempt, error)
-        split = self._split.split_or_join(claim, base, spec, attempt)
-        if split is not None:
-            return split
-        return self._render(claim, base, spec, attempt)
+        return None
 
     def _render(self, claim: Claim, base: dict[str, Any], spec: JobSpec, attempt: int) -> RunEnd:
         scratch = scratch_dir(self._config.output_root, claim.key)
