@@ -5,12 +5,14 @@
 - :mod:`.log_output`: log formats (text with spool text escaped, or JSON lines)
 - :mod:`.exit_codes`: what the exit status says
 - :mod:`.ops_commands`, :mod:`.listing`, :mod:`.failed_select`: list, retry of many, rerun
+- :mod:`.status_text`: ``status``'s text (of the ``status --json`` document, :mod:`spoolrender.ops.status`)
+- :mod:`.show_text`: ``show``'s text (of each job document, :mod:`spoolrender.ops.lookup`)
+- :mod:`.text_parts`: what those and ``list`` share: ages, tables, a split job's chunk counts
 - :mod:`.live_display`: ``run``'s live display on a terminal (rich)
 - :mod:`.main`: parse, set up logging, run, map errors to exit statuses
 
-Text for a person is formatted here, except ``status``'s and ``show``'s, still made next to
-their read models (:func:`spoolrender.ops.status.format_status`,
-:func:`spoolrender.ops.lookup.format_description`). May import every layer: it is the top one.
+All text for a person is formatted here, from the read models of :mod:`spoolrender.ops`
+(dicts, dataclasses, the ``--json`` documents). May import every layer: it is the top one.
 """
 
 from spoolrender.cli.main import main

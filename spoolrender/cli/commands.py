@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from spoolrender.ops.lookup import format_description
+    from spoolrender.cli.show_text import format_description
 
     document = _spool(args).show(args.id)
     if args.json:
@@ -394,9 +394,8 @@ def _compositions(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from spoolrender.cli.status_text import describe_usage, format_status
     from spoolrender.ops.progress_floor import ProgressFloor
-    from spoolrender.ops.status import format_status
-    from spoolrender.render_cache.entries import describe_usage
 
     spool = _spool(args)
     if args.prometheus:

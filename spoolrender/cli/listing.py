@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any
 
+from spoolrender.cli.text_parts import short_age, table_lines
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.core.safe_text import printable, shorten
-from spoolrender.ops.status import _age, _table
 
 # What a row says in its WHEN column, from the item's time field of its state.
 _WHEN = {
@@ -47,7 +47,7 @@ def _detail(item: dict[str, Any]) -> str:
     state = item["state"]
     if state == "running":
         prog = "-" if item.get("progress") is None else f"{item['progress'] * 100:.0f}%"
-        eta = "" if item.get("eta_seconds") is None else f", ETA {_age(item['eta_seconds'])}"
+        eta = "" if item.get("eta_seconds") is None else f", ETA {short_age(item['eta_seconds'])}"
         stale = ", STALE" if item.get("stale") else ""
         return f"{prog}{eta} on {item.get('host') or '?'}{stale}"
     if state == "done":
@@ -66,10 +66,10 @@ def _detail(item: dict[str, Any]) -> str:
 def _when(item: dict[str, Any], fs_now: float) -> str:
     if item["state"] == "retry":
         due = item.get("due_in_seconds")
-        return "due now" if due is None or due <= 0 else f"due in {_age(due)}"
+        return "due now" if due is None or due <= 0 else f"due in {short_age(due)}"
     key, text = _WHEN.get(item["state"], ("", ""))
     when = item.get(key)
-    return text.format(_age(fs_now - when)) if isinstance(when, int | float) else "-"
+    return text.format(short_age(fs_now - when)) if isinstance(when, int | float) else "-"
 
 
 def format_list(document: dict[str, Any]) -> str:
@@ -80,7 +80,7 @@ def format_list(document: dict[str, Any]) -> str:
          printable(shorten(_detail(item), DETAIL_WIDTH))]
         for item in document["jobs"]
     ]  # fmt: skip
-    lines = _table(["STATE", "ID", "WHEN", "QUEUE", "DETAIL"], rows, indent="") if rows else []
+    lines = table_lines(["STATE", "ID", "WHEN", "QUEUE", "DETAIL"], rows, indent="") if rows else []
     total, offset, shown = document["total"], document["offset"], len(document["jobs"])
     what = f"{document['state']} " if document["state"] else ""
     if shown:

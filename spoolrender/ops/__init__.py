@@ -1,5 +1,8 @@
 """What operators and integrators read and do, as data: the read models and actions under
-the command line, the dashboard and the Python API (their text is cli's).
+the command line, the dashboard and the Python API. Their text for people is cli's
+(:mod:`spoolrender.cli.status_text`, :mod:`spoolrender.cli.show_text`); what stays here as
+words is part of the data every client gets (a retry's or bulk action's ``text``, an error's
+did-you-mean hint, the retention policy in ``status --json``).
 
 - :mod:`.status`: the whole spool at a glance (``status``, ``status --json``); :mod:`.lookup`:
   a job by id in any state (``show``); :mod:`.split_progress`: a split job with its chunks'

@@ -173,13 +173,3 @@ def _runs(entry: Path) -> list[RunRecord]:
         return read_runs(entry)
     except FileNotFoundError:  # moved on since the listing
         return []
-
-
-def describe_chunks(c: dict[str, Any]) -> str:
-    """``2/4 done, 1 running, 1 waiting`` for people."""
-    text = f"{c['done']}/{c['count']} done, {c['running']} running, {c['waiting']} waiting"
-    if c["failed"]:
-        text += f", {c['failed']} failed"
-    if c["missing"]:
-        text += f", {c['missing']} to queue again"
-    return text

@@ -452,35 +452,3 @@ def _write_meta(fd: int, meta: dict[str, Any]) -> None:
     with os.fdopen(out, "wb") as fh:
         os.fchmod(fh.fileno(), READ_ONLY)  # exactly 0444: open() filters the mode through the umask
         fh.write(json_bytes(meta))
-
-
-def describe_result(result: dict[str, Any]) -> str | None:
-    """One line for `show` about a done job's use of the cache (None: it did not use it)."""
-    outcome = result.get("cache")
-    if outcome is None:
-        return None
-    if outcome == "hit":
-        source = result.get("cache_source") or {}
-        text = f"cache: hit, published from the render of job {source.get('id')} (uid {source.get('uid')})"
-    elif outcome == "stored":
-        text = "cache: miss, rendered and stored in the render cache"
-    elif outcome == "refused":
-        text = f"cache: not used: {result.get('cache_refused')}; rendered"
-    else:
-        text = "cache: miss, rendered (not stored)"
-    waited = result.get("cache_waited_seconds")
-    return text + (f" after waiting {waited:.1f} s for an identical job" if waited else "")
-
-
-def describe_usage(output_root: Path, max_bytes: int) -> str | None:
-    """One line for `status` about the render cache's size (None when there is no cache)."""
-    cache = RenderCache(output_root, max_bytes)
-    try:
-        if not cache.entries_dir.is_dir():
-            return None
-        count, size = cache.usage()
-    except OSError as exc:  # status must show the spool whatever the output root's state
-        return f"render cache: cannot read {cache.root}: {exc.strerror or exc}"
-    except UntrustedDir as exc:
-        return f"render cache: not used: {exc}"
-    return f"render cache: {count} entries, {size / 1024**2:.1f} MiB of {max_bytes / 1024**2:.0f} MiB"

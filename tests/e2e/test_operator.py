@@ -21,7 +21,7 @@ from support.spool_jobs import allow_steps, command_job, drop, entries, write_sp
 from support.waiting import wait_for
 
 import spoolrender
-from spoolrender.ops.status import format_status
+from spoolrender.cli.status_text import format_status
 from spoolrender.spool.heartbeat import read_heartbeat
 from spoolrender.spool.layout import SpoolLayout
 

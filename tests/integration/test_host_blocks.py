@@ -18,6 +18,7 @@ import yaml
 from support.spool_jobs import command_job, drop, entries, write_spool_config
 from support.waiting import wait_for
 
+from spoolrender.cli.status_text import format_status
 from spoolrender.config.queues import Subscription
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.hosts.blocks import (
@@ -31,7 +32,7 @@ from spoolrender.hosts.blocks import (
 )
 from spoolrender.hosts.health import hosts_dir, marker_path, record_failure
 from spoolrender.intake.retry_scan import RetryScan
-from spoolrender.ops.status import collect_status, format_status
+from spoolrender.ops.status import collect_status
 from spoolrender.renderers.base import KILLED, killing_signal
 from spoolrender.spool.clock import SystemClock
 from spoolrender.spool.durable import write_json_atomic

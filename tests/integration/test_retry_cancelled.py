@@ -19,8 +19,8 @@ from support.waiting import wait_for
 
 from spoolrender import Spool, defaults
 from spoolrender.cli import main
+from spoolrender.cli.show_text import format_description
 from spoolrender.config.spool_config import load_config
-from spoolrender.ops.lookup import format_description
 from spoolrender.runner.loop import Runner
 from spoolrender.serve.api import retry_job
 from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, priority_key, retry_name

@@ -13,7 +13,8 @@ import pytest
 from support.unit_spool import Slot
 
 import spoolrender
-from spoolrender.ops.status import collect_status, format_status
+from spoolrender.cli.status_text import format_status
+from spoolrender.ops.status import collect_status
 from spoolrender.spool.beacons import new_runner_id, write_beacon
 from spoolrender.testing import Fail, Succeed
 
