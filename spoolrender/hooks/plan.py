@@ -21,10 +21,11 @@ from typing import Any
 from spoolrender.config.hooks import HOOK_EVENTS, HookSpec
 from spoolrender.core.vocabulary import JobState
 from spoolrender.spool.durable import write_json_atomic
+from spoolrender.spool.job_entries import entry_names
 from spoolrender.spool.job_file_modes import private_file_mode
 from spoolrender.spool.layout import TOKEN_HEX, SpoolLayout, final_name
 from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
-from spoolrender.spool.state_listings import JOB_NAMES, LISTING_ORDER
+from spoolrender.spool.state_listings import LISTING_ORDER
 
 MARKER_NAME = re.compile(
     rf"(?P<due>\d{{13}})-(?P<run>\d{{4,}})-(?P<event>{'|'.join(HOOK_EVENTS)})-(?P<id>.+)\.(?P<uid>[0-9a-f]{{{TOKEN_HEX}}})"
@@ -125,9 +126,12 @@ def open_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Iterator[DirHand
     state_listings.LISTING_ORDER, where a job making any one move is seen. Not found, a
     marker past ORPHAN_AFTER_S was dropped as its job's (its hooks never delivered), and a
     delivery's state could not be saved (the hook sent again)."""
-    final = final_name(job_id, uid)
     found = next(
-        (held for state in (*_QUICK_ORDER, *LISTING_ORDER) if (held := _open_in(layout, state, final)) is not None),
+        (
+            held
+            for state in (*_QUICK_ORDER, *LISTING_ORDER)
+            if (held := _open_in(layout, state, job_id, uid)) is not None
+        ),
         None,
     )
     if found is None:
@@ -140,25 +144,13 @@ def open_job_dir(layout: SpoolLayout, job_id: str, uid: str) -> Iterator[DirHand
 _QUICK_ORDER = (JobState.DONE, JobState.FAILED, JobState.SPLIT, JobState.RETRY, JobState.RUNNING)
 
 
-def _open_in(layout: SpoolLayout, state: JobState, final: str) -> DirHandle | None:
-    """Job ``final`` (``<id>.<uid>``) opened in ``state``'s directory, if it is there."""
-    if state == JobState.RETRY:
-        return _open_first(layout.retry, lambda held: [n for n in held.names() if _names(state, n, final)])
-    if state == JobState.RUNNING:
-        return _open_first(layout.running, lambda held: [n for n in held.names() if _names(state, n, final)])
-    return _open_first(layout.state_dir(state), lambda _: [final])
-
-
-def _names(state: JobState, name: str, final: str) -> bool:
-    """Whether ``name`` in retry/ or running/ is job ``final``'s entry, its id and uid read
-    as every listing reads them (state_listings.JOB_NAMES). Not a prefix or suffix test alone: ids
-    may hold dots, and uids are shown to every user, so ``running/intro.<uid>.x.<uid2>.<token>``
-    (the running job ``intro.<uid>.x`` of anyone who may submit) starts with ``intro.<uid>.``."""
-    # The string test first: a marker's look at a big retry/ parses only its job's entries.
-    if not (name.endswith(f"-{final}") if state == JobState.RETRY else name.startswith(f"{final}.")):
-        return False
-    m = JOB_NAMES[state].fullmatch(name)
-    return m is not None and f"{m.group('id')}.{m.group('uid')}" == final
+def _open_in(layout: SpoolLayout, state: JobState, job_id: str, uid: str) -> DirHandle | None:
+    """Job ``job_id.uid``'s entry in ``state``'s directory, opened, if it is there. Which
+    names are its entry is spool/job_entries.py's (with ``find_job``'s, the one rule): by
+    its id and uid as the listings parse them, never another user's job whose id starts
+    with this one's name; listed through the descriptor it is then opened through, and in
+    done/, failed/ and split/ opened by name without a listing."""
+    return _open_first(layout.state_dir(state), lambda held: entry_names(state, job_id, uid, held.names))
 
 
 def _open_first(state_dir: Path, names: Callable[[DirHandle], list[str]]) -> DirHandle | None:

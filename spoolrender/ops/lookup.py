@@ -21,13 +21,14 @@ from spoolrender.jobfile import id_from_filename, is_candidate_name, parse_job, 
 from spoolrender.ops.id_hints import id_hint
 from spoolrender.ops.split_progress import chunk_progress
 from spoolrender.spool.heartbeat import entry_token, read_heartbeat
-from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, final_name, list_names
+from spoolrender.spool.job_entries import list_job_entries
+from spoolrender.spool.layout import SpoolLayout, final_name
 from spoolrender.spool.records import attempts_used, read_runs
 from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused, entry_dir
+from spoolrender.spool.state_listings import JOB_NAMES
 
-PATTERNS = {
-    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
-}  # fmt: skip
+# A claimed job's entry name in each state directory (spool/state_listings.JOB_NAMES), by state name.
+PATTERNS = {state.value: pattern for state, pattern in JOB_NAMES.items()}
 # The entry of an id that a person means first: a live one (re-runs), then the newest finished.
 LIVE_STATES = ("running", "split", "retry", "incoming")
 
@@ -164,14 +165,10 @@ def find_job(config: SpoolConfig, job_id: str, *, incoming: bool = True) -> list
             if is_candidate_name(PurePath(name).name) and incoming_has_id(config, view.anchored(name), job_id):
                 path = layout.incoming / name  # spooldir: message only
                 found.append(Located(job_id, "incoming", path, name))
-    for state, pattern in PATTERNS.items():
-        for name in sorted(list_names(layout.state_dir(state))):
-            if state != "retry" and not name.startswith(job_id + "."):
-                continue  # cheap: done/ may hold 100k entries
-            m = pattern.fullmatch(name)
-            if m and m.group("id") == job_id:
-                path = layout.state_dir(state) / name  # spooldir: message only (Located.path)
-                found.append(Located(job_id, state, path, name))
+    # Which names are the id's is spool/job_entries.py's (also the hooks' lookup of one job).
+    for state, name in list_job_entries(layout, job_id):
+        path = layout.state_dir(state) / name  # spooldir: message only (Located.path)
+        found.append(Located(job_id, state.value, path, name))
     return found
 
 

@@ -38,10 +38,10 @@ from spoolrender.config.queues import QUEUE_FILENAME, list_incoming, name_proble
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import JobInvalid
 from spoolrender.jobfile import JobSpec, is_candidate_name, parse_job, read_job_bytes
-from spoolrender.ops.lookup import Located, entry_holder
+from spoolrender.ops.lookup import PATTERNS, Located, entry_holder
 from spoolrender.serve.readmodel import ApiError, is_private
 from spoolrender.spool.heartbeat import entry_token, read_heartbeat
-from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, list_names
+from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, list_names
 from spoolrender.spool.records import read_runs
 from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.spool.state_listings import list_job_states
@@ -50,9 +50,6 @@ MAX_QUERY_LENGTH = 200
 # The file whose mtime says when an entry got into its state (written just before the move).
 STAMP_FILE = {"done": defaults.RESULT_FILENAME, "failed": defaults.FAILURE_FILENAME}
 KIND_STATES = ("retry", "failed")  # the states whose entries carry an error kind
-NAME_PATTERNS = {
-    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ def state_listings(layout: SpoolLayout) -> dict[str, list[str]]:
 
 def name_id(state: str, name: str) -> str:
     """The job id an entry name carries (in incoming/: the file name)."""
-    m = NAME_PATTERNS[state].fullmatch(name) if state in NAME_PATTERNS else None
+    m = PATTERNS[state].fullmatch(name) if state in PATTERNS else None
     return m.group("id") if m else name
 
 

@@ -41,22 +41,19 @@ from typing import Any
 from spoolrender import defaults
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
-from spoolrender.ops.lookup import Located, by_relevance, find_job, incoming_id
+from spoolrender.ops.lookup import PATTERNS, Located, by_relevance, find_job, incoming_id
 from spoolrender.ops.progress_floor import ProgressFloor
 from spoolrender.ops.running_items import listed_running_info
 from spoolrender.ops.split_progress import split_info
 from spoolrender.ops.status import read_failure, read_status, spool_clock
 from spoolrender.serve.readmodel import result_summary
-from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, SpoolLayout, new_token
+from spoolrender.spool.layout import SpoolLayout, new_token
 from spoolrender.spool.trouble_log import TroubleLog
 
 log = logging.getLogger(__name__)
 
 HISTORY = 1024
 SUMMARY_RETRY = 50
-PATTERNS = {
-    "running": RUNNING_NAME, "retry": RETRY_NAME, "split": FINAL_NAME, "done": FINAL_NAME, "failed": FINAL_NAME,
-}  # fmt: skip
 
 Key = tuple[str, str]  # (state, entry name)
 Ident = tuple[str, str | None]  # (job id, uid; None in incoming/)

@@ -74,6 +74,9 @@ def final_id(name: str) -> str:
 
 
 def find_entries(config: SpoolConfig, job_id: str) -> list[Located]:
+    """Every entry of the id a request names, current first (``by_relevance``); a 400 for
+    an invalid id before any listing, a 404 for one in no state. Which entries are the
+    id's is ``ops.lookup.find_job``'s (and spool/job_entries.py's): incoming/ included."""
     found = find_job(config, check_job_id(job_id))
     if not found:
         raise ApiError(404, f"no job with id {job_id!r}")

@@ -3,7 +3,9 @@
 Names and places: :mod:`.layout` (directories, entry names that encode queue order, ``init``),
 :mod:`.chunk_names` (a split job's pieces: chunk entries, its ledger, chunk files),
 :mod:`.heartbeat_file`, :mod:`.ids` (id reservations), :mod:`.output_index` (who published an
-output last), :mod:`.job_file_modes` (who may read what the runner writes beside a job).
+output last), :mod:`.job_file_modes` (who may read what the runner writes beside a job),
+:mod:`.state_listings` (every job, from listings taken while jobs move), :mod:`.job_entries`
+(which entries are one job's: the rule every lookup of a job by id is built on).
 Durable operations: :mod:`.durable` (atomic, fsynced writes, exclusive creates, renames),
 :mod:`.indented_json` (the records' bytes), :mod:`.spooldir`, :mod:`.held_dirs` and
 :mod:`.tree_removal` (everything through held directory descriptors, never a swapped name),
