@@ -166,12 +166,17 @@ def queue_report(
     return dict(sorted(queues.items())), unserved
 
 
-def job_queue(job_dir: Path, declared: str | None) -> tuple[str, str | None]:
-    """A claimed job's queue, and a problem if its file names another queue than its drop directory."""
+def dropped_in(job_dir: Path) -> str | None:
+    """The drop directory a claimed job came from (its queue file), None if none."""
     try:
-        dropped_in = (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
+        return (job_dir / QUEUE_FILENAME).read_text(encoding="utf-8").strip() or None
     except OSError:
-        dropped_in = None
+        return None
+
+
+def job_queue(dropped_in: str | None, declared: str | None) -> tuple[str, str | None]:
+    """A claimed job's queue, and a problem if its file names another queue than its drop
+    directory ``dropped_in`` (:func:`dropped_in`)."""
     if dropped_in and declared and declared != dropped_in:
         return dropped_in, (
             f"field 'queue': {declared!r}, but the file was dropped into incoming/{dropped_in}/; "

@@ -36,7 +36,7 @@ from spoolrender.spool.durable import write_atomic
 from spoolrender.spool.heartbeat import ActiveJob, HeartbeatWriter, JobLock, acquire_job_lock
 from spoolrender.spool.held_dirs import HeldSpoolDirs
 from spoolrender.spool.io_trouble import is_spool_io
-from spoolrender.spool.job_file_modes import private_file_mode
+from spoolrender.spool.job_file_modes import copy_mode, private_file_mode, private_mode_of_copy
 from spoolrender.spool.layout import SpoolLayout, new_token, running_name
 from spoolrender.spool.netcache import Attributes
 from spoolrender.spool.records import next_run_number
@@ -79,6 +79,11 @@ class Claim:
     # The bytes this claim wrote as job.yaml (the copy is read-only and the directory the
     # runner's alone): the run parses them instead of reading its own copy back.
     copied: bytes | None = None
+    # Made by this claim from incoming/: its directory holds nothing the claim did not put
+    # there (only the runner writes in it), so the run looks for no chunk.json (a chunk
+    # entry is made whole in retry/) and takes the queue file's text from ``queue_dir``.
+    fresh: bool = False
+    queue_dir: str | None = None  # fresh: the drop directory the claim wrote as the queue file
 
     @property
     def key(self) -> str:
@@ -90,6 +95,10 @@ class Claim:
         if self._file_mode is None:
             self._file_mode = private_file_mode(self.job_dir)
         return self._file_mode
+
+    def preset_file_mode(self, mode: int) -> None:
+        """:meth:`file_mode` known without a look: from the copy this claim wrote."""
+        self._file_mode = mode
 
     def release(self) -> None:
         if self.lock is not None:
@@ -214,10 +223,13 @@ def _move_in(
             raise
         return None
     # The default id derives from the file's own name.
-    return Claim(
+    claimed = Claim(
         job_dir, candidate.job_id, token, token, 1, base, started, cancel, lock,
-        refusal=refusal, submitted_owner=owner, copied=copied,
+        refusal=refusal, submitted_owner=owner, copied=copied, fresh=True, queue_dir=candidate.queue_dir,
     )  # fmt: skip
+    if copied is not None and attrs is not None:
+        claimed.preset_file_mode(private_mode_of_copy(copy_mode(attrs.mode)))  # the copy just written
+    return claimed
 
 
 def _claim_stopped(

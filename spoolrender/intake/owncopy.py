@@ -30,12 +30,13 @@ from spoolrender import defaults
 from spoolrender.core.failpoints import crash_point
 from spoolrender.errors import JobInvalid
 from spoolrender.intake.seal import JobFileState
-from spoolrender.intake.upload_writers import Writer, lease_probe
-from spoolrender.jobfile.reading import read_job_at
+from spoolrender.intake.upload_writers import Writer, probe_lease
+from spoolrender.jobfile.reading import read_job_at, read_open_job
 from spoolrender.spool.durable import sync_fd
 from spoolrender.spool.job_file_modes import copy_mode, private_file_mode
 from spoolrender.spool.layout import new_token
-from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
+from spoolrender.spool.netcache import Attributes, fstat_fresh
+from spoolrender.spool.spooldir import DirHandle
 
 log = logging.getLogger(__name__)
 
@@ -186,15 +187,26 @@ def continued_append(job_dir: Path, copied: JobFileState, max_bytes: int, *, unc
     see). A touch, a rewrite, a rename: none of them is an upload of this job, and none
     matters to a run that renders from its copy.
     """
-    path = job_dir / defaults.SUBMITTED_FILENAME
-    # The lease alone (~0.1 ms): where it cannot answer, the bytes below still do.
-    if lease_probe(path) is Writer.HELD:
-        return "is still open for writing by a local process"
     try:
-        with DirHandle.open(job_dir) as job:
-            now, _ = read_job_at(job.fd, defaults.SUBMITTED_FILENAME, max_bytes, uncached=uncached)
-    except (JobInvalid, SpoolPathRefused, OSError):
-        return None  # gone, replaced by something else, or over the limit: no upload of this job
+        # One open for the lease and the bytes. Without the lstat lease_probe makes first
+        # (it keeps it from opening a dropped device node): this name is the inode the
+        # claim renamed into the runner's own directory and read as a regular file (else
+        # the run has no copy and is never asked), and only the runner renames in there.
+        fd = os.open(job_dir / defaults.SUBMITTED_FILENAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # gone, or replaced by something else: no upload of this job
+    try:
+        attrs = fstat_fresh(fd) if uncached else Attributes.of(os.fstat(fd))
+        if not stat.S_ISREG(attrs.mode):
+            return None
+        # The lease alone (~0.1 ms): where it cannot answer, the bytes below still do.
+        if probe_lease(fd) is Writer.HELD:
+            return "is still open for writing by a local process"
+        now = read_open_job(fd, attrs, max_bytes, uncached=uncached)
+    except (JobInvalid, OSError):
+        return None  # unreadable or over the limit: no upload of this job
+    finally:
+        os.close(fd)
     if copied.continued_by(now):
         return f"grew from {copied.size} to {len(now)} bytes after it was claimed"
     return None

@@ -68,6 +68,17 @@ def lease_probe(path: Path) -> Writer:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return Writer.UNKNOWN
+        return probe_lease(fd)
+    except OSError:
+        return Writer.UNKNOWN
+    finally:
+        os.close(fd)
+
+
+def probe_lease(fd: int) -> Writer:
+    """:func:`lease_probe` on ``fd``, a read-only descriptor of a regular file the caller
+    opened (and may read next: one open for the probe and the read)."""
+    try:
         # While we hold the lease, a process opening the file for writing breaks it and
         # the kernel signals us (SIGIO by default, whose default action kills the
         # process). SIGURG's default action is to ignore it: the writer waits the few
@@ -83,8 +94,6 @@ def lease_probe(path: Path) -> Writer:
         return Writer.FREE
     except OSError:
         return Writer.UNKNOWN
-    finally:
-        os.close(fd)
 
 
 def _proc_hidden() -> bool:

@@ -42,18 +42,25 @@ def read_job_at(
         raise JobInvalid([f"job file: cannot open: {exc.strerror}"]) from exc
     try:
         st = fstat_fresh(fd) if uncached else Attributes.of(os.fstat(fd))
-        if not stat.S_ISREG(st.mode):
-            raise JobInvalid([f"job file: expected a regular file, got a {file_kind(st.mode)}"])
-        if st.size > max_bytes:
-            raise JobInvalid([f"job file: {st.size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
-        if uncached:
-            drop_cached_pages(fd)
-        data = _read_upto(fd, max_bytes + 1, st.size)
-        if len(data) > max_bytes:  # grew after fstat
-            raise JobInvalid([f"job file: over the limit of {max_bytes} bytes (max_job_bytes)"])
-        return data, st
+        return read_open_job(fd, st, max_bytes, uncached=uncached), st
     finally:
         os.close(fd)
+
+
+def read_open_job(fd: int, st: Attributes, max_bytes: int, *, uncached: bool = False) -> bytes:
+    """The bytes of the job file open as ``fd`` (from its start), whose attributes are
+    ``st`` (its fstat, or netcache.fstat_fresh with ``uncached``); JobInvalid as
+    :func:`read_job_at` raises it."""
+    if not stat.S_ISREG(st.mode):
+        raise JobInvalid([f"job file: expected a regular file, got a {file_kind(st.mode)}"])
+    if st.size > max_bytes:
+        raise JobInvalid([f"job file: {st.size} bytes is over the limit of {max_bytes} (max_job_bytes)"])
+    if uncached:
+        drop_cached_pages(fd)
+    data = _read_upto(fd, max_bytes + 1, st.size)
+    if len(data) > max_bytes:  # grew after fstat
+        raise JobInvalid([f"job file: over the limit of {max_bytes} bytes (max_job_bytes)"])
+    return data
 
 
 def _read_upto(fd: int, limit: int, size: int) -> bytes:

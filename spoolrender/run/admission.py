@@ -11,7 +11,7 @@ from typing import Any
 
 from spoolrender import defaults
 from spoolrender.chunks.ledger import chunk_info
-from spoolrender.config.queues import job_queue
+from spoolrender.config.queues import dropped_in, job_queue
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.core.run_error import RunError
 from spoolrender.core.vocabulary import FailureKind
@@ -42,8 +42,8 @@ def admit(
     if isinstance(spec, RunError):
         return spec
     # Read once: a chunk entry is made with its chunk.json, which never changes after
-    # (spoolrender.chunks.moves); a job's own entry never has one.
-    chunk = chunk_info(claim.job_dir)
+    # (spoolrender.chunks.moves); a job's own entry never has one, nor a fresh claim.
+    chunk = None if claim.fresh else chunk_info(claim.job_dir)
     claim.chunk_entry = chunk is not None
     if chunk is None and spec.id != claim.job_id:
         # Claimed as another job (its file replaced between a scan and a claim): nothing
@@ -61,7 +61,7 @@ def admit(
         "renderer": spec.renderer,
         seal.SEAL_KEY: claim.job_file.sha256,  # the seal, once this run is decided
     }
-    queue, conflict = job_queue(claim.job_dir, spec.queue)
+    queue, conflict = job_queue(claim.queue_dir if claim.fresh else dropped_in(claim.job_dir), spec.queue)
     if conflict is not None:
         return RunError(FailureKind.INVALID_JOB, conflict, False)
     base["details"]["queue"] = queue

@@ -39,5 +39,10 @@ def private_file_mode(job_dir: Path) -> int:
             st = os.stat(job_dir / name, follow_symlinks=False)
         except OSError:
             continue
-        return _OWNER_RW | (stat.S_IMODE(st.st_mode) & COPY_READ_BITS)
+        return private_mode_of_copy(stat.S_IMODE(st.st_mode))
     return _OWNER_RW
+
+
+def private_mode_of_copy(mode: int) -> int:
+    """:func:`private_file_mode` of a job directory whose copy (or submitted file) has ``mode``."""
+    return _OWNER_RW | (mode & COPY_READ_BITS)

@@ -137,6 +137,18 @@ def test_an_append_is_an_upload_going_on_and_a_rewrite_or_touch_is_not(job_dir: 
     assert continued_append(job_dir, copied, 1 << 20) is None  # gone: no upload of this job
 
 
+def test_a_local_writer_holding_the_submitted_file_open_is_an_upload_going_on(job_dir: Path) -> None:
+    """The lease is probed on the descriptor the bytes are read from (one open for both)."""
+    path = submitted(job_dir)
+    copied = JobFileState.of(JOB)
+    with open(path, "ab"):  # an upload still writing, not a byte appended yet
+        assert continued_append(job_dir, copied, 1 << 20) == "is still open for writing by a local process"
+    assert continued_append(job_dir, copied, 1 << 20) is None  # closed, the copied bytes: done
+    path.unlink()
+    os.mkfifo(path)  # no job file: opened without waiting for a writer, no upload of this job
+    assert continued_append(job_dir, copied, 1 << 20) is None
+
+
 def test_a_file_others_may_write_or_that_changed_owner_may_hold_someone_elses_bytes(job_dir: Path) -> None:
     path = submitted(job_dir, mode=0o644)
     at_claim = submitted_owner(job_dir)
