@@ -64,12 +64,16 @@ const FETCH_RE = /Failed to fetch|NetworkError when attempting to fetch|Load fai
 // The URL of the failed request, from the error or the page's console (Chromium logs
 // "GET <url> net::ERR_..." or "Failed to load resource: ... (at <url>)"), or null. URLs of
 // the bundle itself (its scripts, on localhost) are skipped: they are where the request
-// was made, not what it asked for.
+// was made, not what it asked for. So is the bundle server's /favicon.ico: Chromium asks
+// for it by itself, and once the page has failed it may fail too (net::ERR_... as the
+// server closes), later in the log than the page's own request (seen once in CI).
 export const failedUrl = (err, job) => {
 	const lines = [String(err?.message ?? err ?? ''), ...(job?.browserLog ?? []).filter((l) => FETCH_RE.test(l))];
 	for (const line of lines.reverse()) {
 		const urls = line.match(/https?:\/\/[^\s)'"]+/g) ?? [];
-		const found = urls.find((u) => !/\.js(:\d+)*$/.test(u) && !/^https?:\/\/localhost:\d+\/?$/.test(u));
+		const found = urls.find(
+			(u) => !/\.js(:\d+)*$/.test(u) && !/^https?:\/\/localhost:\d+\/?(favicon\.ico)?$/.test(u),
+		);
 		if (found) return found;
 	}
 	return null;
