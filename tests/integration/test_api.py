@@ -169,6 +169,7 @@ def test_the_python_api_page_example_runs(tmp_path: Path) -> None:
             runner.wait(timeout=60)
     assert example.returncode == 0, example.stderr
     lines = example.stdout.splitlines()
-    assert lines[0] == "hello incoming"
+    # The runner started above may claim the job before the example asks (seen once in CI).
+    assert re.fullmatch(r"hello (incoming|running|done)", lines[0]), lines
     assert re.fullmatch(r"rendered .*/demo/spool/output/hello\.json \d+ bytes in 1 attempt\(s\)", lines[1])
     assert lines[2] == "{'incoming': 0, 'running': 0, 'retry': 0, 'done': 1, 'failed': 0, 'split': 0}"
