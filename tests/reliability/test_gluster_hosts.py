@@ -84,13 +84,20 @@ HOSTS = ("host-a", "host-b", "host-c")
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterLab]:
+def module_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterLab]:
     the_lab = GlusterLab(tmp_path_factory.mktemp("gluster"))
     try:
         yield the_lab
     finally:
         the_lab.close()
     assert str(the_lab.work) not in Path("/proc/mounts").read_text(), "a mount outlived the lab"
+
+
+@pytest.fixture
+def lab(module_lab: GlusterLab) -> GlusterLab:
+    """The module's lab, whole again after the fault the test before made (``settle``)."""
+    module_lab.settle()
+    return module_lab
 
 
 class Spool:
@@ -802,10 +809,15 @@ def brick_fault(lab: GlusterLab, tmp_path: Path, *, cut_link: bool = False) -> S
         spool.quiet()
         statuses = {name: status_counts(spool, host) for name, host in spool.hosts.items()}
     finally:
-        if cut_link:
-            set_link(True)
-            lab.gluster("volume", "reset", lab.volume, "network.ping-timeout")
-        spool.stop()
+        try:
+            if cut_link:
+                set_link(True)
+                # Reset once server 3 is back in the cluster: made while it is away, the reset
+                # makes it restart its brick when it returns (GlusterLab.settle).
+                lab.settle()
+                lab.gluster("volume", "reset", lab.volume, "network.ping-timeout")
+        finally:
+            spool.stop()
     check_exactly_once(spool, jobs, set())
     assert len(set(map(json.dumps, statuses.values()))) == 1, statuses
     assert next(iter(statuses.values()))["done"] == len(jobs), statuses
