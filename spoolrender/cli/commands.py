@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spoolrender.cli.arguments import comma_names
 from spoolrender.cli.exit_codes import (
     EXIT_ERROR,
     EXIT_JOBS_FAILED,
@@ -22,7 +23,6 @@ from spoolrender.cli.exit_codes import (
     EXIT_PAUSED,
 )
 from spoolrender.cli.ops_commands import list_command, rerun_command, retry_command
-from spoolrender.cli.parser import comma_names
 from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.core.safe_text import printable
 from spoolrender.defaults import CONFIG_FILENAME
@@ -441,7 +441,7 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-# Each command of cli/parser.py but the operator's list/retry/rerun (OPS_COMMANDS).
+# Each command of cli/parser.py and cli/operator_parsers.py but the operator's list/retry/rerun (OPS_COMMANDS).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "init": _init,
     "queue": _queue,
