@@ -248,7 +248,7 @@ def _purge(args: argparse.Namespace) -> int:
     if args.older_than is None:
         raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
     states = (args.state,) if args.state else ("done", "failed")
-    from spoolrender.ops.control import purge_older
+    from spoolrender.ops.purge import purge_older
 
     purged = purge_older(_config(args), args.older_than, states, dry_run=args.dry_run)
     for entry in purged.removed:
