@@ -156,7 +156,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _add_queues(incoming: Path, names: list[str]) -> None:
-    from spoolrender.spool.spooldir import add_queue_dir
+    from spoolrender.spool.queue_dirs import add_queue_dir
 
     for name in names:
         done = add_queue_dir(incoming, name)
