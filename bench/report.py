@@ -66,7 +66,7 @@ COMBOS = "1x1,2x1,1x2,3x1,4x1"  # slots x threads around the default on 2 cores 
 # over repeats wherever a run takes less than a few minutes).
 BENCHMARKS = (
     Benchmark("claim_latency", "P1 claim latency", ("--drops", "200", "--others", "10", "--poll-seconds", "0.5")),
-    Benchmark("queue_overhead", "P2 queue overhead", ("--jobs", "10000", "--repeats", "3")),
+    Benchmark("queue_overhead", "P2 queue overhead", ("--jobs", "10000", "--repeats", "5")),
     Benchmark("render_throughput", "P3 render batch", ("--jobs", "10", "--repeats", "3")),
     Benchmark("status_scale", "P4 status at scale", STATUS_SCALE_ARGS),
     Benchmark("memory", "P5 memory", ("--jobs", "10000", "--remotion-jobs", "20")),
