@@ -2,7 +2,10 @@
 
 While a job runs, its owner rewrites ``running/<job>/heartbeat-<token>`` every few seconds
 (spoolrender.spool.heartbeat's HeartbeatWriter, by an atomic replace: a temporary name beside
-it, then a rename); the lock beside it is ``lock-<token>``.
+it, then a rename); the lock beside it is ``lock-<token>``. The claim's first beat is
+written into its new lock file instead, which is then linked as ``heartbeat-<token>``
+(complete when the name appears, as after a rename; one inode per claim less): until the
+second beat replaces that name, both name one file. Readers see no difference.
 
 Both names carry the claim's token, so no two claims ever operate on one name in a job's
 directory (which travels with the job: retry/, the next claim, done/). On GlusterFS a
