@@ -38,6 +38,7 @@ from spoolrender.errors import JobFailed, JobInvalid, JobNotFound, SpoolrenderEr
 from spoolrender.jobfile import ID_PATTERN, load_yaml_mapping
 from spoolrender.ops import control, submission
 from spoolrender.ops.lookup import Located, by_relevance, describe, find_job, job_id_of, read_entry, show_document
+from spoolrender.ops.purge import purge as purge_finished
 from spoolrender.spool.durable import set_fsync
 from spoolrender.spool.layout import RETRY_NAME, SpoolLayout, new_token
 
@@ -260,7 +261,7 @@ class Spool:
         self, older_than: float, states: tuple[str, ...] = FINISHED_STATES, *, dry_run: bool = False
     ) -> list[str]:
         """Forget finished jobs older than ``older_than`` seconds (outputs are kept)."""
-        return control.purge(self.config, older_than, states, dry_run=dry_run)
+        return purge_finished(self.config, older_than, states, dry_run=dry_run)
 
 
 class Job:

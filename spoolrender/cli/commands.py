@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spoolrender.cli.arguments import comma_names
 from spoolrender.cli.exit_codes import (
     EXIT_ERROR,
     EXIT_JOBS_FAILED,
@@ -22,7 +23,6 @@ from spoolrender.cli.exit_codes import (
     EXIT_PAUSED,
 )
 from spoolrender.cli.ops_commands import list_command, rerun_command, retry_command
-from spoolrender.cli.parser import comma_names
 from spoolrender.config.spool_config import SpoolConfig, load_config
 from spoolrender.core.safe_text import printable
 from spoolrender.defaults import CONFIG_FILENAME
@@ -156,7 +156,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _add_queues(incoming: Path, names: list[str]) -> None:
-    from spoolrender.spool.spooldir import add_queue_dir
+    from spoolrender.spool.queue_dirs import add_queue_dir
 
     for name in names:
         done = add_queue_dir(incoming, name)
@@ -248,7 +248,7 @@ def _purge(args: argparse.Namespace) -> int:
     if args.older_than is None:
         raise SpoolrenderError("purge needs --older-than DURATION (or --cache for the render cache)")
     states = (args.state,) if args.state else ("done", "failed")
-    from spoolrender.ops.control import purge_older
+    from spoolrender.ops.purge import purge_older
 
     purged = purge_older(_config(args), args.older_than, states, dry_run=args.dry_run)
     for entry in purged.removed:
@@ -441,7 +441,7 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-# Each command of cli/parser.py but the operator's list/retry/rerun (OPS_COMMANDS).
+# Each command of cli/parser.py and cli/operator_parsers.py but the operator's list/retry/rerun (OPS_COMMANDS).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "init": _init,
     "queue": _queue,

@@ -9,7 +9,7 @@ A job's queue comes from where it was dropped or from its ``queue:`` field:
   incoming/). A directory a submitter made (``mkdir incoming/urgent``) is not honoured:
   they own it, so they could delete or replace the other submitters' drops in it, or swap
   it for a symlink; its files wait unclaimed and ``status`` says why
-  (spoolrender.spool.spooldir.queue_dir_problem).
+  (spoolrender.spool.queue_dirs.queue_dir_problem).
 - ``queue: urgent`` in the job file, for jobs dropped into ``incoming/`` itself. A file in
   a queue directory may repeat its directory's name; naming another queue is invalid.
 - otherwise ``default``.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spoolrender.spool.spooldir import IncomingView
+from spoolrender.spool.queue_dirs import IncomingView
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_QUEUE = "default"

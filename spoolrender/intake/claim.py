@@ -39,8 +39,9 @@ from spoolrender.spool.io_trouble import is_spool_io
 from spoolrender.spool.job_file_modes import copy_mode, private_file_mode, private_mode_of_copy
 from spoolrender.spool.layout import SpoolLayout, new_token, running_name
 from spoolrender.spool.netcache import Attributes
+from spoolrender.spool.queue_dirs import entry_dir
 from spoolrender.spool.records import next_run_number
-from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused, entry_dir
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
 __all__ = ["Candidate", "Claim", "ScanResult", "SpoolScanner", "claim"]
 
@@ -150,7 +151,7 @@ def _claim_incoming(
         try:
             incoming = dirs.incoming.get() if dirs else held.enter_context(DirHandle.open(layout.incoming))
             # The directory the file is in, held open, never through a symlink (and a queue
-            # directory only as spooldir honours it): a queue directory swapped for a link
+            # directory only as queue_dirs honours it): a queue directory swapped for a link
             # after the listing cannot send the rename elsewhere.
             source, base = held.enter_context(entry_dir(incoming, candidate.name))
         except (SpoolPathRefused, FileNotFoundError) as exc:

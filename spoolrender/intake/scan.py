@@ -37,7 +37,8 @@ from spoolrender.spool.clock import Clock
 from spoolrender.spool.held_dirs import HeldDir
 from spoolrender.spool.layout import SpoolLayout
 from spoolrender.spool.netcache import fresh_attributes
-from spoolrender.spool.spooldir import IncomingView, SpoolPathRefused, candidate_dir
+from spoolrender.spool.queue_dirs import IncomingView, candidate_dir
+from spoolrender.spool.spooldir import SpoolPathRefused
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ class SpoolScanner:
 
     def blocked(self) -> dict[str, str]:
         """Entries that cannot be claimed now, and why (for the runner's beacon/status):
-        also the queue directories not honoured (``q1/``: spoolrender.spool.spooldir)."""
+        also the queue directories not honoured (``q1/``: spoolrender.spool.queue_dirs)."""
         with self._lock:
             refused = {f"{name}/": why for name, why in self._refused_queues.items()}
             return refused | {name: b.reason for name, b in self._blocked.items()}

@@ -82,6 +82,7 @@ from spoolrender.spool.io_trouble import SpoolIOCondition, attempt_counted, is_s
 from spoolrender.spool.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.spool.probe_dirs import PROBE_PREFIX
 from spoolrender.spool.publish import SCRATCH_DIR, remove_scratch, remove_scratch_dir, scratch_name
+from spoolrender.spool.queue_dirs import entry_dir
 from spoolrender.spool.records import (
     CLAIM_ABANDONED,
     FAILED,
@@ -97,7 +98,7 @@ from spoolrender.spool.records import (
     read_runs,
     spool_io_requeues,
 )
-from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused, entry_dir
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
 log = logging.getLogger(__name__)
 

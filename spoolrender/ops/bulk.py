@@ -4,8 +4,8 @@ The dashboard's bulk actions (``POST /bulk``, ``DELETE /jobs/ID`` of :mod:`spool
 and ``spoolrender purge ID...`` come here; every change is made by the one function the
 single-job commands use (:mod:`spoolrender.ops.control`: ``retry_entries`` and
 ``make_entries_due_now`` as ``retry``, ``cancel_entry`` as ``cancel`` (through
-``cancel_listed``: the entries listed only), ``forget_finished`` as ``purge`` and
-retention), so a bulk action never does anything a single one would not.
+``cancel_listed``: the entries listed only); :mod:`spoolrender.ops.purge`:
+``forget_finished`` as ``purge`` and retention), so a bulk action never does anything a single one would not.
 
 A selection is a list of :class:`Target` entries (a job id and the entry it was found
 at), from ids (:func:`locate`: one listing of every state, not one search per id) or from
@@ -26,8 +26,9 @@ from spoolrender import defaults
 from spoolrender.config.queues import incoming_view
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.jobfile import is_candidate_name
-from spoolrender.ops.control import cancel_listed, forget_finished, make_entries_due_now, retry_entries
+from spoolrender.ops.control import cancel_listed, make_entries_due_now, retry_entries
 from spoolrender.ops.lookup import LIVE_STATES, PATTERNS, Located, incoming_id
+from spoolrender.ops.purge import forget_finished
 from spoolrender.spool.chunk_names import is_chunk_name
 from spoolrender.spool.layout import SpoolLayout, list_names
 from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused

@@ -23,8 +23,9 @@ from spoolrender.ops.split_progress import chunk_progress
 from spoolrender.spool.heartbeat import entry_token, read_heartbeat
 from spoolrender.spool.job_entries import list_job_entries
 from spoolrender.spool.layout import SpoolLayout, final_name
+from spoolrender.spool.queue_dirs import entry_dir
 from spoolrender.spool.records import attempts_used, read_runs
-from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused, entry_dir
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 from spoolrender.spool.state_listings import JOB_NAMES
 
 # A claimed job's entry name in each state directory (spool/state_listings.JOB_NAMES), by state name.

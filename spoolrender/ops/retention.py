@@ -11,7 +11,7 @@ from collections.abc import Callable
 from spoolrender import defaults
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.core.failpoints import crash_point
-from spoolrender.ops.control import Purged, purge_beyond, purge_older
+from spoolrender.ops.purge import Purged, purge_beyond, purge_older
 from spoolrender.ops.retention_lease import FINISHED_STATES, FREE, RetentionPolicy, read_lease, take_lease
 from spoolrender.spool.clock import spool_time
 from spoolrender.spool.heartbeat import HOSTNAME

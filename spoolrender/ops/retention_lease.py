@@ -2,8 +2,8 @@
 
 ``keep_done``/``keep_failed`` (an age) and ``keep_done_max``/``keep_failed_max`` (a count)
 are applied by whichever runner finds the last purge ``RETENTION_INTERVAL_S`` old, through
-the same deletion as ``spoolrender purge`` (:func:`spoolrender.ops.control.purge`,
-:func:`~spoolrender.ops.control.purge_beyond`). Only done/ and failed/ are ever touched.
+the same deletion as ``spoolrender purge`` (:func:`spoolrender.ops.purge.purge`,
+:func:`~spoolrender.ops.purge.purge_beyond`). Only done/ and failed/ are ever touched.
 
 One purger at a time, also across hosts on NFS or sshfs where flock is not shared: a
 lease is a file ``.spoolrender/retention/lease-<generation>``. Taking it means creating the

@@ -5,33 +5,22 @@ jobs only wake it early (a missed event costs at most ``rescan_seconds``). Each 
 runs one job at a time in its own thread with its own, long-lived renderers; one
 heartbeat thread refreshes every running job's heartbeat.
 
-Stopping: the first SIGTERM/SIGINT stops claiming and gives running jobs
-``grace_seconds`` to finish; then they are cancelled and go back to retry/ without using
-an attempt. A second signal cancels at once.
-
-Limits, for workers that a supervisor recycles: ``max_jobs`` stops claiming after that
-many claims and exits once those jobs have finished (never cutting one short);
-``max_runtime`` stops like a SIGTERM once that much time has passed, so the runner's
-life is bounded by ``max_runtime + grace_seconds``. ``RunSummary.stopped_by`` says which
-ended the run.
+When to stop and why (SIGTERM/SIGINT, ``max_jobs``, ``max_runtime``) is
+runner/stopping.py's; which job runs in which slot, and the shutdown's grace before
+running jobs are cancelled, runner/running_jobs.py's.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
-import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from spoolrender.chunks.sweep import SplitSweeper
 from spoolrender.config.spool_config import SpoolConfig
-from spoolrender.core.vocabulary import CancelReason
 from spoolrender.errors import ClaimBlocked, SpoolIOError, SpoolLayoutError, SpoolrenderError
 from spoolrender.intake.candidates import ScanResult
 from spoolrender.intake.claim import Claim, SpoolScanner, claim
@@ -51,7 +40,8 @@ from spoolrender.runner.capacity import Capacity, plan_capacity
 from spoolrender.runner.fscheck import check_filesystem
 from spoolrender.runner.host_block import HostBlockWatch
 from spoolrender.runner.reports import RunnerReports
-from spoolrender.runner.slot_threads import SlotThread
+from spoolrender.runner.running_jobs import RunningJobs
+from spoolrender.runner.stopping import StopControl
 from spoolrender.runner.summary import RunRecords, RunSummary
 from spoolrender.spool.beacons import LIVENESS_DIR, expire_runners, hooks_probe_path, new_runner_id, probe_path
 from spoolrender.spool.chunk_names import is_chunk_name
@@ -70,20 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["RunSummary", "Runner"]  # RunSummary lives in runner/summary.py; importable here as it always was
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Active:
-    claim: Claim
-    done: threading.Event  # set by the slot's thread once the run has ended (SlotThread)
-    slot: int
-
-
-def _check_limits(max_jobs: int | None, max_runtime: float | None) -> None:
-    if max_jobs is not None and max_jobs < 1:
-        raise SpoolrenderError(f"max_jobs must be at least 1, got {max_jobs}")
-    if max_runtime is not None and not max_runtime > 0:
-        raise SpoolrenderError(f"max_runtime must be more than 0 seconds, got {max_runtime}")
 
 
 def _open_spool(config: SpoolConfig) -> SpoolLayout:
@@ -113,29 +89,25 @@ class Runner:
         max_jobs: int | None = None,
         max_runtime: float | None = None,
     ) -> None:
-        _check_limits(max_jobs, max_runtime)
         self.config = config
+        self.clock = clock or SystemClock()
+        self._records = RunRecords()
+        self.summary = self._records.summary
+        self._wake = threading.Event()
+        self._stopping = StopControl(self.summary, self.clock, self._wake, log,
+                                     max_jobs=max_jobs, max_runtime=max_runtime)  # fmt: skip
         self.layout = _open_spool(config)
         self.drain = drain
-        self.max_jobs = max_jobs
-        self.max_runtime = max_runtime
-        self.clock = clock or SystemClock()
         # Full disk, read-only, I/O errors (spool/io_trouble.py): shared by every thread of this runner.
         self._spool_io = SpoolIOCondition(self.clock, HOSTNAME)
         self._check_filesystems()
-        self._started_mono = self.clock.monotonic()
         self._waiting: list[dict[str, object]] = []  # the last scan's waiting jobs by route (beacon)
         self.rng = rng or random.Random()
         self.capacity = capacity or plan_capacity(config)
         self.runner_id = new_runner_id(id(self))
-        self._records = RunRecords()
-        self.summary = self._records.summary
         self._host_block = HostBlockWatch(
             self.layout, config, self.clock, self.summary, on_change=self._tell_soon, log=log
         )
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._force = threading.Event()
         self._make_intake()
         self._make_upkeep()
         self.metrics = RunnerMetrics(runner_name or HOSTNAME, self.capacity.slots)
@@ -197,13 +169,7 @@ class Runner:
             )
             for _ in range(self.capacity.slots)
         ]
-        self._free = list(range(self.capacity.slots))
-        self._slots = [
-            SlotThread[Claim](f"slot-{slot}", functools.partial(self._run_slot, slot), self._slot_finished)
-            for slot in range(self.capacity.slots)
-        ]
-        self._active: dict[str, _Active] = {}
-        self._lock = threading.Lock()
+        self._running = RunningJobs(self.capacity.slots, self._run_slot, self._slot_finished, self.metrics, log)
 
     def _make_hooks(self) -> HookDispatcher | None:
         # Completion hooks are delivered by a thread of their own: a slow receiver must
@@ -240,24 +206,11 @@ class Runner:
 
     def request_stop(self, *, force: bool = False) -> None:
         """Stop claiming; with ``force`` (or a second request), cancel running jobs now."""
-        if self._stop.is_set() or force:
-            self._force.set()
-        if not self._stop.is_set():
-            self.summary.stopped_by = "signal"
-        self._stop.set()
-        self._wake.set()
+        self._stopping.request(force=force)
 
     def install_signal_handlers(self) -> None:
-        def handler(signum: int, frame: FrameType | None) -> None:
-            log.info(
-                "received %s: %s",
-                signal.Signals(signum).name,
-                "cancelling running jobs" if self._stop.is_set() else "stopping after running jobs",
-            )
-            self.request_stop()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        """SIGTERM/SIGINT: the first stops claiming, a second cancels running jobs."""
+        self._stopping.install_signal_handlers()
 
     def _writer_exited(self) -> None:
         # A process that closed an upload has exited: that upload may be complete now.
@@ -273,13 +226,7 @@ class Runner:
             self.capacity.reason, self.watch_mode, ", drain" if self.drain else "", ",".join(self.config.queues),
             f", tags {','.join(self.config.tags)}" if self.config.tags else "",
         )  # fmt: skip
-        if self.max_jobs is not None or self.max_runtime is not None:
-            log.info(
-                "limits: %s, %s",
-                "no job limit" if self.max_jobs is None else f"at most {self.max_jobs} job(s)",
-                "no runtime limit" if self.max_runtime is None else f"at most {self.max_runtime:g} s of claiming",
-            )
-        self._started_mono = self.clock.monotonic()
+        self._stopping.start()
         self._watcher = watcher = SpoolWatcher(self.watch_mode, self.config.poll_seconds)
         watcher.start(self.layout.incoming, self.layout.retry, self._wake, self._scanner.note_event)
         # `resume` (from any host) wakes us at once instead of at the next rescan.
@@ -292,15 +239,14 @@ class Runner:
         try:
             self._loop()
         finally:
-            self._shutdown_jobs()
-            for slot_thread in self._slots:
-                slot_thread.stop()
-            if not self._force.is_set():
+            self._running.end_all(self.config.grace_seconds, self._stopping.forced, self.clock)
+            self._running.stop_threads()
+            if not self._stopping.forced.is_set():
                 self._retention.wait()  # a purge cut short leaves a half-deleted job directory
             if self._hooks is not None:
                 # One last pass over what is due now (a drain's own jobs get notified);
                 # what still fails stays on disk for the next runner.
-                self._hooks.stop(force=self._force.is_set())
+                self._hooks.stop(force=self._stopping.forced.is_set())
             watcher.stop()
             self._watcher = None
             self._closers.stop()
@@ -319,7 +265,7 @@ class Runner:
     def _loop(self) -> None:
         self._next_sweep = 0.0
         self._reports.soon()
-        while not self._stop.is_set():
+        while not self._stopping.requested.is_set():
             try:
                 timeout = self._tick()
             except OSError as exc:
@@ -337,11 +283,11 @@ class Runner:
     def _tick(self) -> float | None:
         """One pass: recover, claim into free slots. The wait before the next, or None: drained."""
         self._wake.clear()
-        self._reap()
+        self._running.reap()
         now = self.clock.monotonic()
-        if self._limit_reached(now):
+        if self._stopping.limit_reached(now, self._running.idle):
             return None
-        limited = self._max_jobs_reached()
+        limited = self._stopping.max_jobs_reached()
         io_wait = self._spool_io.wait_seconds()
         if io_wait > 0:
             return self._wait_out_spool_io(now, io_wait)
@@ -366,31 +312,10 @@ class Runner:
                 expire_runners(self.layout, fs_now, self.config.lease_seconds)
         return self._next_wait(scan, paused=paused, limited=limited)
 
-    def _max_jobs_reached(self) -> bool:
-        return self.max_jobs is not None and self.summary.claimed >= self.max_jobs
-
-    def _limit_reached(self, now: float) -> bool:
-        """Whether --max-runtime has passed, or --max-jobs was reached and every claimed job finished."""
-        if self.max_runtime is not None and now - self._started_mono >= self.max_runtime:
-            log.info("--max-runtime %g s reached: stopping like on SIGTERM", self.max_runtime)
-            self.request_stop()
-            self.summary.stopped_by = "max-runtime"
-            return True
-        if self._max_jobs_reached():
-            with self._lock:
-                idle = not self._active
-            if idle:
-                log.info("--max-jobs %d reached and every claimed job finished: exiting", self.max_jobs)
-                self.summary.stopped_by = "max-jobs"
-                return True
-        return False
-
     def _wait_out_spool_io(self, now: float, io_wait: float) -> float | None:
         """The spool's filesystem is failing: no claims, no sweeps, no beacon until the
         next try is due (running jobs wait for it on their own, keeping their claims)."""
-        with self._lock:
-            idle = not self._active
-        if self.drain and idle:
+        if self.drain and self._running.idle():
             log.error("drain stopped: the spool's filesystem fails (%s); the next run tries again",
                       self._spool_io.text())  # fmt: skip
             self.summary.stopped_by = "spool-io"
@@ -408,7 +333,7 @@ class Runner:
         self._reports.next_due = now + self.config.heartbeat_seconds
 
     def _sweep(self, now: float) -> None:
-        self._recoverer.sweep(set(self._active))
+        self._recoverer.sweep(self._running.keys())
         self._split_sweeper.sweep(self._spool_clock.now())
         self._retention.maybe_start()
         self._next_sweep = now + self.config.rescan_seconds
@@ -424,7 +349,7 @@ class Runner:
         """Claim the scan's candidates into free slots, in order. Whether claiming is now
         paused (a probe job claimed) and limited (--max-jobs reached)."""
         for candidate in scan.candidates:
-            if not self._free or self._stop.is_set() or paused or limited:
+            if not self._running.has_free_slot() or self._stopping.requested.is_set() or paused or limited:
                 break
             if self._scanner.writer_holds(candidate):
                 continue  # an upload still in progress: it waits in place
@@ -450,16 +375,15 @@ class Runner:
                     self._host_block.probe_claimed(claimed)
                     paused = True  # one probe at a time
                 self._start(claimed)
-                if self._max_jobs_reached():
+                if self._stopping.max_jobs_reached():
                     limited = True
-                    log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)", self.max_jobs)
+                    log.info("--max-jobs %d reached: claiming no more; finishing the claimed job(s)",
+                             self._stopping.max_jobs)  # fmt: skip
         return paused, limited
 
     def _next_wait(self, scan: ScanResult, *, paused: bool, limited: bool) -> float | None:
         """The wait before the next pass, or None: drained."""
-        with self._lock:
-            idle = not self._active
-        if self.drain and idle and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
+        if self.drain and self._running.idle() and (paused or (not scan.candidates and scan.waiting_uploads == 0)):
             why = "this host is blocked" if self._host_block.reason else "the spool is paused"
             log.info("drained: %s", why if paused else "nothing left to claim")
             self.summary.stopped_by = "drained"
@@ -467,11 +391,11 @@ class Runner:
         timeout = self._next_sweep - self.clock.monotonic()
         if scan.next_wake is not None:
             timeout = min(timeout, scan.next_wake - self.clock.monotonic())
-        if self.max_runtime is not None:
-            timeout = min(timeout, self._started_mono + self.max_runtime - self.clock.monotonic())
+        if (runtime_left := self._stopping.runtime_left(self.clock.monotonic())) is not None:
+            timeout = min(timeout, runtime_left)
         if self._spool_io.active:
             timeout = min(timeout, self._spool_io.wait_seconds())
-        elif scan.candidates and self._free and not paused and not limited:
+        elif scan.candidates and self._running.has_free_slot() and not paused and not limited:
             # Every candidate was lost to other runners (or unclaimable): look again
             # soon, but not in a hot loop if something keeps failing.
             timeout = 0.05
@@ -481,11 +405,7 @@ class Runner:
         self._reports.soon()
 
     def _start(self, claimed: Claim) -> None:
-        slot = self._free.pop(0)
-        done = threading.Event()
-        with self._lock:
-            self._active[claimed.key] = _Active(claimed, done, slot)
-            self.metrics.set_busy(len(self._active))
+        slot = self._running.hand(claimed)
         self.summary.claimed += 1
         self.metrics.job_claimed()
         log_transition(
@@ -496,7 +416,6 @@ class Runner:
             run=claimed.run,
             slot=slot,
         )
-        self._slots[slot].hand(claimed, done)
 
     def _run_slot(self, slot: int, claimed: Claim) -> None:
         try:
@@ -530,8 +449,7 @@ class Runner:
     def view(self) -> RunnerView:
         """What this runner does now, for the live display (any thread may ask)."""
         wall = self.clock.wall()
-        with self._lock:
-            by_slot = {a.slot: a.claim for a in self._active.values()}
+        by_slot = self._running.by_slot()
         summary, failures = self._records.snapshot()
         slots = []
         for slot in range(self.capacity.slots):
@@ -545,38 +463,9 @@ class Runner:
                                   eta_seconds(elapsed, progress)))  # fmt: skip
         return RunnerView(
             tuple(slots), summary.claimed, summary.done, summary.failed, summary.retried, summary.requeued,
-            sum(n for g in self._waiting if isinstance(n := g.get("count"), int)), self.drain, self._stop.is_set(),
-            summary.paused, failures,
+            sum(n for g in self._waiting if isinstance(n := g.get("count"), int)), self.drain,
+            self._stopping.requested.is_set(), summary.paused, failures,
         )  # fmt: skip
-
-    def _reap(self) -> None:
-        with self._lock:
-            finished = [key for key, a in self._active.items() if a.done.is_set()]
-            for key in finished:
-                active = self._active.pop(key)
-                self._free.append(active.slot)
-            self.metrics.set_busy(len(self._active))
-
-    def _shutdown_jobs(self) -> None:
-        with self._lock:
-            active = list(self._active.values())
-        if not active:
-            return
-        if not self._force.is_set():
-            log.info("waiting up to %g s for %d running job(s)", self.config.grace_seconds, len(active))
-            deadline = self.clock.monotonic() + self.config.grace_seconds
-            for a in active:
-                while not a.done.is_set() and not self._force.is_set():
-                    remaining = deadline - self.clock.monotonic()
-                    if remaining <= 0:
-                        break
-                    a.done.wait(min(remaining, 0.2))
-        for a in active:
-            if not a.done.is_set():
-                a.claim.cancel.cancel(CancelReason.SHUTDOWN)
-        for a in active:
-            a.done.wait()
-        self._reap()
 
     def _purged(self, counts: dict[str, int]) -> None:
         self.metrics.jobs_purged(counts)
@@ -596,11 +485,12 @@ class Runner:
             "hooks": None if self._hooks is None else self._hooks.running(),
             "watch": None if self._watcher is None else self._watcher.running(),
             "closers": self._closers.running(),
-            **{slot.name: slot.running() for slot in self._slots},
+            **self._running.threads_alive(),
         }
         return {name: running for name, running in alive.items() if running is not None}
 
     def _write_beacon(self, *, retried: bool = True) -> None:
         # It is also this runner's probe of a failing spool: written, the trouble is over.
-        self._reports.write_beacon(busy=len(self._active), waiting=self._waiting, host_blocked=self._host_block.reason,
-                                   threads_alive=self.threads_alive(), retried=retried)  # fmt: skip
+        self._reports.write_beacon(busy=self._running.count(), waiting=self._waiting,
+                                   host_blocked=self._host_block.reason, threads_alive=self.threads_alive(),
+                                   retried=retried)  # fmt: skip

@@ -129,8 +129,9 @@ def final_name(job_id: str, uid: str) -> str:
 def list_names(directory: Path) -> list[str]:
     """Names in ``directory``, unsorted; a missing directory lists as empty."""
     try:
-        with os.scandir(directory) as it:
-            return [e.name for e in it]
+        # listdir, not scandir: names only, no DirEntry object per entry (done/ at a million
+        # entries: 0.04 s less CPU of `status`'s listing, bench/status_scale.py).
+        return os.listdir(directory)
     except FileNotFoundError:
         return []
 

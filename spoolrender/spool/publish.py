@@ -257,6 +257,27 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _published_before(fd: int, name: str, final: Path, temp: Path, expect: RenderedFile | None) -> Published:
+    """``temp`` is gone: the output is published already if ``name`` (in ``fd``) is the file
+    the record describes (an earlier try of ours, or another carrier of the same record:
+    recovery rolls a decided run forward, and its owner may be alive). Else the rendered
+    file vanished, which only a re-render mends."""
+    try:
+        done = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        done = None
+    if done is not None and expect is not None and expect.matches(done):
+        return Published(final, done.st_size, done.st_ino, done.st_mtime_ns)
+    raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
+
+
+def _unlink_temp(temp: Path) -> None:
+    """Remove ``temp`` once the output's name holds it; another carrier of the same record
+    may have removed it first (``_published_before``), which is just as good."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+
+
 def _is_same_file(temp: Path, st: os.stat_result, dir_fd: int, name: str, existing: os.stat_result) -> bool:
     """True if ``name`` (in ``dir_fd``) is the file ``temp``: a link made by an earlier try.
 
@@ -306,13 +327,7 @@ def publish_output(
         try:
             st = os.stat(temp, follow_symlinks=False)
         except FileNotFoundError:
-            try:
-                done = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                done = None
-            if done is not None and expect is not None and expect.matches(done):
-                return Published(final, done.st_size, done.st_ino, done.st_mtime_ns)
-            raise PublishError(f"rendered file {temp} vanished before publishing", transient=True) from None
+            return _published_before(fd, name, final, temp, expect)
         try:
             existing = os.stat(name, dir_fd=fd, follow_symlinks=False) if replace else None
         except FileNotFoundError:
@@ -328,11 +343,22 @@ def publish_output(
                 # link() never overwrites: an output that appeared meanwhile (another
                 # job with the same output path) is reported, not clobbered.
                 os.link(temp, name, dst_dir_fd=fd, follow_symlinks=False)
-                os.unlink(temp)
+                _unlink_temp(temp)
+        except FileNotFoundError:
+            # ``temp`` went after our stat: another carrier of this same decided record
+            # published it meanwhile (a recoverer that took a live owner for dead while the
+            # owner's heartbeats failed on a full spool, or the owner itself: GlusterFS CI run,
+            # stop 33, failed such a job after publishing it). Its output, if it is the
+            # record's, is ours too; only a mismatch is an error.
+            return _published_before(fd, name, final, temp, expect)
         except FileExistsError:
             existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if _is_same_file(temp, st, fd, name, existing):  # our own link from an interrupted publish
-                os.unlink(temp)
+            try:
+                same = _is_same_file(temp, st, fd, name, existing)  # our own link from an interrupted publish
+            except FileNotFoundError:  # the other carrier removed ``temp`` (above)
+                return _published_before(fd, name, final, temp, expect)
+            if same:
+                _unlink_temp(temp)
             else:
                 raise PublishError(
                     f"output {str(rel)!r} already exists; set rerun: true to replace it",

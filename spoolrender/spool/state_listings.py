@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 
 from spoolrender.core.vocabulary import JobState
-from spoolrender.spool.chunk_names import is_chunk_name
+from spoolrender.spool.chunk_names import CHUNK_MARK
 from spoolrender.spool.layout import FINAL_NAME, RETRY_NAME, RUNNING_NAME, TOKEN_HEX, SpoolLayout, list_names
 from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
@@ -82,7 +82,8 @@ def list_job_states(layout: SpoolLayout) -> dict[str, list[str]]:
     where: dict[str, tuple[JobState, str]] = {}  # "<id>.<uid>" -> its entry where last found, if it can move on
     dropped: dict[JobState, set[str]] = {}  # entries of jobs found again later, where their moves took them
     for state in LISTING_ORDER:
-        names = [n for n in list_names(layout.state_dir(state)) if not n.startswith(".") and not is_chunk_name(n)]
+        # CHUNK_MARK tested inline, not by is_chunk_name: a call per name is 0.03 s of CPU at 1M done.
+        names = [n for n in list_names(layout.state_dir(state)) if n[:1] != "." and CHUNK_MARK not in n]
         listed.setdefault(state, []).extend(names)
         for key, name in _job_keys(state, names, where):
             before = where.pop(key, None)
@@ -105,7 +106,8 @@ def _job_keys(state: JobState, names: list[str], where: dict[str, tuple[JobState
     """(key, name) of each of ``names`` (listed in ``state``) that is a job's entry: all of
     them, but of done/ only those of jobs found before (the rest need no key)."""
     if state is JobState.DONE:
-        return [(key, key) for key in where.keys() & names]
+        # None found before (a spool at rest): no pass over done/'s names at all.
+        return [(key, key) for key in where.keys() & names] if where else []
     if JOB_NAMES[state] is FINAL_NAME:
         return [(n, n) for n in names if len(n) > _UID_TAIL_LENGTH and _UID_TAIL.match(n, len(n) - _UID_TAIL_LENGTH)]
     return [(f"{m.group('id')}.{m.group('uid')}", n) for n in names if (m := JOB_NAMES[state].fullmatch(n))]

@@ -26,7 +26,8 @@ import spoolrender.serve.api
 from spoolrender.config.spool_config import SpoolConfig
 from spoolrender.errors import SpoolrenderError
 from spoolrender.intake.scan import SpoolScanner
-from spoolrender.ops.control import cancel, purge, retry
+from spoolrender.ops.control import cancel, retry
+from spoolrender.ops.purge import purge
 from spoolrender.serve.readmodel import ApiError
 from spoolrender.spool.clock import SystemClock
 from spoolrender.spool.layout import SpoolLayout, new_token

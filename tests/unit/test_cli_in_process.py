@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.unit_spool import Slot, entries
@@ -60,6 +62,38 @@ def test_status_counts_each_state_and_names_the_last_failure(slot: Slot, capsys:
     assert (failure["id"], failure["kind"], failure["reason"]) == ("bad", "bad-props", "props are wrong")
     status, out, _ = cli(capsys, "status", "--spool", str(slot.layout.root))
     assert "incoming 0  running 0  retry 0  done 1  failed 1" in out
+
+
+def listed_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The directories os.listdir and os.scandir are asked for from now on (by path or by
+    descriptor), whoever asks: every listing, however it is reached."""
+    listed: list[Path] = []
+
+    def counting(original: Any) -> Any:
+        def call(path: Any = ".") -> Any:
+            listed.append(Path(os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else os.fsdecode(path)))
+            return original(path)
+
+        return call
+
+    for name in ("listdir", "scandir"):
+        monkeypatch.setattr(os, name, counting(getattr(os, name)))
+    return listed
+
+
+def test_status_text_lists_what_status_json_lists_done_once(
+    slot: Slot, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text is the document formatted, no more: at a million done jobs a second listing
+    of done/ would cost what the first does (0.4 s of CPU here; bench/status_scale.py)."""
+    listed = listed_dirs(monkeypatch)
+    by_mode = {}
+    for mode in (["--json"], []):
+        listed.clear()
+        assert cli(capsys, "status", "--spool", str(slot.layout.root), *mode)[0] == EXIT_OK
+        by_mode[bool(mode)] = sorted(map(str, listed))
+        assert listed.count(slot.layout.done) == 1, listed
+    assert by_mode[False] == by_mode[True]
 
 
 def test_show_finds_a_job_by_id_and_hints_at_a_near_miss(slot: Slot, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ from spoolrender.hooks.plan import (
     state_filename,
     taken_dir,
 )
-from spoolrender.ops.control import purge
+from spoolrender.ops.purge import purge
 from spoolrender.spool.spooldir import DirHandle
 from spoolrender.testing import Fail, Succeed
 

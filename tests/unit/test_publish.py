@@ -364,3 +364,84 @@ def test_write_atomic_failure_leaves_no_temp(tmp_path: Path) -> None:
         write_atomic(target, b"data")
     assert os.listdir(tmp_path) == ["busy"]
     assert os.listdir(target) == ["inside"]
+
+
+# --- two carriers of one decided record ----------------------------------------------------
+# Recovery rolls a decided PUBLISHING run forward; its owner may be alive (its heartbeats
+# failed on a full GlusterFS volume, stop 33's CI run) and carry out the same record at the
+# same moment. Whichever of them publishes first, the other must find the output published,
+# never fail the job ("vanished", "already exists") after its video went out.
+
+
+def _record_of(temp: Path) -> RenderedFile:
+    st = temp.stat()
+    return RenderedFile(st.st_ino, st.st_size, None)
+
+
+def test_the_other_carrier_publishes_between_our_stat_and_our_link(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = rendered(root)
+    expect = _record_of(temp)
+    real_link = os.link
+
+    def other_carrier_first(src: Path, dst: str, **kwargs: object) -> None:
+        real_link(temp, root / "clip.mp4")  # its whole publish: link, then the temp name goes
+        os.unlink(temp)
+        real_link(src, dst, **kwargs)  # type: ignore[arg-type]  # ours: ENOENT, the temp is gone
+
+    monkeypatch.setattr(os, "link", other_carrier_first)
+    result = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=expect)
+    assert result.path == root / "clip.mp4" and result.inode == expect.inode
+    assert (root / "clip.mp4").read_bytes() == b"new video"
+
+
+def test_the_other_carrier_removes_the_temp_name_after_our_link_met_its_own(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = rendered(root)
+    expect = _record_of(temp)
+    real_link = os.link
+
+    def other_links_first_and_unlinks_after_ours(src: Path, dst: str, **kwargs: object) -> None:
+        real_link(temp, root / "clip.mp4")
+        try:
+            real_link(src, dst, **kwargs)  # type: ignore[arg-type]  # ours: EEXIST, its link
+        finally:
+            os.unlink(temp)  # its unlink, before ours
+
+    monkeypatch.setattr(os, "link", other_links_first_and_unlinks_after_ours)
+    result = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=expect)
+    assert result.inode == expect.inode
+    assert not temp.exists() and (root / "clip.mp4").read_bytes() == b"new video"
+
+
+def test_the_other_carrier_replaces_first_on_a_rerun(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "clip.mp4").write_bytes(b"old video")
+    temp = rendered(root)
+    expect = _record_of(temp)
+    real_rename = os.rename
+
+    def other_carrier_first(src: Path, dst: str, **kwargs: object) -> None:
+        real_rename(temp, root / "clip.mp4")
+        real_rename(src, dst, **kwargs)  # type: ignore[arg-type]  # ours: ENOENT
+
+    monkeypatch.setattr(os, "rename", other_carrier_first)
+    result = publish_output(root, PurePosixPath("clip.mp4"), temp, replace=True, expect=expect)
+    assert result.inode == expect.inode and (root / "clip.mp4").read_bytes() == b"new video"
+
+
+def test_a_temp_gone_mid_publish_with_someone_elses_output_is_still_refused(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = rendered(root)
+    expect = _record_of(temp)
+    real_link = os.link
+
+    def vanished(src: Path, dst: str, **kwargs: object) -> None:
+        os.unlink(temp)
+        (root / "clip.mp4").write_bytes(b"another job's video")
+        real_link(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "link", vanished)
+    with pytest.raises(PublishError, match="vanished before publishing"):
+        publish_output(root, PurePosixPath("clip.mp4"), temp, replace=False, expect=expect)
+    assert (root / "clip.mp4").read_bytes() == b"another job's video"

@@ -15,7 +15,7 @@ import pytest
 
 from spoolrender.cli import main
 from spoolrender.config.spool_config import load_config
-from spoolrender.ops.control import Purged, purge, purge_older
+from spoolrender.ops.purge import Purged, purge, purge_older
 from spoolrender.ops.retention import apply_retention
 from spoolrender.ops.retention_lease import RetentionPolicy
 from spoolrender.spool.layout import SpoolLayout

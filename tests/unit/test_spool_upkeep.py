@@ -10,7 +10,7 @@ from pathlib import Path
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
-from spoolrender.ops.control import Purged
+from spoolrender.ops.purge import Purged
 from spoolrender.ops.retention import apply_retention
 from spoolrender.ops.retention_lease import RetentionPolicy
 from spoolrender.runner.fscheck import check_filesystem

@@ -10,15 +10,8 @@ import pytest
 
 from spoolrender.config.queues import NAME
 from spoolrender.spool.held_dirs import HeldDir
-from spoolrender.spool.spooldir import (
-    QUEUE_DIR_MODE,
-    DirHandle,
-    IncomingView,
-    SpoolPathRefused,
-    add_queue_dir,
-    entry_dir,
-    open_queue_dir,
-)
+from spoolrender.spool.queue_dirs import QUEUE_DIR_MODE, IncomingView, add_queue_dir, entry_dir, open_queue_dir
+from spoolrender.spool.spooldir import DirHandle, SpoolPathRefused
 
 OTHER_UID = 65534  # nobody: a spool-group member, for ownership (chown needs root)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")

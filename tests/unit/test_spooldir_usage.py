@@ -14,7 +14,7 @@ Limits (what it cannot see): a listed name passed to another function and joined
 path joined by ``os.path.join`` or f-strings, names listed through a helper with another
 name, and aliases of the layout's directories (``d = layout.running; d / name``): so it
 does not see intake/claim.py's ``layout.incoming / candidate.name`` (a listed name carried in a
-Candidate; owncopy's branch converts it to spooldir.candidate_dir). It is a
+Candidate; owncopy's branch converts it to queue_dirs.candidate_dir). It is a
 tripwire for the common shape, not a proof; the descriptor tests (test_spooldir*.py) are
 the proof for the paths they drive. ``# spooldir: message only`` on a line exempts a path
 that is only ever printed (never opened).
