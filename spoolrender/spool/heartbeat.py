@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spoolrender import defaults
+from spoolrender.core.failpoints import crash_point
 from spoolrender.errors import ClaimLost
 from spoolrender.spool.clock import Clock
 from spoolrender.spool.durable import overwrite_in_place, write_atomic
@@ -119,6 +120,9 @@ class JobLock:
         # units); under a stricter one others may now open it and hold a shared flock,
         # which only makes this host's recovery wait for the lease.
         os.fchmod(fd, mode)
+        # A crash here leaves a lock file holding a beat and no heartbeat name: a claim that
+        # died before its first beat, as before (tests/reliability/test_crash_points.py).
+        crash_point("first-beat-before-link")
         os.link(self.path, target)
 
     def release(self) -> None:
