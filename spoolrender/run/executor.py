@@ -306,6 +306,12 @@ class JobExecutor:
             full = filesystem_trouble(self._config.output_root, claim.job_dir)
             if full is not None and not self._filled_by_run(claim, full):
                 # Its output or log had no room, and not for its own sake: the disk's condition.
+                # Said in the log because it is judged by statvfs at this moment, not by the
+                # render's own error: an operator (or a test) freeing space sees when it counted.
+                log.warning(
+                    "job %s: its render failed while %s had no room: the disk's condition, not the job's",
+                    claim.job_id, full.filename,
+                )  # fmt: skip
                 where = f"{full.filename} after the render failed: {exc}"
                 return self._spool_io_requeue(claim, base, full, where, spec)
             message = exc.message if full is None else f"{exc.message} ({_filled_it(full)})"

@@ -347,9 +347,9 @@ def publish_output(
         except FileNotFoundError:
             # ``temp`` went after our stat: another carrier of this same decided record
             # published it meanwhile (a recoverer that took a live owner for dead while the
-            # owner's heartbeats failed on a full spool, or the owner itself: GlusterFS CI run,
-            # stop 33, failed such a job after publishing it). Its output, if it is the
-            # record's, is ours too; only a mismatch is an error.
+            # owner's heartbeats failed on a full spool, or the owner itself: the GlusterFS
+            # full-brick test failed such a job after publishing it, once in a whole-suite
+            # run). Its output, if it is the record's, is ours too; only a mismatch is an error.
             return _published_before(fd, name, final, temp, expect)
         except FileExistsError:
             existing = os.stat(name, dir_fd=fd, follow_symlinks=False)

@@ -156,9 +156,14 @@ def test_split_job_is_rendered_by_several_runners_and_published_once(
     assert runs_of(spool.done / entry) == ["split", "publishing"]
     rendered = markers(tmp_path / "marker")
     assert sorted(i for i, _, _ in rendered) == [0, 1, 2, 3] and {a for _, a, _ in rendered} == {1}
-    wait_for(lambda: chunk_leftovers(spool, spool.root / "output") == [], timeout=30)
-    # Chunk files are never outputs: the only file under the output root is the video.
-    assert [p.name for p in (spool.root / "output").rglob("*") if p.is_file()] == ["long.mp4"]
+
+    # Chunk files are never outputs: once the runner that published has removed its
+    # scratch (after the move to done/, so waited for), the only file is the video.
+    def output_files() -> list[str]:
+        return [p.name for p in (spool.root / "output").rglob("*") if p.is_file()]
+
+    wait_for(lambda: chunk_leftovers(spool, spool.root / "output") == [] and output_files() == ["long.mp4"], timeout=30)
+    assert chunk_leftovers(spool, spool.root / "output") == [] and output_files() == ["long.mp4"], output_files()
     status = status_json(spool)
     assert status["counts"]["done"] == 1 and status["counts"]["split"] == 0 and status["split"] == []
 

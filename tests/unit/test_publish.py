@@ -368,7 +368,7 @@ def test_write_atomic_failure_leaves_no_temp(tmp_path: Path) -> None:
 
 # --- two carriers of one decided record ----------------------------------------------------
 # Recovery rolls a decided PUBLISHING run forward; its owner may be alive (its heartbeats
-# failed on a full GlusterFS volume, stop 33's CI run) and carry out the same record at the
+# failed on a full GlusterFS volume in a whole-suite run) and carry out the same record at the
 # same moment. Whichever of them publishes first, the other must find the output published,
 # never fail the job ("vanished", "already exists") after its video went out.
 
