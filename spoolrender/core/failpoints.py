@@ -21,6 +21,7 @@ import signal
 import threading
 
 CRASH_POINTS = (
+    "first-beat-before-link",  # incoming claim: first beat written into its new lock file, not yet linked
     "claim-before-rename",  # incoming claim: running/ dir, lock and heartbeat made, file not yet moved
     "claim-after-rename",  # incoming claim: job file moved into running/ as submitted.yaml, no copy yet
     "copy-before-commit",  # a claim's private copy written under its temporary name, not yet job.yaml

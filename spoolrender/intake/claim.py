@@ -193,7 +193,7 @@ def _move_in(
     try:
         lock = acquire_job_lock(job_dir, token)
         started = clock.wall()
-        heartbeat.add(_active_job(job_dir, token, 1, started, cancel))
+        heartbeat.add(_active_job(job_dir, token, 1, started, cancel), lock)
         if candidate.queue_dir is not None:
             # The job's queue came from its drop directory: kept for its retries. Written
             # before the claim, into our own directory, so a failure here loses nothing.
@@ -461,7 +461,7 @@ def _claim_retry(
             raise
         log.warning("could not claim retry %s: %s; it went back to retry/", candidate.name, exc)
         return None
-    heartbeat.add(_active_job(job_dir, token, run, started, cancel))
+    heartbeat.add(_active_job(job_dir, token, run, started, cancel), lock)
     # The job's default id came from its original file name; the retry entry's name must
     # not replace it, so the id stands in for the file name from now on.
     filename = f"{candidate.job_id}.yaml"

@@ -78,6 +78,7 @@ from spoolrender.spool.heartbeat import (
     process_start,
     read_heartbeat,
 )
+from spoolrender.spool.heartbeat_file import read_first_beat
 from spoolrender.spool.io_trouble import SpoolIOCondition, attempt_counted, is_spool_io
 from spoolrender.spool.layout import RUNNING_NAME, SpoolLayout, list_names, new_token
 from spoolrender.spool.probe_dirs import PROBE_PREFIX
@@ -184,6 +185,11 @@ class Recoverer:
     def _why_dead(self, name: str, job_dir: Path, token: str) -> str | None:
         # Read only (see the module's docstring): the lock is probed read-only, on this host.
         hb = read_heartbeat(job_dir, token)
+        # No heartbeat name yet: a claim killed between writing its first beat into its new
+        # lock file and linking it (JobLock.publish_as) is judged by that beat, at once.
+        first = read_first_beat(job_dir, token) if hb is None else None
+        if first is not None and first.host == HOSTNAME and lock_is_free(job_dir, token):
+            return f"runner pid {first.pid} on {first.host} died before its first heartbeat (its lock was released)"
         if hb is not None and hb.host == HOSTNAME and hb.token == token and lock_is_free(job_dir, token):
             if process_start(hb.pid) is not None:  # (or its pid is another process's by now)
                 return f"runner pid {hb.pid} on {hb.host} released its lock while still running"

@@ -17,6 +17,7 @@ Two ways to prove an owner dead:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spoolrender import defaults
+from spoolrender.core.failpoints import crash_point
 from spoolrender.errors import ClaimLost
 from spoolrender.spool.clock import Clock
 from spoolrender.spool.durable import overwrite_in_place, write_atomic
@@ -44,6 +46,7 @@ from spoolrender.spool.io_trouble import SPOOL_IO_ERRNOS, SpoolIOCondition
 log = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
+HEARTBEAT_MODE = 0o644  # readable by every host's runner and by status
 
 
 def lock_path(job_dir: Path, token: str) -> Path:
@@ -67,12 +70,21 @@ class JobLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        # Made empty by this acquire (not an existing file opened): the claim's first
+        # heartbeat may be written into it (:meth:`publish_as`).
+        self.fresh = False
 
     def acquire(self) -> None:
         """Take the lock; ClaimLost if the directory is gone or someone else holds it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             # O_CREAT but never mkdir; O_NOFOLLOW: a planted symlink is not our lock file.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            # O_EXCL first: a new claim's token names no file yet, and a file we made is
+            # known to be empty and ours; else the one there is locked all the same.
+            try:
+                fd, fresh = os.open(self.path, flags | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                fd, fresh = os.open(self.path, flags, 0o644), False
         except FileNotFoundError as exc:
             raise ClaimLost(f"{self.path.parent.name} is gone: another runner took the job over") from exc
         try:
@@ -83,7 +95,35 @@ class JobLock:
         except OSError:
             os.close(fd)
             raise
-        self._fd = fd
+        self._fd, self.fresh = fd, fresh
+
+    def publish_as(self, target: Path, data: bytes, mode: int) -> None:
+        """Write ``data`` into the lock file (made empty by :meth:`acquire`) and link it as
+        ``target``, a name of the same directory: the claim's first heartbeat, which then
+        costs no inode of its own (ext4 without a journal scans past every inode freed in
+        the last seconds to make one: P2 in bench/README.md). Once per lock; raises
+        OSError (FileExistsError: ``target`` exists) and the caller writes it another way.
+
+        ``target`` appears complete, by one link(), like a temporary file renamed into
+        place. Nothing reads a lock file's bytes: lock_is_free and older runners only
+        flock it. The next beat replaces ``target`` (a new inode), the lock keeps its own.
+        """
+        fd = self._fd
+        if fd is None or not self.fresh:
+            raise FileExistsError(errno.EEXIST, "the lock file is not new and empty", str(self.path))
+        self.fresh = False
+        view = memoryview(data)
+        while view:
+            view = view[os.pwrite(fd, view, len(data) - len(view)) :]
+        # Exactly ``mode``, as a heartbeat written by write_atomic (not the umask's): the
+        # lock file's too from now on, readable as under the default umask 022 (contrib's
+        # units); under a stricter one others may now open it and hold a shared flock,
+        # which only makes this host's recovery wait for the lease.
+        os.fchmod(fd, mode)
+        # A crash here leaves a lock file holding a beat and no heartbeat name: a claim that
+        # died before its first beat, as before (tests/reliability/test_crash_points.py).
+        crash_point("first-beat-before-link")
+        os.link(self.path, target)
 
     def release(self) -> None:
         # The file stays: unlinking a lock file on release lets two processes end up
@@ -287,13 +327,15 @@ class HeartbeatWriter:
         """Whether the thread runs (started and not ended)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def add(self, job: ActiveJob) -> None:
+    def add(self, job: ActiveJob, lock: JobLock | None = None) -> None:
         """Beat ``job`` from now on, the first time at once. That first beat, at the claim,
         does not look for a cancel request: the run's first step does (executor), and the
-        claim is the claiming loop's, which every other claim waits for (P2)."""
+        claim is the claiming loop's, which every other claim waits for (P2). ``lock``:
+        the claim's, just taken: the first beat is written into its file
+        (:meth:`JobLock.publish_as`)."""
         with self._lock:
             self._jobs[job.token] = job
-        self.beat(job, poll_cancel=False)
+        self.beat(job, poll_cancel=False, first_into=lock)
 
     def remove(self, token: str) -> None:
         """Stop beating ``token``; on return nothing writes into its directory any more.
@@ -338,11 +380,12 @@ class HeartbeatWriter:
         if job is not None and changed:
             self.beat(job)  # at once: the runner may give up on the job right after
 
-    def beat(self, job: ActiveJob, *, poll_cancel: bool = True) -> bool:
+    def beat(self, job: ActiveJob, *, poll_cancel: bool = True, first_into: JobLock | None = None) -> bool:
         """Write one heartbeat; False (and ``on_lost``) if the job's directory is gone.
-        ``poll_cancel``: then look for a `spoolrender cancel` request too."""
+        ``poll_cancel``: then look for a `spoolrender cancel` request too. ``first_into``:
+        the claim's new lock, whose file this beat may be written into (add)."""
         with self._writing:
-            gone = self._write(job)
+            gone = self._write(job, first_into)
         if gone:
             with self._lock:
                 still_ours = self._jobs.pop(job.token, None) is not None
@@ -363,7 +406,7 @@ class HeartbeatWriter:
             job.on_cancel()
         return True
 
-    def _write(self, job: ActiveJob) -> bool:
+    def _write(self, job: ActiveJob, first_into: JobLock | None = None) -> bool:
         """Write the heartbeat file of ``job`` if it is still ours; True if its directory is gone."""
         with self._lock:
             if self._jobs.get(job.token) is not job:
@@ -389,10 +432,20 @@ class HeartbeatWriter:
         # The claim's own name (and so its own temporary name): nobody else ever operates on
         # them, so a frozen owner's locks on them block no other claim (module docstring).
         path = heartbeat_path(job_dir, job.token)
+        if first_into is not None and first_into.fresh:
+            try:
+                # The claim's first beat: its new lock file, linked as the heartbeat (one
+                # inode less per claim); no fsync, as below.
+                first_into.publish_as(path, hb.to_json(), HEARTBEAT_MODE)
+                return False
+            except FileNotFoundError:
+                return True
+            except OSError:
+                pass  # a name there already, no hard links, no room: the replace below decides
         try:
             # Atomic replace so readers never see half a heartbeat; no fsync: a heartbeat
             # lost in a power cut only makes the job look dead sooner, which is the truth.
-            write_atomic(path, hb.to_json(), durable=False)
+            write_atomic(path, hb.to_json(), durable=False, mode=HEARTBEAT_MODE)
         except FileNotFoundError:
             return True
         except OSError as exc:

@@ -2,7 +2,10 @@
 
 While a job runs, its owner rewrites ``running/<job>/heartbeat-<token>`` every few seconds
 (spoolrender.spool.heartbeat's HeartbeatWriter, by an atomic replace: a temporary name beside
-it, then a rename); the lock beside it is ``lock-<token>``.
+it, then a rename); the lock beside it is ``lock-<token>``. The claim's first beat is
+written into its new lock file instead, which is then linked as ``heartbeat-<token>``
+(complete when the name appears, as after a rename; one inode per claim less): until the
+second beat replaces that name, both name one file. Readers see no difference.
 
 Both names carry the claim's token, so no two claims ever operate on one name in a job's
 directory (which travels with the job: retry/, the next claim, done/). On GlusterFS a
@@ -130,18 +133,38 @@ def read_heartbeat(job_dir: Path, token: str | None = None) -> Heartbeat | None:
             continue  # not this name: the next (an older version's)
         except OSError:
             return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return Heartbeat.from_json(_read_all(fd))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        finally:
-            # A FUSE client (GlusterFS) can fail the close of a file that the owner's next
-            # beat replaced meanwhile (ENOENT from its flush): what was read stands.
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        return _read_beat(fd)
     return None
+
+
+def read_first_beat(job_dir: Path, token: str) -> Heartbeat | None:
+    """The beat a claim wrote into its new lock file (``lock-<token>``), whose link as its
+    heartbeat a crash may have stopped (spoolrender.spool.heartbeat.JobLock.publish_as);
+    None if the lock file holds none (made by an older version, or killed before the
+    write). Read only, like :func:`read_heartbeat`."""
+    try:
+        fd = os.open(
+            job_dir / f"{defaults.LOCK_FILENAME}-{token}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        )
+    except OSError:
+        return None
+    beat = _read_beat(fd)
+    return beat if beat is not None and beat.token == token else None
+
+
+def _read_beat(fd: int) -> Heartbeat | None:
+    """The heartbeat in the open file ``fd`` (closed here), or None."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return Heartbeat.from_json(_read_all(fd))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        # A FUSE client (GlusterFS) can fail the close of a file that the owner's next
+        # beat replaced meanwhile (ENOENT from its flush): what was read stands.
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 _HEARTBEAT_MAX_BYTES = 64 * 1024  # a heartbeat is a few hundred bytes: a bigger file is garbage

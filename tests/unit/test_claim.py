@@ -10,6 +10,7 @@ import pytest
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
+from spoolrender.spool.heartbeat import lock_path
 from spoolrender.spool.heartbeat_file import heartbeat_path
 
 JOB = {"composition": "Intro", "output": "x.mp4"}
@@ -36,7 +37,9 @@ def test_a_claim_moves_the_file_into_its_own_running_directory(slot: Slot) -> No
         copy = claimed.job_dir / defaults.JOB_FILENAME
         assert copy.read_bytes() == data
         assert not os.stat(copy).st_mode & 0o222
-        assert (heartbeat_path(claimed.job_dir, claimed.token)).exists()  # a first beat before the rename
+        beat = os.lstat(heartbeat_path(claimed.job_dir, claimed.token))  # a first beat before the rename
+        # ... written into the claim's new lock file: no inode of its own (heartbeat.JobLock.publish_as)
+        assert beat.st_ino == os.lstat(lock_path(claimed.job_dir, claimed.token)).st_ino
     finally:
         slot.heartbeat.remove(claimed.token)
         claimed.release()

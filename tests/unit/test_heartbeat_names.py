@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import stat
 import threading
 from pathlib import Path
 
@@ -31,7 +32,9 @@ from spoolrender.spool.heartbeat import (
     ActiveJob,
     Heartbeat,
     HeartbeatWriter,
+    acquire_job_lock,
     heartbeat_path,
+    lock_is_free,
     lock_path,
     read_heartbeat,
 )
@@ -195,3 +198,66 @@ def test_an_older_runners_recovered_claim_leaves_no_heartbeat_to_judge_the_next_
         assert not (again / defaults.HEARTBEAT_FILENAME).exists(), "the dead claim's heartbeat stands for the live one"
     finally:
         writer.remove(new_token_)
+
+
+def test_a_claims_first_heartbeat_is_its_lock_file_and_the_next_beat_replaces_it(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    """The first beat is written into the claim's new lock file and linked as its heartbeat
+    (one inode per claim less: P2, bench/README.md): complete at once, mode 0644 whatever
+    the umask, the lock still held. The next beat replaces the heartbeat's name with a file
+    of its own; the lock keeps its name, its inode and its flock. A recoverer (the same code
+    an older runner runs) judges the claim by these names as before: alive while it is
+    held and beats, dead once its lock is free."""
+    job_dir, token = claim_dir(spool)
+    lock = acquire_job_lock(job_dir, token)
+    assert lock is not None
+    writer = HeartbeatWriter(ManualClock(), 60.0, "runner")  # no thread: beats by hand
+    job = ActiveJob(job_dir, token, 1, 0.0, on_lost=lambda: None)
+    old_umask = os.umask(0o077)
+    try:
+        writer.add(job, lock)
+    finally:
+        os.umask(old_umask)
+    hb_path, lock_file = heartbeat_path(job_dir, token), lock_path(job_dir, token)
+    first = os.lstat(hb_path)
+    assert first.st_ino == os.lstat(lock_file).st_ino and first.st_nlink == 2
+    assert stat.S_IMODE(first.st_mode) == 0o644
+    hb = read_heartbeat(job_dir)
+    assert hb is not None and hb.token == token and hb.counter == 1
+    assert not [n for n in os.listdir(job_dir) if n.endswith(".tmp")]
+    assert not lock_is_free(job_dir, token)
+    rec = Recoverer(spool, config, ManualClock(), random.Random(1))
+    assert rec.sweep(set()) == []  # held on this host: alive
+
+    writer.beat(job)
+    second = os.lstat(hb_path)
+    assert second.st_ino != first.st_ino and os.lstat(lock_file).st_ino == first.st_ino
+    assert os.lstat(lock_file).st_nlink == 1
+    hb = read_heartbeat(job_dir)
+    assert hb is not None and hb.counter == 2
+    assert not lock_is_free(job_dir, token)
+    writer.remove(token)
+    lock.release()
+    assert lock_is_free(job_dir, token)
+    assert rec.sweep(set()) == [job_dir.name]  # its lock free on this host: dead at once
+
+
+def test_a_lock_file_found_there_is_locked_and_the_first_beat_has_a_file_of_its_own(
+    spool: SpoolLayout, config: SpoolConfig
+) -> None:
+    """A lock file that exists already (not made by this claim) is locked all the same,
+    and nothing is written into it: the first beat is an atomic replace, as every beat."""
+    job_dir, token = claim_dir(spool)
+    lock_path(job_dir, token).write_bytes(b"")
+    lock = acquire_job_lock(job_dir, token)
+    assert lock is not None and not lock.fresh
+    writer = HeartbeatWriter(ManualClock(), 60.0, "runner")
+    writer.add(ActiveJob(job_dir, token, 1, 0.0, on_lost=lambda: None), lock)
+    try:
+        assert os.lstat(heartbeat_path(job_dir, token)).st_ino != os.lstat(lock_path(job_dir, token)).st_ino
+        assert os.path.getsize(lock_path(job_dir, token)) == 0
+        assert not lock_is_free(job_dir, token)
+    finally:
+        writer.remove(token)
+        lock.release()
