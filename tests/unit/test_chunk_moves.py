@@ -5,6 +5,7 @@ stopped and removed when it ends, a lost chunk queued again."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from support.frame_fake import FrameFake
 from support.unit_spool import Slot, entries
 
 from spoolrender import defaults
+from spoolrender.chunks import moves
 from spoolrender.chunks.ledger import chunk_states, finished_dir, read_plan
 from spoolrender.chunks.moves import (
     DROPPED,
@@ -24,7 +26,7 @@ from spoolrender.chunks.moves import (
     wake_if_ready,
     wake_parent,
 )
-from spoolrender.spool.chunk_names import is_chunk_name, ledger_dir, store_dir
+from spoolrender.spool.chunk_names import chunk_store_name, is_chunk_name, ledger_dir, store_dir
 from spoolrender.spool.records import FAILED, PUBLISHING, RunRecord, read_runs, run_path
 
 JOB = {"composition": "Long", "output": "long.mp4", "chunks": 3, "props": {"frames": 90}}
@@ -170,3 +172,63 @@ def test_carrying_out_a_split_again_queues_a_lost_chunk_again_and_nothing_twice(
     assert requeued.split("-", 2)[:2] == lost.split("-", 2)[:2]
     move_to_split(slot.layout, slot.config.output_root, slot.layout.running / key, "long", uid, record)
     assert sorted(chunk_entries(slot, "retry")) == sorted(again)  # nothing queued twice
+
+
+def decided_chunk(slot: Slot, key: str) -> tuple[Path, RunRecord, int, Path]:
+    """One waiting chunk of ``key`` as its owner leaves it once its run is decided PUBLISHING
+    and not yet carried out: its entry in running/, its rendered files in scratch, its record."""
+    [entry, *_] = sorted(chunk_entries(slot, "retry"))
+    job_dir = slot.layout.running / f"{entry}.decided"
+    job_dir.mkdir()
+    info = (slot.layout.retry / entry / defaults.CHUNK_FILENAME).read_bytes()
+    (job_dir / defaults.CHUNK_FILENAME).write_bytes(info)
+    scratch = slot.config.output_root / ".spoolrender-tmp" / "decided-scratch"
+    scratch.mkdir(parents=True)
+    (scratch / "frames.txt").write_bytes(b"0\n")
+    publish = {"temp": str(scratch.relative_to(slot.config.output_root))}
+    record = RunRecord(
+        run=1, outcome=PUBLISHING, host="owner", pid=1, token="decided", ended=time.time(), publish=publish
+    )
+    run_path(job_dir, record.run).write_bytes(record.to_json())  # decided: its record is on disk
+    return job_dir, record, int(json.loads(info)["index"]), scratch
+
+
+@pytest.mark.parametrize("recoverer_at", ["before-store", "after-store"])
+def test_two_carriers_of_one_decided_chunk_run_complete_it_once(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch, recoverer_at: str
+) -> None:
+    """The owner of a decided chunk run and a recoverer that judged it dead (a stalled owner)
+    carry out the same decision at once: the recoverer runs all of finish_chunk while the
+    owner is just before, or just after, its move of the scratch into the store. The chunk
+    completes once, with the run's files in the store under the run's name; the owner's
+    call ends in FileNotFoundError, which the executor and recovery take as "carried out by
+    another runner"."""
+    key, _ = split(slot)
+    job_dir, record, index, scratch = decided_chunk(slot, key)
+    carried: list[Path] = []
+    started: list[bool] = []
+
+    def recoverer() -> None:
+        if not started:  # once: the recoverer's own calls go straight through
+            started.append(True)
+            carried.append(finish_chunk(slot.layout, slot.config.output_root, job_dir, record))
+
+    hooked = "store_root" if recoverer_at == "before-store" else "fsync_dir"
+    real = getattr(moves, hooked)
+
+    def interleaved(*args: object) -> object:
+        recoverer()
+        return real(*args)
+
+    monkeypatch.setattr(moves, hooked, interleaved)
+    with pytest.raises(FileNotFoundError):
+        finish_chunk(slot.layout, slot.config.output_root, job_dir, record)  # the owner
+    assert carried == [finished_dir(slot.layout, key) / f"{index:04d}"]
+    assert not job_dir.exists() and not scratch.exists()
+    stored = store_dir(slot.config.output_root, key) / chunk_store_name(index, record.token)
+    assert os.listdir(store_dir(slot.config.output_root, key)) == [stored.name]
+    assert (stored / "frames.txt").read_bytes() == b"0\n"
+    plan = read_plan(slot.layout, key)
+    assert plan is not None
+    states = chunk_states(slot.layout, slot.config.output_root, key, key.rpartition(".")[2], plan)
+    assert [(i, f.error) for i, f in states.finished.items()] == [(index, None)]
