@@ -40,6 +40,7 @@ from spoolrender.spool.heartbeat_file import Heartbeat as Heartbeat
 from spoolrender.spool.heartbeat_file import entry_token as entry_token
 from spoolrender.spool.heartbeat_file import heartbeat_path as heartbeat_path
 from spoolrender.spool.heartbeat_file import heartbeat_stat as heartbeat_stat
+from spoolrender.spool.heartbeat_file import lock_path as lock_path
 from spoolrender.spool.heartbeat_file import read_heartbeat as read_heartbeat
 from spoolrender.spool.io_trouble import SPOOL_IO_ERRNOS, SpoolIOCondition
 
@@ -47,13 +48,6 @@ log = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
 HEARTBEAT_MODE = 0o644  # readable by every host's runner and by status
-
-
-def lock_path(job_dir: Path, token: str) -> Path:
-    # One lock file per claim, named by its token: the job directory (and any lock file
-    # in it) travels between states, and a process that still holds the flock of an
-    # earlier claim of the same job must not block, or be mistaken for, the new one.
-    return job_dir / f"{defaults.LOCK_FILENAME}-{token}"
 
 
 class JobLock:

@@ -90,6 +90,15 @@ def heartbeat_path(job_dir: Path, token: str) -> Path:
     return job_dir / f"{defaults.HEARTBEAT_FILENAME}-{token}"
 
 
+def lock_path(job_dir: Path, token: str) -> Path:
+    """The lock file of the claim ``token`` (its first beat is written into it:
+    spoolrender.spool.heartbeat.JobLock.publish_as)."""
+    # One lock file per claim, named by its token: the job directory (and any lock file
+    # in it) travels between states, and a process that still holds the flock of an
+    # earlier claim of the same job must not block, or be mistaken for, the new one.
+    return job_dir / f"{defaults.LOCK_FILENAME}-{token}"
+
+
 def entry_token(job_dir: Path) -> str | None:
     """The claim token in a running/ entry's name, None for a name of no claim."""
     m = RUNNING_NAME.fullmatch(job_dir.name)
@@ -143,9 +152,7 @@ def read_first_beat(job_dir: Path, token: str) -> Heartbeat | None:
     None if the lock file holds none (made by an older version, or killed before the
     write). Read only, like :func:`read_heartbeat`."""
     try:
-        fd = os.open(
-            job_dir / f"{defaults.LOCK_FILENAME}-{token}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        )
+        fd = os.open(lock_path(job_dir, token), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     beat = _read_beat(fd)
